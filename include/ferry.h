@@ -1,0 +1,284 @@
+/* ferry.h — the whole public surface of libferry.
+ *
+ * ferry moves batches of GPU tensors to pinned host memory (D2H) and back (H2D) on a dedicated, cached copy
+ * stream, at the speed of the copy engines. It loads the CUDA driver with dlopen at first use: this header needs
+ * no CUDA header, and a program built against it runs (passing tensors through unchanged) on a machine without a
+ * GPU.
+ *
+ * Conventions, for every function below:
+ *   - A fallible call returns ferry_status: FERRY_OK (0) on success, a negative code on failure. Results are
+ *     written through `out` parameters, and only on success.
+ *   - On failure, ferry_last_error() describes what went wrong, on the calling thread.
+ *   - Streams, events and contexts cross the API as opaque pointers: pass a CUstream as `void *`.
+ *   - Destroy and release functions accept NULL.
+ *   - The library never prints and never exits.
+ */
+#ifndef FERRY_H
+#define FERRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define FERRY_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define FERRY_API __attribute__((visibility("default")))
+#else
+#define FERRY_API
+#endif
+
+#define FERRY_VERSION_MAJOR 0
+#define FERRY_VERSION_MINOR 1
+#define FERRY_VERSION_PATCH 0
+
+/** Returns the library's version as "MAJOR.MINOR.PATCH". The string is static. */
+FERRY_API const char *ferry_version(void);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Status codes and errors                                                                                        */
+
+/* One table: the enum, ferry_status_name() and ferry_status_str() are all generated from it. */
+#define FERRY_STATUS_MAP(X)                                                                                      \
+  X(OK, 0, "success")                                                                                            \
+  X(INVALID_ARGUMENT, -1, "invalid argument")                                                                    \
+  X(NO_DRIVER, -2, "the CUDA driver (libcuda.so.1) could not be loaded")                                         \
+  X(NO_DEVICE, -3, "no CUDA device is available")                                                                \
+  X(DEVICE_UNAVAILABLE, -4, "the requested CUDA device index does not exist")                                   \
+  X(DEVICE_MISMATCH, -5, "a stream or tensor belongs to another device than the one requested")                \
+  X(OUT_OF_HOST_MEMORY, -6, "out of host memory (pageable or pinned)")                                           \
+  X(OUT_OF_DEVICE_MEMORY, -7, "out of device memory")                                                            \
+  X(DRIVER_ERROR, -8, "a CUDA driver call failed")                                                               \
+  X(NOT_READY, -9, "the work has not finished yet")                                                              \
+  X(UNSUPPORTED, -10, "the operation is not supported here")                                                     \
+  X(OVERFLOW, -11, "a size, shape or stride computation overflows")                                              \
+  X(INTERNAL, -12, "internal error in ferry")
+
+typedef enum ferry_status {
+#define FERRY_STATUS_ENUM_GEN(name, code, text) FERRY_##name = code,
+  FERRY_STATUS_MAP(FERRY_STATUS_ENUM_GEN)
+#undef FERRY_STATUS_ENUM_GEN
+} ferry_status;
+
+/** The enum's name without prefix ("INVALID_ARGUMENT"); "UNKNOWN" for a value not in the table. Static. */
+FERRY_API const char *ferry_status_name(ferry_status status);
+
+/** A one-line description of the status ("invalid argument"). Static. */
+FERRY_API const char *ferry_status_str(ferry_status status);
+
+/* The last error of the calling thread. Every failing call overwrites it; successful calls leave it alone. */
+typedef struct ferry_error {
+  ferry_status status;   /* what the failing call returned */
+  int cu_result;         /* raw CUresult of the driver call that failed, 0 when no driver call failed */
+  const char *cu_name;   /* its name ("CUDA_ERROR_OUT_OF_MEMORY"), "" when none; static */
+  const char *call;      /* the driver or library call that failed ("cuMemHostRegister"), "" when none; static */
+  const char *file;      /* source file and line inside ferry where the error was raised; static */
+  int line;
+  char message[512];     /* a sentence a user can act on, naming the values involved */
+} ferry_error;
+
+/** The calling thread's last error. The pointer stays valid for the thread's life; the record is overwritten by
+ *  the thread's next failing call. Never NULL: before any error, status is FERRY_OK and message is "". */
+FERRY_API const ferry_error *ferry_last_error(void);
+
+/** Shorthand for ferry_last_error()->message. */
+FERRY_API const char *ferry_last_error_message(void);
+
+/** Resets the calling thread's last error to FERRY_OK. */
+FERRY_API void ferry_clear_error(void);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Runtime and devices                                                                                            */
+
+/** Loads the CUDA driver (once per process; later calls return the first result at once).
+ *  Returns FERRY_OK, FERRY_NO_DRIVER when libcuda.so.1 cannot be opened or initialised, or FERRY_NO_DEVICE when
+ *  it loads but sees no device. Every other call that needs the driver calls this itself. */
+FERRY_API ferry_status ferry_init(void);
+
+/** Number of CUDA devices; 0 when there is no driver or no device (never an error). */
+FERRY_API int ferry_device_count(void);
+
+/** Resolves the device a call should use: `requested` if >= 0, else the LOCAL_RANK environment variable, else 0.
+ *  Fails with FERRY_DEVICE_UNAVAILABLE (naming the index and the count) when it is past the device count,
+ *  FERRY_INVALID_ARGUMENT when LOCAL_RANK is not a non-negative integer, FERRY_NO_DEVICE when there is none. */
+FERRY_API ferry_status ferry_device_resolve(int requested, int *out_device);
+
+typedef struct ferry_device_info {
+  char name[256];
+  int ordinal;
+  int cc_major, cc_minor;
+  int multiprocessors;
+  int async_engines;       /* copy engines: 2 or more lets D2H and H2D run at once */
+  size_t total_memory;
+  int driver_version;      /* e.g. 13000 */
+} ferry_device_info;
+
+/** Fills `out` with the device's properties. The caller owns `out`. */
+FERRY_API ferry_status ferry_device_info_get(int device, ferry_device_info *out);
+
+/** The calling thread's dedicated copy stream for `device` (a CUstream, non-blocking), created on first use and
+ *  cached for the thread's life; ferry destroys it when the thread exits. Do not destroy it yourself. */
+FERRY_API ferry_status ferry_copy_stream(int device, void **out_stream);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Tensors                                                                                                         */
+
+/* Device types use DLPack's numbers, so DLPack producers' values pass straight through. */
+typedef enum ferry_device_type {
+  FERRY_DEVICE_CPU = 1,          /* kDLCPU: host memory, pageable or pinned */
+  FERRY_DEVICE_CUDA = 2,         /* kDLCUDA */
+  FERRY_DEVICE_CUDA_HOST = 3,    /* kDLCUDAHost: pinned host memory */
+  FERRY_DEVICE_CUDA_MANAGED = 13 /* kDLCUDAManaged */
+} ferry_device_type;
+
+typedef enum ferry_dtype_code {
+  FERRY_DTYPE_INT = 0, FERRY_DTYPE_UINT = 1, FERRY_DTYPE_FLOAT = 2, FERRY_DTYPE_BFLOAT = 4,
+  FERRY_DTYPE_COMPLEX = 5, FERRY_DTYPE_BOOL = 6
+} ferry_dtype_code;
+
+typedef struct ferry_device { int32_t device_type; int32_t device_id; } ferry_device;
+typedef struct ferry_dtype { uint8_t code; uint8_t bits; uint16_t lanes; } ferry_dtype;
+
+/* A strided view of memory, laid out exactly like DLPack's DLTensor: a `DLTensor *` may be passed where a
+ * `ferry_tensor *` is expected. `strides` counts elements and may be NULL for a compact row-major tensor.
+ * ferry never frees anything a tensor points to that the caller gave it. */
+typedef struct ferry_tensor {
+  void *data;
+  ferry_device device;
+  int32_t ndim;
+  ferry_dtype dtype;
+  int64_t *shape;
+  int64_t *strides;
+  uint64_t byte_offset;
+} ferry_tensor;
+
+/** Bytes the tensor's elements occupy when packed (product of shape × element size).
+ *  Fails with FERRY_INVALID_ARGUMENT on a negative dimension, ndim past FERRY_MAX_NDIM or a zero-width dtype,
+ *  and FERRY_OVERFLOW when the product does not fit in 64 bits. */
+FERRY_API ferry_status ferry_tensor_nbytes(const ferry_tensor *tensor, uint64_t *out_bytes);
+
+#define FERRY_MAX_NDIM 16
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Transfers                                                                                                       */
+
+typedef struct ferry_transfer ferry_transfer; /* a submitted batch: the ticket */
+typedef struct ferry_slab ferry_slab;         /* the one buffer a batch's outputs view */
+
+enum ferry_transfer_flags {
+  /** Wait for the copies before the submitting call returns (the SPDL contract). Without it, the call returns
+   *  after submission and the caller waits with ferry_transfer_wait. */
+  FERRY_TRANSFER_BLOCKING = 1u << 0,
+  /** Do not use the device gather kernel: every tensor is its own DMA (strided tensors then fail with
+   *  FERRY_UNSUPPORTED). For measuring and for drivers where the kernel cannot load. */
+  FERRY_TRANSFER_NO_GATHER = 1u << 1,
+  /** Submit per-tensor copies in a loop instead of one cuMemcpyBatchAsync (the primitive reference). */
+  FERRY_TRANSFER_NO_BATCH_API = 1u << 2
+};
+
+typedef struct ferry_transfer_options {
+  uint32_t struct_size;      /* sizeof(ferry_transfer_options): set by ferry_transfer_options_init */
+  uint32_t flags;            /* ferry_transfer_flags */
+  int device;                /* the source (D2H) or target (H2D) device; -1 resolves as ferry_device_resolve */
+  void *stream;              /* CUstream to copy on, which must belong to `device`; NULL: the thread's copy stream */
+  void *producer_event;      /* CUevent marking when the inputs are ready; NULL: see producer_stream */
+  void *producer_stream;     /* when producer_event is NULL, an event is recorded on this CUstream (the caller's
+                                current stream) and the copy stream waits on it; NULL means the legacy default
+                                stream */
+  uint64_t gather_max_bytes; /* contiguous tensors up to this size go through the gather kernel when there are
+                                several of them; 0 picks the default (1 MiB) */
+} ferry_transfer_options;
+
+/** Fills `options` with the defaults: blocking off, device -1, thread's copy stream, legacy default producer. */
+FERRY_API void ferry_transfer_options_init(ferry_transfer_options *options);
+
+/** Submits a device-to-host transfer of `count` tensors.
+ *
+ *  Tensors on `options->device` (FERRY_DEVICE_CUDA) are copied into one pinned host slab; their outputs are
+ *  compact row-major FERRY_DEVICE_CPU tensors viewing it. Every other tensor (host memory, another device) is
+ *  passed through: its output is the input descriptor itself. Zero-size tensors give empty outputs. When there is
+ *  no driver or no device, every tensor passes through and the call succeeds.
+ *
+ *  Ownership: `inputs` and what they point to stay the caller's and must stay valid until the transfer completes.
+ *  On success *out_transfer is a new ticket the caller releases with ferry_transfer_release. On failure nothing
+ *  was allocated or left pinned, *out_transfer is untouched and no copy is left running into ferry memory. */
+FERRY_API ferry_status ferry_transfer_d2h(const ferry_tensor *inputs, size_t count,
+                                          const ferry_transfer_options *options, ferry_transfer **out_transfer);
+
+/** Submits a host-to-device transfer: host tensors (FERRY_DEVICE_CPU or CUDA_HOST, pinned or pageable) are copied
+ *  into one device slab on `options->device`; outputs are compact FERRY_DEVICE_CUDA tensors viewing it. Tensors
+ *  already on a device pass through. Ownership as ferry_transfer_d2h. The device slab is freed (stream-ordered,
+ *  after the work queued on the legacy default stream at release time) when its last reference goes. */
+FERRY_API ferry_status ferry_transfer_h2d(const ferry_tensor *inputs, size_t count,
+                                          const ferry_transfer_options *options, ferry_transfer **out_transfer);
+
+/** Blocks until the transfer's copies are done. Returns FERRY_OK, or the driver's error for the copies. */
+FERRY_API ferry_status ferry_transfer_wait(ferry_transfer *transfer);
+
+/** FERRY_OK when the copies are done, FERRY_NOT_READY while they run (not recorded as an error). */
+FERRY_API ferry_status ferry_transfer_query(ferry_transfer *transfer);
+
+/** Number of outputs (the count given at submission). */
+FERRY_API size_t ferry_transfer_count(const ferry_transfer *transfer);
+
+/** The outputs, one per input, in input order. The array and the shapes and strides it points to are owned by
+ *  the ticket and valid until ferry_transfer_release. Their data may be read only after the transfer is done. */
+FERRY_API const ferry_tensor *ferry_transfer_outputs(const ferry_transfer *transfer);
+
+/** 1 when output `index` was copied by ferry, 0 when it is an input passed through. */
+FERRY_API int ferry_transfer_output_copied(const ferry_transfer *transfer, size_t index);
+
+/** The device the transfer resolved to, -1 when everything passed through because there is no device. */
+FERRY_API int ferry_transfer_device(const ferry_transfer *transfer);
+
+/** The slab the copied outputs view, or NULL when nothing was copied. Borrowed from the ticket: call
+ *  ferry_slab_retain to keep the memory beyond ferry_transfer_release. */
+FERRY_API ferry_slab *ferry_transfer_slab(const ferry_transfer *transfer);
+
+/** Releases the ticket. The slab lives on while retained; if the copies still run, the memory is not reused
+ *  until they finish (the pool checks the ticket's event before handing it out again). NULL is accepted. */
+FERRY_API void ferry_transfer_release(ferry_transfer *transfer);
+
+/** Adds a reference to the slab. */
+FERRY_API void ferry_slab_retain(ferry_slab *slab);
+
+/** Drops a reference; the last one returns pinned memory to the pool or frees device memory. NULL is accepted.
+ *  Safe from any thread, with or without a CUDA context current. */
+FERRY_API void ferry_slab_release(ferry_slab *slab);
+
+/** The slab's base address and size in bytes. */
+FERRY_API void *ferry_slab_data(const ferry_slab *slab);
+FERRY_API size_t ferry_slab_size(const ferry_slab *slab);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* The pinned host pool                                                                                            */
+
+typedef struct ferry_pool_stats {
+  uint64_t bytes_pinned;      /* pinned by the pool now, free or in use */
+  uint64_t bytes_in_use;      /* held by live slabs (or by slabs whose copies may still run) */
+  uint64_t bytes_peak_in_use; /* highest bytes_in_use seen */
+  uint64_t bytes_peak_pinned; /* highest bytes_pinned seen */
+  uint64_t regions;           /* pinned regions (each one pin call) */
+  uint64_t pin_calls;         /* regions pinned since start */
+  double pin_seconds;         /* wall time spent pinning (fault-in + register) since start */
+  uint64_t hits;              /* slab requests served from already-pinned memory */
+  uint64_t misses;            /* slab requests that had to pin new memory */
+} ferry_pool_stats;
+
+/** Ensures at least `bytes` of pinned memory are free in the pool, pinning a new region if needed, so a later
+ *  transfer of that size starts without pinning. Returns FERRY_NO_DRIVER / FERRY_NO_DEVICE without a GPU. */
+FERRY_API ferry_status ferry_pool_reserve(size_t bytes);
+
+/** Unpins and frees every pinned region no slab uses. Slabs in use are untouched. */
+FERRY_API ferry_status ferry_pool_trim(void);
+
+/** Copies the pool's counters into `out` (caller-owned). Works without a GPU (all zero). */
+FERRY_API void ferry_pool_stats_get(ferry_pool_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_H */

@@ -1,0 +1,103 @@
+/* devmem.c — device memory for H2D outputs and D2H staging: stream-ordered, from a pool per device.
+ *
+ * ferry's own CUmemoryPool (not the device's default pool, whose settings belong to the application) with its
+ * release threshold at the maximum, so memory freed after one transfer is reused by the next without a trip to
+ * the driver's allocator.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUmemoryPool pools[FERRY_MAX_DEVICES];
+
+static ferry_status pool_of(int device, CUmemoryPool *out) {
+  ferry_status st = FERRY_OK;
+  pthread_mutex_lock(&pools_lock);
+  if (!pools[device]) {
+    CUmemPoolProps props = {0};
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = device;
+    CUmemoryPool p = NULL;
+    FERRY_TRY_CU(("creating ferry's device memory pool on cuda:%d", device), cuMemPoolCreate, &p, &props);
+    cuuint64_t keep = ~(cuuint64_t)0;
+    CUresult r = FERRY_CU(cuMemPoolSetAttribute, p, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+    if (r != CUDA_SUCCESS) {
+      (void)FERRY_CU(cuMemPoolDestroy, p);
+      st = ferry__cu_error(r, "cuMemPoolSetAttribute", __FILE__, __LINE__, "configuring the pool of cuda:%d", device);
+      goto cleanup;
+    }
+    pools[device] = p;
+  }
+  *out = pools[device];
+cleanup:
+  pthread_mutex_unlock(&pools_lock);
+  return st;
+}
+
+ferry_status ferry__devmem_alloc(int device, size_t bytes, CUstream stream, CUdeviceptr *out) {
+  ferry_status st = FERRY_OK;
+  CUmemoryPool p;
+  FERRY_TRY(pool_of(device, &p));
+  FERRY_TRY_CU(("allocating %zu bytes on cuda:%d", bytes, device), cuMemAllocFromPoolAsync, out,
+               bytes ? bytes : 1, p, stream);
+cleanup:
+  return st;
+}
+
+ferry_status ferry__devmem_slab(int device, size_t bytes, CUstream stream, ferry_slab **out) {
+  ferry_slab *s = calloc(1, sizeof *s);
+  if (!s) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating a slab record");
+  CUdeviceptr p;
+  ferry_status st = ferry__devmem_alloc(device, bytes, stream, &p);
+  if (st != FERRY_OK) {
+    free(s);
+    return st;
+  }
+  atomic_init(&s->refs, 1);
+  s->kind = FERRY__SLAB_DEVICE;
+  s->device = device;
+  s->data = (void *)(uintptr_t)p;
+  s->size = bytes;
+  *out = s;
+  return FERRY_OK;
+}
+
+/* Frees a device slab stream-ordered on this thread's copy stream, after its own copies (the fence) and after
+ * the work already queued on the legacy default stream, where frameworks run by default: a consumer that
+ * dropped its last reference while a kernel on that stream still reads the memory is still safe. */
+static void devmem_slab_free(ferry_slab *s) {
+  if (ferry__ctx_enter(s->device) != FERRY_OK) return; /* context gone: the process is ending */
+  CUstream stream;
+  CUevent legacy_done = NULL;
+  if (ferry__thread_stream(s->device, &stream) == FERRY_OK) {
+    if (s->fence && !ferry__fence_done(s->fence)) (void)FERRY_CU(cuStreamWaitEvent, stream, s->fence->ev, 0);
+    if (ferry__event_get(s->device, &legacy_done) == FERRY_OK) {
+      if (FERRY_CU(cuEventRecord, legacy_done, CU_STREAM_LEGACY) == CUDA_SUCCESS)
+        (void)FERRY_CU(cuStreamWaitEvent, stream, legacy_done, 0);
+      ferry__event_put(s->device, legacy_done);
+    }
+    (void)FERRY_CU(cuMemFreeAsync, (CUdeviceptr)(uintptr_t)s->data, stream);
+  }
+  ferry__ctx_leave();
+}
+
+void ferry_slab_retain(ferry_slab *slab) {
+  if (slab) atomic_fetch_add_explicit(&slab->refs, 1, memory_order_relaxed);
+}
+
+void ferry_slab_release(ferry_slab *slab) {
+  if (!slab || atomic_fetch_sub_explicit(&slab->refs, 1, memory_order_acq_rel) != 1) return;
+  if (slab->kind == FERRY__SLAB_PINNED) {
+    ferry__pool_give(slab); /* takes over the fence reference */
+    return;
+  }
+  devmem_slab_free(slab);
+  ferry__fence_unref(slab->fence);
+  free(slab);
+}
+
+void *ferry_slab_data(const ferry_slab *slab) { return slab ? slab->data : NULL; }
+size_t ferry_slab_size(const ferry_slab *slab) { return slab ? slab->size : 0; }

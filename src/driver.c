@@ -1,0 +1,146 @@
+/* driver.c — loads libcuda.so.1 at run time and fills the driver table; the one file that knows how CUDA is
+ * loaded.
+ *
+ * Entry points are resolved once through cuGetProcAddress, asking for the ABI version whose prototype ferry
+ * declares (12.0 for the stable calls, 13.0 or 12.8 for cuMemcpyBatchAsync depending on the running driver), so
+ * a newer driver never hands ferry a function with a different signature than the one it calls.
+ */
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <string.h>
+
+ferry__driver ferry__drv;
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static ferry_status load_status = FERRY_NO_DRIVER;
+static char load_message[400];
+static const ferry__driver *installed_fake;
+
+typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+
+static void load_real(void) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    snprintf(load_message, sizeof load_message, "libcuda.so.1 could not be opened (%s); is the NVIDIA driver "
+             "installed?", dlerror());
+    load_status = FERRY_NO_DRIVER;
+    return;
+  }
+  get_proc_fn get_proc = (get_proc_fn)dlsym(lib, "cuGetProcAddress_v2");
+  CUresult (*get_version)(int *) = (CUresult(*)(int *))dlsym(lib, "cuDriverGetVersion");
+  int version = 0;
+  if (!get_proc || !get_version || get_version(&version) != CUDA_SUCCESS || version < 12000) {
+    snprintf(load_message, sizeof load_message, "the CUDA driver is too old (version %d; ferry needs 12.0 or "
+             "newer, with cuGetProcAddress_v2)", version);
+    load_status = FERRY_NO_DRIVER;
+    return;
+  }
+  ferry__driver d;
+  memset(&d, 0, sizeof d);
+  d.version = version;
+  CUdriverProcAddressQueryResult found;
+#define FERRY_RESOLVE_GEN(name, args)                                                                    \
+  if (get_proc(#name, (void **)&d.name, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS ||   \
+      found != CU_GET_PROC_ADDRESS_SUCCESS || !d.name) {                                                 \
+    snprintf(load_message, sizeof load_message, "the CUDA driver (version %d) lacks %s", version, #name); \
+    load_status = FERRY_NO_DRIVER;                                                                       \
+    return;                                                                                              \
+  }
+  FERRY_DRIVER_MAP(FERRY_RESOLVE_GEN)
+#undef FERRY_RESOLVE_GEN
+  void *batch = NULL;
+  if (version >= 13000) {
+    if (get_proc("cuMemcpyBatchAsync", &batch, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &found) == CUDA_SUCCESS &&
+        found == CU_GET_PROC_ADDRESS_SUCCESS)
+      d.cuMemcpyBatchAsync_v13 = (ferry__batch_v13_fn)batch;
+  } else if (version >= 12080) {
+    if (get_proc("cuMemcpyBatchAsync", &batch, 12080, CU_GET_PROC_ADDRESS_DEFAULT, &found) == CUDA_SUCCESS &&
+        found == CU_GET_PROC_ADDRESS_SUCCESS)
+      d.cuMemcpyBatchAsync_v12 = (ferry__batch_v12_fn)batch;
+  }
+  ferry__drv = d;
+  /* The library handle stays open for the life of the process: function pointers into it are cached. */
+  load_status = FERRY_OK;
+}
+
+static void load(void) {
+  if (installed_fake) {
+    ferry__drv = *installed_fake;
+    load_status = FERRY_OK;
+  } else {
+    load_real();
+    if (load_status != FERRY_OK) return;
+  }
+  CUresult r = ferry__drv.cuInit(0);
+  if (r == CUDA_ERROR_NO_DEVICE) {
+    snprintf(load_message, sizeof load_message, "the CUDA driver (version %d) loaded but reports no device",
+             ferry__drv.version);
+    load_status = FERRY_NO_DEVICE;
+  } else if (r != CUDA_SUCCESS) {
+    snprintf(load_message, sizeof load_message, "cuInit failed with %s; the driver cannot be used",
+             ferry__cu_name(r));
+    load_status = FERRY_NO_DRIVER;
+  } else {
+    int count = 0;
+    if (ferry__drv.cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) {
+      snprintf(load_message, sizeof load_message, "the CUDA driver (version %d) loaded but reports no device",
+               ferry__drv.version);
+      load_status = FERRY_NO_DEVICE;
+    }
+  }
+}
+
+int ferry__driver_load(void) {
+  pthread_once(&load_once, load);
+  if (load_status != FERRY_OK) return FERRY_ERR(load_status, "%s", load_message);
+  return FERRY_OK;
+}
+
+ferry_status ferry_init(void) { return (ferry_status)ferry__driver_load(); }
+
+void ferry__driver_install(const ferry__driver *fake) { installed_fake = fake; }
+
+/* ---- fault injection ------------------------------------------------------------------------------------- */
+
+volatile int ferry__fault_armed;
+static char fault_name[64];
+static int fault_nth, fault_hits;
+static CUresult fault_result;
+
+void ferry__fault_arm(const char *call_name, int nth, CUresult result) {
+  strncpy(fault_name, call_name, sizeof fault_name - 1);
+  fault_nth = nth;
+  fault_hits = 0;
+  fault_result = result;
+  ferry__fault_armed = 1;
+}
+
+void ferry__fault_disarm(void) { ferry__fault_armed = 0; }
+int ferry__fault_hits(void) { return fault_hits; }
+
+CUresult ferry__fault_check(const char *call_name) {
+  if (strcmp(call_name, fault_name) != 0) return CUDA_SUCCESS;
+  fault_hits++;
+  if (fault_nth == 0 || fault_hits == fault_nth) return fault_result;
+  return CUDA_SUCCESS;
+}
+
+const char *ferry__cu_name(CUresult r) {
+  const char *name = NULL;
+  if (ferry__drv.cuGetErrorName && ferry__drv.cuGetErrorName(r, &name) == CUDA_SUCCESS && name) return name;
+  switch (r) {
+  case CUDA_SUCCESS: return "CUDA_SUCCESS";
+  case CUDA_ERROR_INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
+  case CUDA_ERROR_OUT_OF_MEMORY: return "CUDA_ERROR_OUT_OF_MEMORY";
+  case CUDA_ERROR_NOT_INITIALIZED: return "CUDA_ERROR_NOT_INITIALIZED";
+  case CUDA_ERROR_NO_DEVICE: return "CUDA_ERROR_NO_DEVICE";
+  case CUDA_ERROR_INVALID_DEVICE: return "CUDA_ERROR_INVALID_DEVICE";
+  case CUDA_ERROR_INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT";
+  case CUDA_ERROR_LAUNCH_FAILED: return "CUDA_ERROR_LAUNCH_FAILED";
+  case CUDA_ERROR_NOT_READY: return "CUDA_ERROR_NOT_READY";
+  case CUDA_ERROR_ILLEGAL_ADDRESS: return "CUDA_ERROR_ILLEGAL_ADDRESS";
+  case CUDA_ERROR_NOT_SUPPORTED: return "CUDA_ERROR_NOT_SUPPORTED";
+  default: return "CUDA_ERROR_UNKNOWN_CODE";
+  }
+}

@@ -1,0 +1,102 @@
+/* driver.h — private: the CUDA driver entry points ferry uses, as one table of function pointers.
+ *
+ * driver.c fills the table once, from libcuda.so.1 opened with dlopen and cuGetProcAddress, so nothing links
+ * against libcuda. Every driver call in ferry goes through FERRY_CU(), which is also where tests inject faults:
+ * the table is the single seam between ferry and CUDA. Tests may install a whole fake table before first use.
+ */
+#ifndef FERRY_DRIVER_H
+#define FERRY_DRIVER_H
+
+#include <cuda.h> /* types and enums only: no symbol of libcuda is referenced at link time */
+#include <stddef.h>
+
+/* CUDA 13 removed failIdx from cuMemcpyBatchAsync; both prototypes are written out so that the one matching the
+ * running driver is called, whatever cuda.h the build saw. */
+typedef CUresult (*ferry__batch_v12_fn)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *,
+                                         size_t *, size_t, size_t *, CUstream);
+typedef CUresult (*ferry__batch_v13_fn)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *,
+                                         size_t *, size_t, CUstream);
+
+/* X(name, return-less prototype arguments) for every entry resolved at the CUDA 12.0 ABI. Optional entries (may
+ * be NULL on older drivers) are marked in driver.c. */
+#define FERRY_DRIVER_MAP(X)                                                                                   \
+  X(cuInit, (unsigned int))                                                                                   \
+  X(cuDriverGetVersion, (int *))                                                                              \
+  X(cuGetErrorName, (CUresult, const char **))                                                                \
+  X(cuGetErrorString, (CUresult, const char **))                                                              \
+  X(cuDeviceGetCount, (int *))                                                                                \
+  X(cuDeviceGet, (CUdevice *, int))                                                                           \
+  X(cuDeviceGetName, (char *, int, CUdevice))                                                                 \
+  X(cuDeviceGetAttribute, (int *, CUdevice_attribute, CUdevice))                                              \
+  X(cuDeviceTotalMem, (size_t *, CUdevice))                                                                   \
+  X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                                        \
+  X(cuCtxPushCurrent, (CUcontext))                                                                            \
+  X(cuCtxPopCurrent, (CUcontext *))                                                                           \
+  X(cuCtxGetDevice, (CUdevice *))                                                                             \
+  X(cuStreamCreate, (CUstream *, unsigned int))                                                               \
+  X(cuStreamDestroy, (CUstream))                                                                              \
+  X(cuStreamGetCtx, (CUstream, CUcontext *))                                                                  \
+  X(cuStreamWaitEvent, (CUstream, CUevent, unsigned int))                                                     \
+  X(cuStreamSynchronize, (CUstream))                                                                          \
+  X(cuEventCreate, (CUevent *, unsigned int))                                                                 \
+  X(cuEventDestroy, (CUevent))                                                                                \
+  X(cuEventRecord, (CUevent, CUstream))                                                                       \
+  X(cuEventQuery, (CUevent))                                                                                  \
+  X(cuEventSynchronize, (CUevent))                                                                            \
+  X(cuMemHostRegister, (void *, size_t, unsigned int))                                                        \
+  X(cuMemHostUnregister, (void *))                                                                            \
+  X(cuMemPoolCreate, (CUmemoryPool *, const CUmemPoolProps *))                                                \
+  X(cuMemPoolDestroy, (CUmemoryPool))                                                                         \
+  X(cuMemPoolSetAttribute, (CUmemoryPool, CUmemPool_attribute, void *))                                      \
+  X(cuMemAllocFromPoolAsync, (CUdeviceptr *, size_t, CUmemoryPool, CUstream))                                 \
+  X(cuMemFreeAsync, (CUdeviceptr, CUstream))                                                                  \
+  X(cuMemcpyAsync, (CUdeviceptr, CUdeviceptr, size_t, CUstream))                                              \
+  X(cuMemcpyHtoDAsync, (CUdeviceptr, const void *, size_t, CUstream))                                         \
+  X(cuPointerGetAttribute, (void *, CUpointer_attribute, CUdeviceptr))                                        \
+  X(cuModuleLoadData, (CUmodule *, const void *))                                                             \
+  X(cuModuleUnload, (CUmodule))                                                                               \
+  X(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))                                              \
+  X(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,        \
+                     CUstream, void **, void **))
+
+typedef struct ferry__driver {
+#define FERRY_DRIVER_FIELD_GEN(name, args) CUresult(*name) args;
+  FERRY_DRIVER_MAP(FERRY_DRIVER_FIELD_GEN)
+#undef FERRY_DRIVER_FIELD_GEN
+  /* Exactly one of these is set when the driver has cuMemcpyBatchAsync (12.8+), neither otherwise. */
+  ferry__batch_v12_fn cuMemcpyBatchAsync_v12;
+  ferry__batch_v13_fn cuMemcpyBatchAsync_v13;
+  int version; /* cuDriverGetVersion */
+} ferry__driver;
+
+/* The table in use; valid (all required entries set) once ferry__driver_load() returned FERRY_OK. */
+extern ferry__driver ferry__drv;
+
+/* Loads the driver once; thread-safe. Returns FERRY_OK, FERRY_NO_DRIVER or FERRY_NO_DEVICE (with the error set
+ * on every call that fails, not only the first). */
+int ferry__driver_load(void);
+
+/* Test seam: use `fake` instead of libcuda. Must be called before the first ferry call that needs the driver. */
+void ferry__driver_install(const ferry__driver *fake);
+
+/* Test seam: make the `nth` (1-based) call of `call_name` from now on return `result`; nth = 0 fails every call.
+ * ferry__fault_disarm() clears it. ferry__fault_hits() counts calls of the armed name since arming. */
+void ferry__fault_arm(const char *call_name, int nth, CUresult result);
+void ferry__fault_disarm(void);
+int ferry__fault_hits(void);
+
+extern volatile int ferry__fault_armed;
+CUresult ferry__fault_check(const char *call_name);
+
+/* Calls a driver entry, honouring an armed fault. The branch costs one load when no fault is armed. (A GNU
+ * statement expression, so the fault counter is consulted exactly once per call.) */
+#define FERRY_CU(name, ...)                                                                                   \
+  __extension__({                                                                                             \
+    CUresult ferry_fault_ = ferry__fault_armed ? ferry__fault_check(#name) : CUDA_SUCCESS;                    \
+    ferry_fault_ != CUDA_SUCCESS ? ferry_fault_ : ferry__drv.name(__VA_ARGS__);                               \
+  })
+
+/* The driver's name for a CUresult ("CUDA_ERROR_INVALID_VALUE"), static; works for fakes and unknown codes. */
+const char *ferry__cu_name(CUresult r);
+
+#endif

@@ -1,0 +1,55 @@
+/* fence.c — reference-counted completion events, shared by a ticket and the slabs its copies touch.
+ *
+ * A ticket may be released before its copies finish, and its slabs may outlive it; each holds a reference to
+ * the same fence, and memory returns to a pool only once the fence is seen complete.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+
+ferry_status ferry__fence_record(int device, CUstream stream, ferry__fence **out) {
+  ferry_status st = FERRY_OK;
+  ferry__fence *f = malloc(sizeof *f);
+  if (!f) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating a fence");
+  f->ev = NULL;
+  f->device = device;
+  atomic_init(&f->refs, 1);
+  atomic_init(&f->done, 0);
+  FERRY_TRY(ferry__event_get(device, &f->ev));
+  FERRY_TRY_CU(("recording the completion event"), cuEventRecord, f->ev, stream);
+  *out = f;
+  return FERRY_OK;
+cleanup:
+  if (f->ev) ferry__event_put(device, f->ev);
+  free(f);
+  return st;
+}
+
+ferry__fence *ferry__fence_ref(ferry__fence *f) {
+  if (f) atomic_fetch_add_explicit(&f->refs, 1, memory_order_relaxed);
+  return f;
+}
+
+void ferry__fence_unref(ferry__fence *f) {
+  if (!f || atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) != 1) return;
+  /* An event whose work may still run is destroyed, not pooled: cuEventDestroy defers the release safely. */
+  if (atomic_load(&f->done)) ferry__event_put(f->device, f->ev);
+  else (void)FERRY_CU(cuEventDestroy, f->ev);
+  free(f);
+}
+
+int ferry__fence_done(ferry__fence *f) {
+  if (!f || atomic_load_explicit(&f->done, memory_order_acquire)) return 1;
+  if (FERRY_CU(cuEventQuery, f->ev) == CUDA_ERROR_NOT_READY) return 0;
+  atomic_store_explicit(&f->done, 1, memory_order_release);
+  return 1;
+}
+
+ferry_status ferry__fence_wait(ferry__fence *f) {
+  if (!f || atomic_load_explicit(&f->done, memory_order_acquire)) return FERRY_OK;
+  CUresult r = FERRY_CU(cuEventSynchronize, f->ev);
+  atomic_store_explicit(&f->done, 1, memory_order_release);
+  if (r != CUDA_SUCCESS)
+    return ferry__cu_error(r, "cuEventSynchronize", __FILE__, __LINE__, "waiting for the transfer's copies");
+  return FERRY_OK;
+}

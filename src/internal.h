@@ -1,0 +1,223 @@
+/* internal.h — private: declarations shared by ferry's source files. Nothing here is part of the API.
+ *
+ * Naming: ferry__ for internal functions and types with external linkage, static for everything else.
+ */
+#ifndef FERRY_INTERNAL_H
+#define FERRY_INTERNAL_H
+
+#include "driver.h"
+#include "ferry.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#define FERRY_MAX_DEVICES 64
+#define FERRY_UNUSED(x) ((void)(x))
+
+/* ---- errors (status.c) ----------------------------------------------------------------------------------- */
+
+/* Records a library error on the calling thread and returns `status`. `fmt` is printf-style. */
+ferry_status ferry__error(ferry_status status, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Records a failed driver call: maps `r` to a status, keeps the raw code, its name and the call's name. `what`
+ * (printf-style, may be NULL) says what ferry was doing, so the message reads "pinning 96 MiB: cuMemHostRegister
+ * failed with CUDA_ERROR_OUT_OF_MEMORY (out of memory)". */
+ferry_status ferry__cu_error(CUresult r, const char *call, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+#define FERRY_ERR(status, ...) ferry__error((status), __FILE__, __LINE__, __VA_ARGS__)
+
+/* Calls the driver; on failure records the error, sets `st` and jumps to the function's `cleanup` label. Every
+ * function that uses it declares `ferry_status st = FERRY_OK;` and a `cleanup:` label. */
+#define FERRY_TRY_CU(what_fmt_and_args, name, ...)                                                            \
+  do {                                                                                                        \
+    CUresult ferry_r_ = FERRY_CU(name, __VA_ARGS__);                                                          \
+    if (ferry_r_ != CUDA_SUCCESS) {                                                                           \
+      st = ferry__cu_error(ferry_r_, #name, __FILE__, __LINE__, FERRY_UNPAREN what_fmt_and_args);             \
+      goto cleanup;                                                                                           \
+    }                                                                                                         \
+  } while (0)
+#define FERRY_UNPAREN(...) __VA_ARGS__
+
+/* Jumps to cleanup with `st` set when a ferry call fails (the callee already recorded the error). */
+#define FERRY_TRY(expr)                                                                                       \
+  do {                                                                                                        \
+    st = (expr);                                                                                              \
+    if (st != FERRY_OK) goto cleanup;                                                                         \
+  } while (0)
+
+/* ---- devices and contexts (device.c) --------------------------------------------------------------------- */
+
+/* Makes `device`'s primary context current on this thread (retaining it once per process). Pair every successful
+ * call with ferry__ctx_leave(). */
+ferry_status ferry__ctx_enter(int device);
+void ferry__ctx_leave(void);
+CUcontext ferry__device_ctx(int device); /* NULL until retained */
+
+/* ---- streams and events (stream.c) ----------------------------------------------------------------------- */
+
+ferry_status ferry__thread_stream(int device, CUstream *out); /* context of `device` must be current */
+
+/* Checks that `stream` belongs to `device` (context current). */
+ferry_status ferry__stream_check_device(CUstream stream, int device);
+
+/* Events without timing, from a per-device free list. Context of `device` must be current for get. */
+ferry_status ferry__event_get(int device, CUevent *out);
+void ferry__event_put(int device, CUevent ev); /* needs no context */
+void ferry__events_trim(void);
+
+/* A recorded event shared by everything that must not be reused before it completes (a ticket and its slabs).
+ * Reference-counted; the last reference returns the event to the pool (fence.c). */
+typedef struct ferry__fence {
+  CUevent ev;
+  int device;
+  atomic_int refs;
+  atomic_int done; /* 1 once seen complete; later checks skip the driver */
+} ferry__fence;
+
+/* Records a new fence on `stream` (context of `device` current). */
+ferry_status ferry__fence_record(int device, CUstream stream, ferry__fence **out);
+ferry__fence *ferry__fence_ref(ferry__fence *f);
+void ferry__fence_unref(ferry__fence *f);
+/* 1 when complete (or failed: nothing runs any more), 0 while running. Needs no current context. */
+int ferry__fence_done(ferry__fence *f);
+/* Blocks until complete; returns the copies' driver error, if any. */
+ferry_status ferry__fence_wait(ferry__fence *f);
+
+/* ---- the pinned pool (pinned.c) -------------------------------------------------------------------------- */
+
+typedef enum ferry__slab_kind { FERRY__SLAB_PINNED = 1, FERRY__SLAB_DEVICE = 2 } ferry__slab_kind;
+
+struct ferry_slab {
+  atomic_int refs;
+  ferry__slab_kind kind;
+  int device;       /* device whose fence (event) guards reuse; for DEVICE slabs, the owner */
+  void *data;       /* host address (PINNED) or device address (DEVICE) */
+  size_t size;
+  ferry__fence *fence; /* completion of the copies into/out of this slab; NULL when none ran */
+  /* PINNED: where the range lives in the pool */
+  struct ferry__region *region;
+  size_t offset;
+  struct ferry_slab *next_pending;
+};
+
+/* Takes a slab of at least `bytes` from the pinned pool, pinning a new region if no free range fits. The
+ * caller's context must be current (cuMemHostRegister needs one). */
+ferry_status ferry__pool_take(size_t bytes, ferry_slab **out);
+/* Returns a pinned slab whose refcount reached zero. */
+void ferry__pool_give(ferry_slab *slab);
+
+/* Pins `bytes` of fresh memory (THP-backed, faulted in by several threads, then registered). Used by the pool;
+ * exposed for the benchmarks' raw reference. */
+ferry_status ferry__pin(size_t bytes, void **out_ptr, size_t *out_bytes);
+void ferry__unpin(void *ptr, size_t bytes);
+
+/* Faults in [ptr, ptr+bytes) with up to `threads` threads (prefault.c). */
+void ferry__prefault(void *ptr, size_t bytes);
+
+/* ---- device memory (devmem.c) ---------------------------------------------------------------------------- */
+
+/* Stream-ordered device allocation from ferry's per-device memory pool (kept, not released to the OS between
+ * transfers). Context current. */
+ferry_status ferry__devmem_alloc(int device, size_t bytes, CUstream stream, CUdeviceptr *out);
+ferry_status ferry__devmem_slab(int device, size_t bytes, CUstream stream, ferry_slab **out);
+
+/* ---- gather kernel (kernels.c, kernels/gather.cu) -------------------------------------------------------- */
+
+#define FERRY_GATHER_MAX_DIMS 8
+#define FERRY_GATHER_CONTIGUOUS 0xffffffffu
+#define FERRY_GATHER_CHUNK (64u * 1024u) /* bytes of output per thread block */
+
+/* One block's work: copy `nbytes` of output starting at element `first_elem` of layout `layout`
+ * (FERRY_GATHER_CONTIGUOUS: a byte range at src). Shared with the CUDA source; keep both in step. */
+typedef struct ferry__gather_item {
+  uint64_t src;
+  uint64_t dst;
+  uint32_t nbytes;
+  uint32_t layout;
+  uint64_t first_elem;
+} ferry__gather_item;
+
+typedef struct ferry__gather_layout {
+  int32_t ndim;
+  int32_t elem_bytes;
+  int64_t shape[FERRY_GATHER_MAX_DIMS];
+  int64_t stride_bytes[FERRY_GATHER_MAX_DIMS];
+} ferry__gather_layout;
+
+/* Loads the gather kernel for `device` (context current), once. FERRY_UNSUPPORTED when the build has no kernel. */
+ferry_status ferry__gather_function(int device, CUfunction *out);
+int ferry__gather_available(void);
+extern const unsigned char ferry__gather_fatbin[];
+extern const size_t ferry__gather_fatbin_size;
+
+/* ---- planning (plan.c): pure, no driver calls ------------------------------------------------------------ */
+
+typedef enum ferry__route {
+  FERRY__PASS = 0,   /* not ours: output = input */
+  FERRY__EMPTY,      /* zero-size: empty output */
+  FERRY__DMA,        /* contiguous, large: its own DMA straight into the slab */
+  FERRY__GATHER,     /* small or strided: gather kernel into the staging region, then one DMA */
+  FERRY__PACK        /* H2D from pageable memory, small or strided: packed by the CPU into pinned staging */
+} ferry__route;
+
+typedef struct ferry__plan_entry {
+  uint8_t route;
+  uint8_t src_pinned;   /* H2D: source is pinned host memory the device can read */
+  uint64_t nbytes;      /* packed bytes */
+  uint64_t offset;      /* offset of the packed output in the slab */
+  const char *src;      /* data + byte_offset */
+} ferry__plan_entry;
+
+typedef struct ferry__plan {
+  uint64_t total;        /* slab bytes: gathered region, then packed region, then DMA region */
+  uint64_t gather_bytes; /* [0, gather_bytes): filled by the gather kernel */
+  uint64_t pack_end;     /* [gather_bytes, pack_end): packed by the CPU (H2D) */
+  size_t n_dma, n_gather, n_pack, n_copied;
+  size_t n_items, n_layouts;           /* gather kernel work */
+  size_t n_pack_items, n_pack_layouts; /* CPU pack work (same item format) */
+} ferry__plan;
+
+#define FERRY_SLAB_ALIGN 256u /* every output starts on a 256-byte boundary, as cudaMalloc would place it */
+
+/* True when the tensor's strides describe a compact row-major layout (NULL strides, or equal to them; dimensions
+ * of size 1 may have any stride). */
+bool ferry__tensor_is_compact(const ferry_tensor *t);
+
+/* Collapses the tensor into a gather layout (merging dimensions that are contiguous with each other). Fails with
+ * FERRY_UNSUPPORTED if more than FERRY_GATHER_MAX_DIMS dimensions remain. */
+ferry_status ferry__gather_layout_of(const ferry_tensor *t, ferry__gather_layout *out);
+
+/* Number of gather items the tensor needs (one per FERRY_GATHER_CHUNK bytes of output). */
+size_t ferry__gather_items_for(uint64_t nbytes);
+
+/* Routes the tensors and lays out the slab. `is_ours[i]` says whether tensor i is on the transfer's source side;
+ * `pinned[i]` (H2D only) whether its memory is pinned. `entries` has `count` slots. */
+typedef struct ferry__plan_input {
+  const ferry_tensor *tensors;
+  size_t count;
+  const uint8_t *is_ours;
+  const uint8_t *pinned;     /* NULL for D2H */
+  bool h2d;
+  bool gather_ok;            /* the kernel is available and not disabled */
+  uint64_t gather_max_bytes;
+} ferry__plan_input;
+
+ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *entries, ferry__plan *out);
+
+/* Fills the work items and layouts for every entry routed `route` (FERRY__GATHER or FERRY__PACK): each item's
+ * destination is dst_base + the entry's slab offset. Sources are the tensors' own addresses (device pointers, or
+ * pinned host pointers, which the device reads under unified addressing). */
+ferry_status ferry__plan_gather_items(const ferry__plan_input *in, const ferry__plan_entry *entries, uint8_t route,
+                                      uint64_t dst_base, ferry__gather_item *items, ferry__gather_layout *layouts,
+                                      size_t *out_items, size_t *out_layouts);
+
+/* CPU version of what one gather item does (used to pack pageable H2D inputs, and by tests as the reference). */
+void ferry__gather_item_run_host(const ferry__gather_item *item, const ferry__gather_layout *layouts);
+
+/* Writes compact row-major strides for `shape` into `strides`. */
+void ferry__compact_strides(int32_t ndim, const int64_t *shape, int64_t *strides);
+
+#endif

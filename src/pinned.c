@@ -1,0 +1,312 @@
+/* pinned.c — the pinned host pool: regions pinned once, carved into one slab per batch, reused safely.
+ *
+ * Each region is one pinned mapping. Free space is a list of ranges, best-fit, split on take and coalesced on
+ * give, so a request uses what it asks for (rounded to 64 KiB) instead of a power-of-two class. A slab whose
+ * last reference goes while a copy into it may still run is parked with its event and only returns to the free
+ * list once the event has completed: memory is never handed out under a running copy.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#define GRANULE ((size_t)64 << 10)     /* slab sizes are multiples of this */
+#define HUGE_PAGE ((size_t)2 << 20)    /* regions are aligned and sized in transparent huge pages */
+#define MIN_REGION ((size_t)16 << 20)  /* small requests share one region rather than pinning each */
+
+typedef struct ferry__region {
+  char *base;
+  size_t size;
+  size_t used; /* bytes of slabs (live or pending) carved from it */
+  struct ferry__region *next;
+} region;
+
+typedef struct free_range {
+  region *r;
+  size_t offset, size;
+  struct free_range *next; /* sorted by (region, offset) */
+} free_range;
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static region *regions;
+static free_range *free_list;
+static ferry_slab *pending; /* refcount zero, fence not yet known complete */
+static ferry_pool_stats stats;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+/* ---- pinning ---------------------------------------------------------------------------------------------- */
+
+ferry_status ferry__pin(size_t bytes, void **out_ptr, size_t *out_bytes) {
+  ferry_status st = FERRY_OK;
+  size_t size = round_up(bytes ? bytes : 1, HUGE_PAGE);
+  /* Map one huge page more than needed, then cut the ends so the range starts on a huge-page boundary. */
+  size_t span = size + HUGE_PAGE;
+  char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED)
+    return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "mapping %zu MiB of host memory to pin failed", size >> 20);
+  char *base = (char *)round_up((uintptr_t)raw, HUGE_PAGE);
+  if (base > raw) munmap(raw, (size_t)(base - raw));
+  if (raw + span > base + size) munmap(base + size, (size_t)(raw + span - (base + size)));
+  (void)madvise(base, size, MADV_HUGEPAGE); /* a hint: without THP the prefault still works, page by page */
+  ferry__prefault(base, size);
+  CUresult r = FERRY_CU(cuMemHostRegister, base, size, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+  if (r != CUDA_SUCCESS) {
+    munmap(base, size);
+    st = ferry__cu_error(r, "cuMemHostRegister", __FILE__, __LINE__, "pinning %zu MiB of host memory", size >> 20);
+    goto cleanup;
+  }
+  *out_ptr = base;
+  *out_bytes = size;
+cleanup:
+  return st;
+}
+
+void ferry__unpin(void *ptr, size_t bytes) {
+  (void)FERRY_CU(cuMemHostUnregister, ptr);
+  munmap(ptr, bytes);
+}
+
+/* ---- free ranges (pool_lock held) ------------------------------------------------------------------------ */
+
+static void range_insert(region *r, size_t offset, size_t size) {
+  free_range **link = &free_list;
+  while (*link && ((*link)->r < r || ((*link)->r == r && (*link)->offset < offset))) link = &(*link)->next;
+  free_range *next = *link;
+  free_range *prev = NULL;
+  if (link != &free_list) prev = (free_range *)((char *)link - offsetof(free_range, next));
+  if (prev && prev->r == r && prev->offset + prev->size == offset) {
+    prev->size += size;
+    if (next && next->r == r && prev->offset + prev->size == next->offset) {
+      prev->size += next->size;
+      prev->next = next->next;
+      free(next);
+    }
+    return;
+  }
+  if (next && next->r == r && offset + size == next->offset) {
+    next->offset = offset;
+    next->size += size;
+    return;
+  }
+  free_range *fr = malloc(sizeof *fr);
+  if (!fr) return; /* the range is lost to reuse until trim; memory stays pinned and accounted */
+  fr->r = r;
+  fr->offset = offset;
+  fr->size = size;
+  fr->next = next;
+  *link = fr;
+}
+
+/* Best fit among free ranges; NULL when none is large enough. */
+static free_range *range_best(size_t size, free_range ***out_link) {
+  free_range *best = NULL, **best_link = NULL;
+  for (free_range **l = &free_list; *l; l = &(*l)->next)
+    if ((*l)->size >= size && (!best || (*l)->size < best->size)) {
+      best = *l;
+      best_link = l;
+    }
+  *out_link = best_link;
+  return best;
+}
+
+static void give_range(ferry_slab *s) {
+  range_insert(s->region, s->offset, s->size);
+  s->region->used -= s->size;
+  stats.bytes_in_use -= s->size;
+}
+
+/* Moves parked slabs whose copies have finished back to the free list. */
+static void reap_pending(void) {
+  for (ferry_slab **l = &pending; *l;) {
+    ferry_slab *s = *l;
+    if (!ferry__fence_done(s->fence)) {
+      l = &s->next_pending;
+      continue;
+    }
+    /* Done, or failed: either way no copy is running into it any more. */
+    *l = s->next_pending;
+    ferry__fence_unref(s->fence);
+    give_range(s);
+    free(s);
+  }
+}
+
+static bool add_region(char *base, size_t size, double seconds) {
+  region *r = malloc(sizeof *r);
+  if (!r) return false;
+  r->base = base;
+  r->size = size;
+  r->used = 0;
+  r->next = regions;
+  regions = r;
+  range_insert(r, 0, size);
+  stats.bytes_pinned += size;
+  if (stats.bytes_pinned > stats.bytes_peak_pinned) stats.bytes_peak_pinned = stats.bytes_pinned;
+  stats.regions++;
+  stats.pin_calls++;
+  stats.pin_seconds += seconds;
+  return true;
+}
+
+/* Pins a region of at least `size` bytes, without the lock held (pinning takes milliseconds). */
+static ferry_status grow(size_t size) {
+  void *base;
+  size_t got;
+  double t0 = now_s();
+  ferry_status st = ferry__pin(size, &base, &got);
+  if (st != FERRY_OK) return st;
+  double t = now_s() - t0;
+  pthread_mutex_lock(&pool_lock);
+  bool added = add_region(base, got, t);
+  pthread_mutex_unlock(&pool_lock);
+  if (!added) {
+    ferry__unpin(base, got);
+    return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "recording a pinned region");
+  }
+  return FERRY_OK;
+}
+
+ferry_status ferry__pool_take(size_t bytes, ferry_slab **out) {
+  size_t size = round_up(bytes ? bytes : 1, GRANULE);
+  ferry_slab *s = malloc(sizeof *s);
+  if (!s) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating a slab record");
+  int missed = 0;
+  for (int attempt = 0; attempt < 3; attempt++) {
+    pthread_mutex_lock(&pool_lock);
+    if (pending) reap_pending();
+    free_range **link;
+    free_range *fr = range_best(size, &link);
+    if (fr) {
+      memset(s, 0, sizeof *s);
+      atomic_init(&s->refs, 1);
+      s->kind = FERRY__SLAB_PINNED;
+      s->region = fr->r;
+      s->offset = fr->offset;
+      s->size = size;
+      s->data = fr->r->base + fr->offset;
+      fr->offset += size;
+      fr->size -= size;
+      if (fr->size == 0) {
+        *link = fr->next;
+        free(fr);
+      }
+      s->region->used += size;
+      stats.bytes_in_use += size;
+      if (stats.bytes_in_use > stats.bytes_peak_in_use) stats.bytes_peak_in_use = stats.bytes_in_use;
+      if (missed) stats.misses++; else stats.hits++;
+      pthread_mutex_unlock(&pool_lock);
+      *out = s;
+      return FERRY_OK;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    missed = 1;
+    ferry_status st = grow(size > MIN_REGION ? size : MIN_REGION);
+    if (st != FERRY_OK) {
+      free(s);
+      return st;
+    }
+  }
+  free(s);
+  return FERRY_ERR(FERRY_INTERNAL, "the pinned pool grew but another thread took the space three times");
+}
+
+void ferry__pool_give(ferry_slab *s) {
+  pthread_mutex_lock(&pool_lock);
+  if (s->fence && !ferry__fence_done(s->fence)) {
+    s->next_pending = pending;
+    pending = s;
+    pthread_mutex_unlock(&pool_lock);
+    return;
+  }
+  ferry__fence_unref(s->fence);
+  give_range(s);
+  pthread_mutex_unlock(&pool_lock);
+  free(s);
+}
+
+/* ---- public ---------------------------------------------------------------------------------------------- */
+
+static ferry_status with_primary_ctx(ferry_status (*fn)(size_t), size_t arg) {
+  ferry_status st = (ferry_status)ferry__driver_load();
+  if (st != FERRY_OK) return st;
+  int device;
+  FERRY_TRY(ferry_device_resolve(-1, &device));
+  FERRY_TRY(ferry__ctx_enter(device));
+  st = fn(arg);
+  ferry__ctx_leave();
+cleanup:
+  return st;
+}
+
+static ferry_status reserve_locked_out(size_t bytes) {
+  size_t size = round_up(bytes, GRANULE);
+  pthread_mutex_lock(&pool_lock);
+  if (pending) reap_pending();
+  free_range **link;
+  free_range *fr = range_best(size, &link);
+  pthread_mutex_unlock(&pool_lock);
+  return fr ? FERRY_OK : grow(size);
+}
+
+ferry_status ferry_pool_reserve(size_t bytes) {
+  if (bytes == 0) return FERRY_OK;
+  return with_primary_ctx(reserve_locked_out, bytes);
+}
+
+static ferry_status trim(size_t unused) {
+  FERRY_UNUSED(unused);
+  region *doomed = NULL;
+  pthread_mutex_lock(&pool_lock);
+  if (pending) reap_pending();
+  for (region **l = &regions; *l;) {
+    region *r = *l;
+    if (r->used != 0) {
+      l = &r->next;
+      continue;
+    }
+    *l = r->next;
+    for (free_range **f = &free_list; *f;) {
+      if ((*f)->r == r) {
+        free_range *dead = *f;
+        *f = dead->next;
+        free(dead);
+      } else {
+        f = &(*f)->next;
+      }
+    }
+    stats.bytes_pinned -= r->size;
+    stats.regions--;
+    r->next = doomed;
+    doomed = r;
+  }
+  pthread_mutex_unlock(&pool_lock);
+  while (doomed) {
+    region *r = doomed;
+    doomed = r->next;
+    ferry__unpin(r->base, r->size);
+    free(r);
+  }
+  ferry__events_trim();
+  return FERRY_OK;
+}
+
+ferry_status ferry_pool_trim(void) {
+  if (!regions) return FERRY_OK; /* nothing pinned: no driver needed */
+  return with_primary_ctx(trim, 0);
+}
+
+void ferry_pool_stats_get(ferry_pool_stats *out) {
+  if (!out) return;
+  pthread_mutex_lock(&pool_lock);
+  *out = stats;
+  pthread_mutex_unlock(&pool_lock);
+}

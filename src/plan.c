@@ -1,0 +1,233 @@
+/* plan.c — routes each tensor of a batch and lays out the batch's slab; pure arithmetic, no driver calls.
+ *
+ * Layout of a slab: [gathered outputs][CPU-packed outputs][DMA outputs], each output on a 256-byte boundary.
+ * Gathered outputs come first so the gather kernel's staging buffer mirrors a prefix of the slab and one DMA moves
+ * all of them; packed outputs (H2D from pageable memory) likewise form one range for one DMA.
+ */
+#include "internal.h"
+
+#include <string.h>
+
+static bool mul_overflows(uint64_t a, uint64_t b, uint64_t *out) { return __builtin_mul_overflow(a, b, out); }
+
+static uint64_t align_up(uint64_t n) { return (n + FERRY_SLAB_ALIGN - 1) & ~(uint64_t)(FERRY_SLAB_ALIGN - 1); }
+
+ferry_status ferry_tensor_nbytes(const ferry_tensor *t, uint64_t *out_bytes) {
+  if (!t || !out_bytes) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_tensor_nbytes: NULL argument");
+  if (t->ndim < 0 || t->ndim > FERRY_MAX_NDIM)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ndim is %d; ferry handles 0 to %d dimensions", (int)t->ndim,
+                     FERRY_MAX_NDIM);
+  if (t->ndim > 0 && !t->shape) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "shape is NULL with ndim %d", (int)t->ndim);
+  uint64_t bits = (uint64_t)t->dtype.bits * t->dtype.lanes;
+  if (bits == 0) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "dtype has zero width (bits=%u, lanes=%u)",
+                                  (unsigned)t->dtype.bits, (unsigned)t->dtype.lanes);
+  if (bits % 8 != 0)
+    return FERRY_ERR(FERRY_UNSUPPORTED, "dtype of %u bits x %u lanes is not a whole number of bytes",
+                     (unsigned)t->dtype.bits, (unsigned)t->dtype.lanes);
+  uint64_t n = bits / 8;
+  for (int32_t d = 0; d < t->ndim; d++) {
+    if (t->shape[d] < 0) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "dimension %d is negative (%lld)", (int)d,
+                                          (long long)t->shape[d]);
+    if (mul_overflows(n, (uint64_t)t->shape[d], &n))
+      return FERRY_ERR(FERRY_OVERFLOW, "the tensor's size in bytes overflows 64 bits at dimension %d", (int)d);
+  }
+  if (n > ((uint64_t)1 << 62)) return FERRY_ERR(FERRY_OVERFLOW, "the tensor's size (%llu bytes) is absurd",
+                                                (unsigned long long)n);
+  *out_bytes = n;
+  return FERRY_OK;
+}
+
+void ferry__compact_strides(int32_t ndim, const int64_t *shape, int64_t *strides) {
+  int64_t s = 1;
+  for (int32_t d = ndim - 1; d >= 0; d--) {
+    strides[d] = s;
+    s *= shape[d] > 0 ? shape[d] : 1;
+  }
+}
+
+bool ferry__tensor_is_compact(const ferry_tensor *t) {
+  if (!t->strides) return true;
+  int64_t expect = 1;
+  for (int32_t d = t->ndim - 1; d >= 0; d--) {
+    if (t->shape[d] == 0) return true; /* empty: nothing to read */
+    if (t->shape[d] != 1 && t->strides[d] != expect) return false;
+    expect *= t->shape[d];
+  }
+  return true;
+}
+
+ferry_status ferry__gather_layout_of(const ferry_tensor *t, ferry__gather_layout *out) {
+  int64_t eb = (int64_t)t->dtype.bits * t->dtype.lanes / 8;
+  int64_t shape[FERRY_MAX_NDIM], stride[FERRY_MAX_NDIM];
+  int n = 0;
+  /* Drop unit dimensions, then merge a dimension into the next when it steps exactly over it. */
+  for (int32_t d = 0; d < t->ndim; d++) {
+    if (t->shape[d] == 1) continue;
+    int64_t s = t->strides ? t->strides[d] : 0;
+    if (n > 0 && stride[n - 1] == shape[d] * s) {
+      shape[n - 1] *= shape[d];
+      stride[n - 1] = s;
+      continue;
+    }
+    shape[n] = t->shape[d];
+    stride[n] = s;
+    n++;
+  }
+  if (n > FERRY_GATHER_MAX_DIMS)
+    return FERRY_ERR(FERRY_UNSUPPORTED, "a strided tensor with %d non-mergeable dimensions exceeds the gather "
+                     "kernel's %d", n, FERRY_GATHER_MAX_DIMS);
+  memset(out, 0, sizeof *out);
+  out->ndim = n;
+  out->elem_bytes = (int32_t)eb;
+  bool aligned = (((uintptr_t)t->data + t->byte_offset) % (uint64_t)eb) == 0;
+  for (int i = 0; i < n; i++) {
+    out->shape[i] = shape[i];
+    out->stride_bytes[i] = stride[i] * eb;
+    if (out->stride_bytes[i] % eb != 0) aligned = false;
+  }
+  if ((eb & (eb - 1)) != 0 || eb > 16) aligned = false;
+  if (!aligned) out->elem_bytes |= 0x100; /* the kernel copies bytewise */
+  return FERRY_OK;
+}
+
+size_t ferry__gather_items_for(uint64_t nbytes) {
+  return (size_t)((nbytes + FERRY_GATHER_CHUNK - 1) / FERRY_GATHER_CHUNK);
+}
+
+ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e, ferry__plan *out) {
+  ferry__plan p;
+  memset(&p, 0, sizeof p);
+  uint64_t gmax = in->gather_max_bytes ? in->gather_max_bytes : ((uint64_t)1 << 20);
+  size_t small = 0;
+  /* First pass: sizes, validation, and how many small tensors could share the kernel. */
+  for (size_t i = 0; i < in->count; i++) {
+    const ferry_tensor *t = &in->tensors[i];
+    memset(&e[i], 0, sizeof e[i]);
+    if (!in->is_ours[i]) {
+      e[i].route = FERRY__PASS;
+      continue;
+    }
+    uint64_t nb;
+    ferry_status st = ferry_tensor_nbytes(t, &nb);
+    if (st != FERRY_OK) {
+      char msg[sizeof ferry_last_error()->message];
+      memcpy(msg, ferry_last_error()->message, sizeof msg);
+      return FERRY_ERR(st, "tensor %zu: %s", i, msg);
+    }
+    e[i].nbytes = nb;
+    if (nb == 0) {
+      e[i].route = FERRY__EMPTY;
+      continue;
+    }
+    if (!t->data && t->byte_offset == 0) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "tensor %zu: data is NULL but "
+                                                          "the tensor holds %llu bytes", i, (unsigned long long)nb);
+    e[i].src = (const char *)t->data + t->byte_offset;
+    e[i].src_pinned = in->pinned ? in->pinned[i] : 1;
+    if (ferry__tensor_is_compact(t) && nb <= gmax) small++;
+  }
+  for (size_t i = 0; i < in->count; i++) {
+    if (e[i].route == FERRY__PASS || e[i].route == FERRY__EMPTY) continue;
+    bool compact = ferry__tensor_is_compact(&in->tensors[i]);
+    bool batchable = compact && e[i].nbytes <= gmax && small >= 2;
+    if (compact && !batchable) {
+      e[i].route = FERRY__DMA;
+    } else if (in->h2d && !e[i].src_pinned) {
+      e[i].route = FERRY__PACK; /* the device cannot read pageable memory: the CPU packs it */
+      if (!compact) p.n_pack_layouts++;
+      p.n_pack_items += ferry__gather_items_for(e[i].nbytes);
+    } else if (!in->gather_ok) {
+      if (!compact)
+        return FERRY_ERR(FERRY_UNSUPPORTED, "tensor %zu is strided and the gather kernel is %s", i,
+                         ferry__gather_available() ? "disabled (FERRY_TRANSFER_NO_GATHER)" : "not in this build");
+      e[i].route = FERRY__DMA;
+    } else {
+      e[i].route = FERRY__GATHER;
+      if (!compact) {
+        ferry__gather_layout L;
+        ferry_status st = ferry__gather_layout_of(&in->tensors[i], &L);
+        if (st != FERRY_OK) return st;
+        p.n_layouts++;
+      }
+      p.n_items += ferry__gather_items_for(e[i].nbytes);
+    }
+  }
+  /* Lay out the slab by route so each region is one contiguous range. */
+  uint64_t off = 0;
+  static const uint8_t order[3] = {FERRY__GATHER, FERRY__PACK, FERRY__DMA};
+  for (int k = 0; k < 3; k++) {
+    for (size_t i = 0; i < in->count; i++) {
+      if (e[i].route != order[k]) continue;
+      e[i].offset = off;
+      off = align_up(off + e[i].nbytes);
+      p.n_copied++;
+      if (order[k] == FERRY__GATHER) p.n_gather++;
+      else if (order[k] == FERRY__PACK) p.n_pack++;
+      else p.n_dma++;
+    }
+    if (order[k] == FERRY__GATHER) p.gather_bytes = off;
+    if (order[k] == FERRY__PACK) p.pack_end = off;
+  }
+  for (size_t i = 0; i < in->count; i++)
+    if (e[i].route == FERRY__EMPTY) p.n_copied++;
+  p.total = off;
+  *out = p;
+  return FERRY_OK;
+}
+
+ferry_status ferry__plan_gather_items(const ferry__plan_input *in, const ferry__plan_entry *e, uint8_t route,
+                                      uint64_t dst_base, ferry__gather_item *items, ferry__gather_layout *layouts,
+                                      size_t *out_items, size_t *out_layouts) {
+  size_t ni = 0, nl = 0;
+  for (size_t i = 0; i < in->count; i++) {
+    if (e[i].route != route) continue;
+    const ferry_tensor *t = &in->tensors[i];
+    uint32_t layout = FERRY_GATHER_CONTIGUOUS;
+    uint64_t eb = 1;
+    if (!ferry__tensor_is_compact(t)) {
+      ferry_status st = ferry__gather_layout_of(t, &layouts[nl]);
+      if (st != FERRY_OK) return st;
+      eb = (uint64_t)(layouts[nl].elem_bytes & 0xff);
+      layout = (uint32_t)nl++;
+    }
+    /* Strided chunks hold a whole number of elements; contiguous chunks are plain byte ranges. */
+    uint64_t chunk = FERRY_GATHER_CHUNK / eb * eb;
+    for (uint64_t done = 0; done < e[i].nbytes; done += chunk) {
+      uint64_t n = e[i].nbytes - done < chunk ? e[i].nbytes - done : chunk;
+      ferry__gather_item *it = &items[ni++];
+      it->dst = dst_base + e[i].offset + done;
+      it->nbytes = (uint32_t)n;
+      it->layout = layout;
+      if (layout == FERRY_GATHER_CONTIGUOUS) {
+        it->src = (uint64_t)(uintptr_t)e[i].src + done;
+        it->first_elem = 0;
+      } else {
+        it->src = (uint64_t)(uintptr_t)e[i].src;
+        it->first_elem = done / eb;
+      }
+    }
+  }
+  *out_items = ni;
+  *out_layouts = nl;
+  return FERRY_OK;
+}
+
+void ferry__gather_item_run_host(const ferry__gather_item *it, const ferry__gather_layout *layouts) {
+  const char *src = (const char *)(uintptr_t)it->src;
+  char *dst = (char *)(uintptr_t)it->dst;
+  if (it->layout == FERRY_GATHER_CONTIGUOUS) {
+    memcpy(dst, src, it->nbytes);
+    return;
+  }
+  const ferry__gather_layout *L = &layouts[it->layout];
+  uint32_t eb = (uint32_t)L->elem_bytes & 0xffu;
+  uint32_t n = it->nbytes / eb;
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t e = it->first_elem + i;
+    int64_t off = 0;
+    for (int d = L->ndim - 1; d >= 0; d--) {
+      off += (int64_t)(e % (uint64_t)L->shape[d]) * L->stride_bytes[d];
+      e /= (uint64_t)L->shape[d];
+    }
+    memcpy(dst + (uint64_t)i * eb, src + off, eb);
+  }
+}

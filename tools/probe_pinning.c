@@ -1,0 +1,92 @@
+/* probe_pinning: measure ways to obtain pinned host memory on this machine.
+ *
+ * One-off design probe for ferry's pinned pool (not part of the library): for each strategy it pins a fresh
+ * buffer, D2H-copies into it once, and prints the pin time and the copy bandwidth. Build:
+ *   cc -O2 -pthread tools/probe_pinning.c -I/usr/local/cuda/include -lcuda -o probe_pinning
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CK(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) { const char *s_; cuGetErrorName(r_, &s_); \
+    printf("  %s -> %s\n", #x, s_); return -1; } } while (0)
+
+static double now_ms(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e3 + t.tv_nsec / 1e6; }
+
+struct touch { char *p; size_t n, step; };
+static void *touch_range(void *a) { struct touch *t = a; for (size_t i = 0; i < t->n; i += t->step) t->p[i] = 0; return NULL; }
+static void touch_par(char *p, size_t n, int threads, size_t step) {
+  pthread_t th[64]; struct touch tt[64]; size_t chunk = (n / threads + 4095) & ~(size_t)4095;
+  for (int i = 0; i < threads; i++) { size_t off = chunk * i; tt[i].p = p + off; tt[i].n = off < n ? (n - off < chunk ? n - off : chunk) : 0; tt[i].step = step;
+    pthread_create(&th[i], NULL, touch_range, &tt[i]); }
+  for (int i = 0; i < threads; i++) pthread_join(th[i], NULL);
+}
+
+static CUdeviceptr src; static CUstream st;
+static int copy_check(void *h, size_t n, double *gbs) {
+  CUevent a, b; CK(cuEventCreate(&a, 0)); CK(cuEventCreate(&b, 0));
+  CK(cuEventRecord(a, st)); CK(cuMemcpyDtoHAsync(h, src, n, st)); CK(cuEventRecord(b, st)); CK(cuStreamSynchronize(st));
+  float ms; CK(cuEventElapsedTime(&ms, a, b)); *gbs = n / (ms * 1e6);
+  cuEventDestroy(a); cuEventDestroy(b); return 0;
+}
+
+static void report(const char *name, size_t n, double pin_ms, void *h, double free_ms_unused) {
+  double g = 0; copy_check(h, n, &g);
+  (void)free_ms_unused;
+  printf("%-40s %6zu MiB  pin %8.2f ms  (%.2f GB/s pinned)  first D2H %5.1f GB/s\n", name, n >> 20, pin_ms, n / (pin_ms * 1e6), g);
+}
+
+static int strategy(int which, size_t n) {
+  double t0 = now_ms(); void *h = NULL; char name[64];
+  switch (which) {
+  case 0: snprintf(name, sizeof name, "cuMemHostAlloc"); CK(cuMemHostAlloc(&h, n, 0)); break;
+  default: {
+    int threads = 1, huge = 0, touch = 1, populate = 0;
+    if (which == 1) touch = 0;
+    if (which == 2) { touch = 0; huge = 1; }
+    if (which >= 3 && which <= 6) threads = (int[]){1, 4, 8, 16}[which - 3];
+    if (which >= 7 && which <= 9) { huge = 1; threads = (int[]){1, 4, 16}[which - 7]; }
+    if (which == 10) { touch = 0; populate = 1; }
+    snprintf(name, sizeof name, "%s%s%s+register t=%d", populate ? "mmap-populate" : "mmap", huge ? "+THP" : "",
+             touch ? "+touch" : "", threads);
+    h = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
+    if (h == MAP_FAILED) { printf("mmap failed\n"); return -1; }
+    if (huge) madvise(h, n, MADV_HUGEPAGE);
+    if (touch) touch_par(h, n, threads, 4096);
+    CK(cuMemHostRegister(h, n, 0));
+  } }
+  double pin = now_ms() - t0;
+  report(name, n, pin, h, 0);
+  double f0 = now_ms();
+  if (which == 0) cuMemFreeHost(h); else { cuMemHostUnregister(h); munmap(h, n); }
+  printf("%-40s           free %8.2f ms\n", "", now_ms() - f0);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--help")) { puts("usage: probe_pinning [MiB...]  (default 96 1024)"); return 0; }
+  CK(cuInit(0)); CUdevice d; CK(cuDeviceGet(&d, 0)); CUcontext c; CK(cuDevicePrimaryCtxRetain(&c, d)); CK(cuCtxSetCurrent(c));
+  CK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+  size_t maxn = (size_t)1 << 30; CK(cuMemAlloc(&src, maxn)); CK(cuMemsetD8(src, 7, maxn));
+  FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r"); char buf[256] = "?";
+  if (f) { if (!fgets(buf, sizeof buf, f)) buf[0] = 0; fclose(f); }
+  printf("THP: %s", buf); printf("cpus: %ld\n", sysconf(_SC_NPROCESSORS_ONLN));
+  int drv; cuDriverGetVersion(&drv); printf("driver %d\n", drv);
+  void *p13 = NULL, *p12 = NULL; CUdriverProcAddressQueryResult q;
+  cuGetProcAddress("cuMemcpyBatchAsync", &p13, 13000, 0, &q); printf("batch@13000 %p q=%d\n", p13, q);
+  cuGetProcAddress("cuMemcpyBatchAsync", &p12, 12080, 0, &q); printf("batch@12080 %p q=%d\n", p12, q);
+  size_t sizes[8]; int ns = 0;
+  for (int i = 1; i < argc && ns < 8; i++) sizes[ns++] = (size_t)atol(argv[i]) << 20;
+  if (!ns) { sizes[ns++] = 96u << 20; sizes[ns++] = (size_t)1 << 30; }
+  for (int s = 0; s < ns; s++)
+    for (int w = 0; w <= 10; w++) strategy(w, sizes[s]);
+  /* a small allocation: the fixed cost per pin call */
+  for (int w = 0; w <= 1; w++) strategy(w, 2u << 20);
+  return 0;
+}
