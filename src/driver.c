@@ -8,6 +8,7 @@
 #include "internal.h"
 
 #include <dlfcn.h>
+#include <stdio.h>
 #include <string.h>
 
 ferry__driver ferry__drv;

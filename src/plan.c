@@ -59,13 +59,19 @@ bool ferry__tensor_is_compact(const ferry_tensor *t) {
 ferry_status ferry__gather_layout_of(const ferry_tensor *t, ferry__gather_layout *out) {
   int64_t eb = (int64_t)t->dtype.bits * t->dtype.lanes / 8;
   int64_t shape[FERRY_MAX_NDIM], stride[FERRY_MAX_NDIM];
+  int64_t compact[FERRY_MAX_NDIM];
+  const int64_t *strides = t->strides;
+  if (!strides) {
+    ferry__compact_strides(t->ndim, t->shape, compact);
+    strides = compact;
+  }
   int n = 0;
-  /* Drop unit dimensions, then merge a dimension into the next when it steps exactly over it. */
+  /* Drop unit dimensions, then merge a dimension into the previous when the previous steps exactly over it. */
   for (int32_t d = 0; d < t->ndim; d++) {
     if (t->shape[d] == 1) continue;
-    int64_t s = t->strides ? t->strides[d] : 0;
-    if (n > 0 && stride[n - 1] == shape[d] * s) {
-      shape[n - 1] *= shape[d];
+    int64_t s = strides[d];
+    if (n > 0 && stride[n - 1] == t->shape[d] * s) {
+      shape[n - 1] *= t->shape[d];
       stride[n - 1] = s;
       continue;
     }
@@ -121,6 +127,7 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e,
     }
     if (!t->data && t->byte_offset == 0) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "tensor %zu: data is NULL but "
                                                           "the tensor holds %llu bytes", i, (unsigned long long)nb);
+    e[i].route = FERRY__DMA; /* provisional: the second pass decides */
     e[i].src = (const char *)t->data + t->byte_offset;
     e[i].src_pinned = in->pinned ? in->pinned[i] : 1;
     if (ferry__tensor_is_compact(t) && nb <= gmax) small++;
