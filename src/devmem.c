@@ -50,7 +50,7 @@ cleanup:
 ferry_status ferry__devmem_slab(int device, size_t bytes, CUstream stream, ferry_slab **out) {
   ferry_slab *s = calloc(1, sizeof *s);
   if (!s) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating a slab record");
-  CUdeviceptr p;
+  CUdeviceptr p = 0;
   ferry_status st = ferry__devmem_alloc(device, bytes, stream, &p);
   if (st != FERRY_OK) {
     free(s);

@@ -243,6 +243,14 @@ static ferry_status submit(const ferry_tensor *in, size_t count, const ferry_tra
                            ferry_transfer **out, bool h2d) {
   ferry_status st = FERRY_OK;
   ferry_transfer_options o;
+  /* Everything the cleanup path looks at is declared and initialised before the first jump to it. */
+  ferry_transfer *t = NULL;
+  bool entered = false, queued = false;
+  CUstream stream = NULL;
+  CUdeviceptr scratch_dev = 0;
+  ferry_slab *slab = NULL, *staging = NULL;
+  int device = -1;
+  scratch sc;
   ferry_transfer_options_init(&o);
   if (user_opts) {
     if (user_opts->struct_size < sizeof o)
@@ -263,16 +271,9 @@ static ferry_status submit(const ferry_tensor *in, size_t count, const ferry_tra
     return pass_through_all(in, count, out);
   }
   if (load != FERRY_OK) return load;
-  int device;
   FERRY_TRY(ferry_device_resolve(o.device, &device));
-
-  scratch sc;
-  ferry_transfer *t = ticket_new(in, count, &sc);
+  t = ticket_new(in, count, &sc);
   if (!t) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating a ticket for %zu tensors", count);
-  bool entered = false, queued = false;
-  CUstream stream = NULL;
-  CUdeviceptr scratch_dev = 0;
-  ferry_slab *slab = NULL, *staging = NULL;
 
   for (size_t i = 0; i < count; i++) {
     int32_t dt = in[i].device.device_type;
