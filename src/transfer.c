@@ -331,9 +331,9 @@ static ferry_status submit(const ferry_tensor *in, size_t count, const ferry_tra
     if (!h2d)
       FERRY_TRY_CU(("copying %llu gathered bytes to the host", (unsigned long long)plan.gather_bytes), cuMemcpyAsync,
                    (CUdeviceptr)(uintptr_t)slab_base, scratch_dev, (size_t)plan.gather_bytes, stream);
-    CUdeviceptr dead = scratch_dev;
+    /* Stream-ordered: freed after the kernel and the DMA. On failure the cleanup path tries once more. */
+    FERRY_TRY_CU(("releasing the gather scratch"), cuMemFreeAsync, scratch_dev, stream);
     scratch_dev = 0;
-    FERRY_TRY_CU(("releasing the gather scratch"), cuMemFreeAsync, dead, stream);
   }
   if (plan.n_pack) {
     /* Pageable sources: the CPU reads them now, so it waits for the producer first. */
