@@ -39,7 +39,7 @@ cleanup:
 
 ferry_status ferry__devmem_alloc(int device, size_t bytes, CUstream stream, CUdeviceptr *out) {
   ferry_status st = FERRY_OK;
-  CUmemoryPool p;
+  CUmemoryPool p = NULL;
   FERRY_TRY(pool_of(device, &p));
   FERRY_TRY_CU(("allocating %zu bytes on cuda:%d", bytes, device), cuMemAllocFromPoolAsync, out,
                bytes ? bytes : 1, p, stream);

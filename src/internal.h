@@ -93,7 +93,7 @@ typedef enum ferry__slab_kind { FERRY__SLAB_PINNED = 1, FERRY__SLAB_DEVICE = 2 }
 struct ferry_slab {
   atomic_int refs;
   ferry__slab_kind kind;
-  int device;       /* device whose fence (event) guards reuse; for DEVICE slabs, the owner */
+  int device;       /* DEVICE slabs: the device that owns the memory */
   void *data;       /* host address (PINNED) or device address (DEVICE) */
   size_t size;
   ferry__fence *fence; /* completion of the copies into/out of this slab; NULL when none ran */

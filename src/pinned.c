@@ -78,11 +78,12 @@ void ferry__unpin(void *ptr, size_t bytes) {
 /* ---- free ranges (pool_lock held) ------------------------------------------------------------------------ */
 
 static void range_insert(region *r, size_t offset, size_t size) {
-  free_range **link = &free_list;
-  while (*link && ((*link)->r < r || ((*link)->r == r && (*link)->offset < offset))) link = &(*link)->next;
-  free_range *next = *link;
-  free_range *prev = NULL;
-  if (link != &free_list) prev = (free_range *)((char *)link - offsetof(free_range, next));
+  free_range *prev = NULL, *next = free_list;
+  while (next && (next->r < r || (next->r == r && next->offset < offset))) {
+    prev = next;
+    next = next->next;
+  }
+  free_range **link = prev ? &prev->next : &free_list;
   if (prev && prev->r == r && prev->offset + prev->size == offset) {
     prev->size += size;
     if (next && next->r == r && prev->offset + prev->size == next->offset) {

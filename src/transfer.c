@@ -133,8 +133,8 @@ cleanup:
 }
 
 /* Submits the DMA-routed entries: one cuMemcpyBatchAsync when the driver has it, else a loop. */
-static ferry_status submit_dma(const ferry__plan_entry *e, size_t count, const ferry__plan *plan, char *dst_base,
-                               CUstream stream, uint32_t flags, scratch *sc, bool h2d) {
+static ferry_status submit_dma(const ferry__plan_entry *e, size_t count, char *dst_base, CUstream stream,
+                               uint32_t flags, scratch *sc, bool h2d) {
   ferry_status st = FERRY_OK;
   size_t n = 0;
   for (size_t i = 0; i < count; i++) {
@@ -151,7 +151,6 @@ static ferry_status submit_dma(const ferry__plan_entry *e, size_t count, const f
     sc->sizes[n] = e[i].nbytes;
     n++;
   }
-  FERRY_UNUSED(plan);
   if (n == 0) return FERRY_OK;
   bool batch = n > 1 && !(flags & FERRY_TRANSFER_NO_BATCH_API) &&
                (ferry__drv.cuMemcpyBatchAsync_v13 || ferry__drv.cuMemcpyBatchAsync_v12);
@@ -355,7 +354,7 @@ static ferry_status submit(const ferry_tensor *in, size_t count, const ferry_tra
     FERRY_TRY_CU(("copying %zu packed bytes to the device", pack_bytes), cuMemcpyHtoDAsync,
                  (CUdeviceptr)(uintptr_t)(slab_base + plan.gather_bytes), staging->data, pack_bytes, stream);
   }
-  FERRY_TRY(submit_dma(sc.entries, count, &plan, slab_base, stream, o.flags, &sc, h2d));
+  FERRY_TRY(submit_dma(sc.entries, count, slab_base, stream, o.flags, &sc, h2d));
   FERRY_TRY(ferry__fence_record(device, stream, &t->fence));
 
   /* The copies run; build the outputs meanwhile. */
@@ -364,11 +363,9 @@ static ferry_status submit(const ferry_tensor *in, size_t count, const ferry_tra
     if (sc.entries[i].route != FERRY__PASS) set_output(t, i, &in[i], &sc.entries[i], where, slab_base);
   set_passthrough(t, in);
   slab->fence = ferry__fence_ref(t->fence);
-  slab->device = device;
   t->slab = slab;
   if (staging) {
     staging->fence = ferry__fence_ref(t->fence);
-    staging->device = device;
     t->staging = staging;
   }
   ferry__ctx_leave();

@@ -91,7 +91,6 @@ static int cmd_info(void) {
   size_t bytes = 64u << 20;
   CHECK_F(ferry__ctx_enter(info.ordinal));
   CUdeviceptr src;
-  CHECK_CU(ferry__drv.cuMemAllocFromPoolAsync ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED);
   CHECK_F(ferry__devmem_alloc(info.ordinal, bytes, NULL, &src));
   CHECK_CU(ferry__drv.cuStreamSynchronize(NULL));
   batch b = make_batch((char *)(uintptr_t)src, bytes, 1, FERRY_DEVICE_CUDA, info.ordinal);
@@ -145,6 +144,17 @@ static double time_ferry(batch *b, int h2d, uint32_t flags) {
   double ms = now_ms() - t0;
   ferry_transfer_release(t);
   return ms;
+}
+
+enum { M_LIMIT, M_RAW_LOOP, M_FERRY, M_FERRY_NO_BATCH, M_COUNT };
+
+/* One timed transfer of method m: the raw copies use the device batch; ferry gets the source-side batch. */
+static double time_method(int m, CUstream s, batch *one, batch *dev_b, batch *host_b, char *host, int h2d) {
+  switch (m) {
+  case M_LIMIT: return time_raw_loop(s, one, host, h2d);
+  case M_RAW_LOOP: return time_raw_loop(s, dev_b, host, h2d);
+  default: return time_ferry(h2d ? host_b : dev_b, h2d, m == M_FERRY_NO_BATCH ? FERRY_TRANSFER_NO_BATCH_API : 0);
+  }
 }
 
 static int cmd_bandwidth(int argc, char **argv) {
@@ -205,18 +215,15 @@ static int cmd_bandwidth(int argc, char **argv) {
       batch dev_b = make_batch((char *)(uintptr_t)d_src, bytes, n, FERRY_DEVICE_CUDA, dev);
       batch host_b = make_batch(h_pinned, bytes, n, FERRY_DEVICE_CPU, 0);
       batch one = make_batch((char *)(uintptr_t)d_src, bytes, 1, FERRY_DEVICE_CUDA, dev);
-      const char *names[4] = {"raw 1 copy (limit)", "raw per-tensor loop", "ferry", "ferry no-batch-api"};
-      double med[4];
-      for (int m = 0; m < 4; m++) {
+      const char *names[M_COUNT] = {"raw 1 copy (limit)", "raw per-tensor loop", "ferry", "ferry no-batch-api"};
+      double med[M_COUNT];
+      for (int m = 0; m < M_COUNT; m++) {
         for (int w = 0; w < 2; w++) /* warm-up: pool, module, streams */
-          m == 0 ? time_raw_loop(s, &one, h_pinned, h2d) : m == 1 ? time_raw_loop(s, &dev_b, h_pinned, h2d)
-                 : time_ferry(h2d ? &host_b : &dev_b, h2d, m == 3 ? FERRY_TRANSFER_NO_BATCH_API : 0);
-        for (int r = 0; r < c.repeats; r++)
-          v[r] = m == 0 ? time_raw_loop(s, &one, h_pinned, h2d) : m == 1 ? time_raw_loop(s, &dev_b, h_pinned, h2d)
-                 : time_ferry(h2d ? &host_b : &dev_b, h2d, m == 3 ? FERRY_TRANSFER_NO_BATCH_API : 0);
+          (void)time_method(m, s, &one, &dev_b, &host_b, h_pinned, h2d);
+        for (int r = 0; r < c.repeats; r++) v[r] = time_method(m, s, &one, &dev_b, &host_b, h_pinned, h2d);
         med[m] = median(v, c.repeats);
       }
-      for (int m = 0; m < 4; m++) {
+      for (int m = 0; m < M_COUNT; m++) {
         double gbs = (double)bytes / (med[m] * 1e6), ratio = med[m] / med[0];
         printf("%-4s %8zu %-22s %10.3f %9.2f %9.3f\n", h2d ? "H2D" : "D2H", n, names[m], med[m], gbs, ratio);
         if (csv) fprintf(csv, "%s,%zu,%zu,%s,%.4f,%.3f,%.4f\n", h2d ? "h2d" : "d2h", bytes, n, names[m], med[m], gbs,

@@ -9,7 +9,6 @@
 static char ctx_token, module_token, function_token;
 int fake_live_events, fake_live_streams, fake_live_devmem, fake_registered;
 
-static CUresult ok0(void) { return CUDA_SUCCESS; }
 static CUresult f_init(unsigned f) { (void)f; return CUDA_SUCCESS; }
 static CUresult f_version(int *v) { *v = 13000; return CUDA_SUCCESS; }
 static CUresult f_err_name(CUresult r, const char **s) { (void)r; *s = NULL; return CUDA_ERROR_INVALID_VALUE; }
@@ -71,7 +70,6 @@ static CUresult f_batch(CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t c, CUm
 
 void fake_driver_use(void) {
   static ferry__driver d;
-  (void)ok0;
   d.cuInit = f_init; d.cuDriverGetVersion = f_version; d.cuGetErrorName = f_err_name; d.cuGetErrorString = f_err_name;
   d.cuDeviceGetCount = f_count; d.cuDeviceGet = f_get; d.cuDeviceGetName = f_name; d.cuDeviceGetAttribute = f_attr;
   d.cuDeviceTotalMem = f_mem; d.cuDevicePrimaryCtxRetain = f_retain; d.cuCtxPushCurrent = f_push;

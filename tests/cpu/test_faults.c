@@ -15,6 +15,15 @@ static void make_batch(ferry_tensor *t) {
   }
 }
 
+/* Options for device 0; gather_max_bytes 0 keeps the default threshold. */
+static ferry_transfer_options d2h_options(uint64_t gather_max_bytes) {
+  ferry_transfer_options o;
+  ferry_transfer_options_init(&o);
+  o.device = 0;
+  o.gather_max_bytes = gather_max_bytes;
+  return o;
+}
+
 static void check_exact(ferry_transfer *tr) {
   const ferry_tensor *o = ferry_transfer_outputs(tr);
   for (int i = 0; i < N; i++) {
@@ -27,10 +36,7 @@ TEST(fake_d2h_is_exact_and_returns_slab) {
   fake_driver_use();
   ferry_tensor t[N];
   make_batch(t);
-  ferry_transfer_options o;
-  ferry_transfer_options_init(&o);
-  o.device = 0;
-  o.gather_max_bytes = 2000; /* tensor 0 (3000 bytes) is DMA'd, the rest gathered */
+  ferry_transfer_options o = d2h_options(2000); /* tensor 0 (3000 bytes) is DMA'd, the rest gathered */
   ferry_transfer *tr = NULL;
   ASSERT_OK(ferry_transfer_d2h(t, N, &o, &tr));
   ASSERT_OK(ferry_transfer_wait(tr));
@@ -55,10 +61,7 @@ TEST(fault_at_every_d2h_call_is_clean) {
   /* Two large tensors so the batch API is used as well as the gather kernel. */
   shapes[0] = 3000;
   shapes[1] = 3000;
-  ferry_transfer_options o;
-  ferry_transfer_options_init(&o);
-  o.device = 0;
-  o.gather_max_bytes = 2000;
+  ferry_transfer_options o = d2h_options(2000);
   for (size_t c = 0; c < sizeof calls / sizeof calls[0]; c++) {
     ferry_pool_stats before;
     ferry_pool_stats_get(&before);
@@ -98,9 +101,7 @@ TEST(pool_reuses_and_trims) {
   fake_driver_use();
   ferry_tensor t[N];
   make_batch(t);
-  ferry_transfer_options o;
-  ferry_transfer_options_init(&o);
-  o.device = 0;
+  ferry_transfer_options o = d2h_options(0);
   ferry_transfer *a = NULL, *b = NULL;
   ASSERT_OK(ferry_transfer_d2h(t, N, &o, &a));
   ferry_slab *kept = ferry_transfer_slab(a);
