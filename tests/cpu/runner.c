@@ -1,7 +1,12 @@
 /* runner.c — runs every CPU test in its own process with a timeout and prints "N passed, N failed".
  * Usage: ferry_test_cpu [--help] [--list] [NAME...]  (names select tests; default all) */
 #include "test.h"
+/* One runner, several suites: a suite's executable defines TEST_LIST_HEADER to its own list. */
+#ifdef TEST_LIST_HEADER
+#include TEST_LIST_HEADER
+#else
 #include "test_list.h"
+#endif
 
 #include <signal.h>
 #include <sys/wait.h>

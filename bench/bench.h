@@ -1,0 +1,9 @@
+/* bench.h — the `ferry bench ...` subcommands; each is a program of its own with --help, defaults that run as
+ * they are, CSV output and a compact table last. Without a GPU each says so and returns 0. */
+#ifndef FERRY_BENCH_H
+#define FERRY_BENCH_H
+
+int bench_bandwidth_main(int argc, char **argv); /* D2H/H2D over sizes and tensor counts vs the raw copies */
+int bench_overlap_main(int argc, char **argv);   /* the seed's transfer/compute overlap experiment, in C */
+
+#endif

@@ -1,0 +1,140 @@
+/* common.c — clocks, statistics, generator, CSV and batch helpers for the benchmarks (see common.h). */
+#include "common.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+int bench_no_gpu(const char *program) {
+  ferry_status st = ferry_init();
+  if (st == FERRY_OK) return 0;
+  printf("%s: no GPU here (%s: %s).\nNothing to measure; on this machine ferry's transfers pass tensors through "
+         "unchanged.\n", program, ferry_status_name(st), ferry_last_error_message());
+  return 1;
+}
+
+double bench_now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+double bench_percentile(const double *v, int n, double q) {
+  if (n <= 0) return NAN;
+  double *s = malloc((size_t)n * sizeof *s);
+  if (!s) return NAN;
+  memcpy(s, v, (size_t)n * sizeof *s);
+  qsort(s, (size_t)n, sizeof *s, cmp_double);
+  double pos = q / 100.0 * (double)(n - 1);
+  int lo = (int)floor(pos);
+  int hi = lo + 1 < n ? lo + 1 : lo;
+  double r = s[lo] + (s[hi] - s[lo]) * (pos - (double)lo);
+  free(s);
+  return r;
+}
+
+double bench_median(const double *v, int n) { return bench_percentile(v, n, 50.0); }
+
+uint64_t bench_rng_next(bench_rng *r) {
+  uint64_t z = (r->state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double bench_rng_uniform(bench_rng *r) { return (double)(bench_rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
+
+uint64_t bench_rng_below(bench_rng *r, uint64_t n) { return n ? bench_rng_next(r) % n : 0; }
+
+void bench_bootstrap_median_ci(const double *v, int n, int resamples, uint64_t seed, double *lo, double *hi) {
+  double *medians = malloc((size_t)resamples * sizeof *medians), *draw = malloc((size_t)n * sizeof *draw);
+  if (!medians || !draw || n <= 0 || resamples <= 0) {
+    *lo = *hi = NAN;
+    free(medians);
+    free(draw);
+    return;
+  }
+  bench_rng rng = {seed};
+  for (int r = 0; r < resamples; r++) {
+    for (int i = 0; i < n; i++) draw[i] = v[bench_rng_below(&rng, (uint64_t)n)];
+    medians[r] = bench_median(draw, n);
+  }
+  *lo = bench_percentile(medians, resamples, 2.5);
+  *hi = bench_percentile(medians, resamples, 97.5);
+  free(medians);
+  free(draw);
+}
+
+static void make_parents(const char *path) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  for (char *p = dir + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    (void)mkdir(dir, 0755); /* an existing directory is fine; a real failure shows up at fopen */
+    *p = '/';
+  }
+}
+
+FILE *bench_csv_open(const char *path) {
+  make_parents(path);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "ferry: cannot write %s: %s\n", path, strerror(errno));
+    exit(1);
+  }
+  return f;
+}
+
+long bench_parse_long(const char *flag, const char *text, long min) {
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (errno || !end || *end || end == text || v < min) {
+    fprintf(stderr, "ferry: %s expects an integer >= %ld, got '%s'\n", flag, min, text);
+    exit(2);
+  }
+  return v;
+}
+
+double bench_parse_positive_double(const char *flag, const char *text) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (errno || !end || *end || end == text || !(v > 0) || !isfinite(v)) {
+    fprintf(stderr, "ferry: %s expects a positive number, got '%s'\n", flag, text);
+    exit(2);
+  }
+  return v;
+}
+
+bench_batch bench_batch_cut(char *base, size_t total, size_t n, int device_type, int device_id) {
+  bench_batch b = {n, calloc(n, sizeof(ferry_tensor)), calloc(n, sizeof(int64_t)), calloc(n, sizeof(uint64_t))};
+  if (!b.t || !b.shapes || !b.offsets) {
+    fprintf(stderr, "ferry: out of memory describing %zu tensors\n", n);
+    exit(1);
+  }
+  /* The seed's split: the first (total mod n) tensors are one byte longer. */
+  size_t size = total / n, rem = total % n, off = 0;
+  for (size_t i = 0; i < n; i++) {
+    b.shapes[i] = (int64_t)(size + (i < rem));
+    b.offsets[i] = off;
+    b.t[i] = (ferry_tensor){base + off, {device_type, device_id}, 1, {FERRY_DTYPE_UINT, 8, 1}, &b.shapes[i], NULL, 0};
+    off += (size_t)b.shapes[i];
+  }
+  return b;
+}
+
+void bench_batch_free(bench_batch *b) {
+  free(b->t);
+  free(b->shapes);
+  free(b->offsets);
+  memset(b, 0, sizeof *b);
+}

@@ -1,0 +1,71 @@
+/* common.h — what ferry's benchmark programs share: clocks, robust statistics, a seeded generator, CSV files,
+ * and failure macros for programs (a benchmark may exit on error; the library never does).
+ *
+ * Statistics follow numpy's conventions (percentiles with linear interpolation), so figures from the C and the
+ * Python benchmarks are computed the same way and can be compared column by column.
+ */
+#ifndef FERRY_BENCH_COMMON_H
+#define FERRY_BENCH_COMMON_H
+
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- failure --------------------------------------------------------------------------------------------- */
+
+#define BENCH_CU(x)                                                                                          \
+  do {                                                                                                       \
+    CUresult r_ = (x);                                                                                       \
+    if (r_ != CUDA_SUCCESS) {                                                                                \
+      fprintf(stderr, "ferry: %s failed: %s (%s:%d)\n", #x, ferry__cu_name(r_), __FILE__, __LINE__);         \
+      exit(1);                                                                                               \
+    }                                                                                                        \
+  } while (0)
+#define BENCH_F(x)                                                                                           \
+  do {                                                                                                       \
+    ferry_status s_ = (x);                                                                                   \
+    if (s_ != FERRY_OK) {                                                                                    \
+      fprintf(stderr, "ferry: %s failed: %s: %s\n", #x, ferry_status_name(s_), ferry_last_error_message()); \
+      exit(1);                                                                                               \
+    }                                                                                                        \
+  } while (0)
+
+/* Prints that there is no GPU (and why) and returns 1 when ferry cannot use one; 0 when a GPU is there. */
+int bench_no_gpu(const char *program);
+
+/* ---- clocks and statistics ------------------------------------------------------------------------------- */
+
+double bench_now_ms(void);                               /* CLOCK_MONOTONIC, milliseconds */
+double bench_percentile(const double *v, int n, double q); /* q in [0, 100]; numpy's 'linear'; v is not changed */
+double bench_median(const double *v, int n);
+
+/* A small seeded generator (splitmix64): the same seed gives the same schedule on every machine. */
+typedef struct bench_rng { uint64_t state; } bench_rng;
+uint64_t bench_rng_next(bench_rng *r);
+double bench_rng_uniform(bench_rng *r);         /* [0, 1) */
+uint64_t bench_rng_below(bench_rng *r, uint64_t n); /* [0, n) */
+
+/* Percentile-bootstrap 95% confidence interval of the median of v[0..n). */
+void bench_bootstrap_median_ci(const double *v, int n, int resamples, uint64_t seed, double *lo, double *hi);
+
+/* ---- CSV and arguments ----------------------------------------------------------------------------------- */
+
+/* Opens `path` for writing, creating missing parent directories; exits with a message on failure. */
+FILE *bench_csv_open(const char *path);
+
+/* Parses a positive integer or exits naming the flag; `min` is the smallest accepted value. */
+long bench_parse_long(const char *flag, const char *text, long min);
+double bench_parse_positive_double(const char *flag, const char *text);
+
+/* A batch of n device (or host) tensors of uint8 cut from one buffer: sizes differ by at most one byte. */
+typedef struct bench_batch {
+  size_t n;
+  ferry_tensor *t;
+  int64_t *shapes;
+  uint64_t *offsets; /* byte offset of tensor i in the buffer */
+} bench_batch;
+bench_batch bench_batch_cut(char *base, size_t total, size_t n, int device_type, int device_id);
+void bench_batch_free(bench_batch *b);
+
+#endif
