@@ -31,8 +31,29 @@ static CUresult f_edestroy(CUevent e) { free(e); fake_live_events--; return CUDA
 static CUresult f_erecord(CUevent e, CUstream s) { (void)e; (void)s; return CUDA_SUCCESS; }
 static CUresult f_equery(CUevent e) { (void)e; return CUDA_SUCCESS; }
 static CUresult f_esync(CUevent e) { (void)e; return CUDA_SUCCESS; }
-static CUresult f_reg(void *p, size_t n, unsigned f) { (void)p; (void)n; (void)f; fake_registered++; return CUDA_SUCCESS; }
-static CUresult f_unreg(void *p) { (void)p; fake_registered--; return CUDA_SUCCESS; }
+/* Registered ranges, so cuPointerGetAttribute can tell pinned (registered) host memory from pageable. */
+#define FAKE_MAX_RANGES 64
+static struct { uintptr_t lo, hi; } ranges[FAKE_MAX_RANGES];
+static CUresult f_reg(void *p, size_t n, unsigned f) {
+  (void)f;
+  for (int i = 0; i < FAKE_MAX_RANGES; i++)
+    if (ranges[i].lo == 0) {
+      ranges[i].lo = (uintptr_t)p;
+      ranges[i].hi = (uintptr_t)p + n;
+      fake_registered++;
+      return CUDA_SUCCESS;
+    }
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+static CUresult f_unreg(void *p) {
+  for (int i = 0; i < FAKE_MAX_RANGES; i++)
+    if (ranges[i].lo == (uintptr_t)p) {
+      ranges[i].lo = ranges[i].hi = 0;
+      fake_registered--;
+      return CUDA_SUCCESS;
+    }
+  return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+}
 static CUresult f_pcreate(CUmemoryPool *p, const CUmemPoolProps *pr) { (void)pr; *p = (CUmemoryPool)&ctx_token; return CUDA_SUCCESS; }
 static CUresult f_pdestroy(CUmemoryPool p) { (void)p; return CUDA_SUCCESS; }
 static CUresult f_pset(CUmemoryPool p, CUmemPool_attribute a, void *v) { (void)p; (void)a; (void)v; return CUDA_SUCCESS; }
@@ -49,7 +70,21 @@ static CUresult f_copy(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
   (void)st; memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS;
 }
 static CUresult f_htod(CUdeviceptr d, const void *s, size_t n, CUstream st) { (void)st; memcpy((void *)(uintptr_t)d, s, n); return CUDA_SUCCESS; }
-static CUresult f_ptr(void *v, CUpointer_attribute a, CUdeviceptr p) { (void)v; (void)a; (void)p; return CUDA_ERROR_INVALID_VALUE; }
+/* Host memory registered with f_reg is mapped at the same address ("device pointer" = host pointer), as under
+ * unified addressing; anything else is pageable and the query fails, as the real driver's does. */
+static CUresult f_ptr(void *v, CUpointer_attribute a, CUdeviceptr p) {
+  for (int i = 0; i < FAKE_MAX_RANGES; i++) {
+    if (!ranges[i].lo || (uintptr_t)p < ranges[i].lo || (uintptr_t)p >= ranges[i].hi) continue;
+    if (a == CU_POINTER_ATTRIBUTE_DEVICE_POINTER || a == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+      *(CUdeviceptr *)v = a == CU_POINTER_ATTRIBUTE_DEVICE_POINTER ? p : (CUdeviceptr)ranges[i].lo;
+    else if (a == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+      *(size_t *)v = ranges[i].hi - ranges[i].lo;
+    else
+      return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
 static CUresult f_mload(CUmodule *m, const void *img) { (void)img; *m = (CUmodule)&module_token; return CUDA_SUCCESS; }
 static CUresult f_munload(CUmodule m) { (void)m; return CUDA_SUCCESS; }
 static CUresult f_mget(CUfunction *f, CUmodule m, const char *n) { (void)m; (void)n; *f = (CUfunction)&function_token; return CUDA_SUCCESS; }
