@@ -169,8 +169,9 @@ typedef struct ferry_transfer ferry_transfer; /* a submitted batch: the ticket *
 typedef struct ferry_slab ferry_slab;         /* the one buffer a batch's outputs view */
 
 enum ferry_transfer_flags {
-  /** Wait for the copies before the submitting call returns (the SPDL contract). Without it, the call returns
-   *  after submission and the caller waits with ferry_transfer_wait. */
+  /** Wait for the copies before the submitting call returns (the SPDL contract). If the copies fail, the call
+   *  returns their error and no ticket, like any other failure. Without it, the call returns after submission
+   *  and the caller waits with ferry_transfer_wait. */
   FERRY_TRANSFER_BLOCKING = 1u << 0,
   /** Do not use the device gather kernel: every tensor is its own DMA (strided tensors then fail with
    *  FERRY_UNSUPPORTED). For measuring and for drivers where the kernel cannot load. */

@@ -89,11 +89,16 @@ extern volatile int ferry__fault_armed;
 CUresult ferry__fault_check(const char *call_name);
 
 /* Calls a driver entry, honouring an armed fault. The branch costs one load when no fault is armed. (A GNU
- * statement expression, so the fault counter is consulted exactly once per call.) */
-#define FERRY_CU(name, ...)                                                                                   \
+ * statement expression, so the fault counter is consulted exactly once per call.)
+ *
+ * The name is stringized before macro expansion on purpose: cuda.h #defines many entry points to versioned
+ * symbols (cuCtxPushCurrent -> cuCtxPushCurrent_v2), and errors and the fault seam must use the name as written
+ * in ferry's source and in the CUDA documentation. The table's fields carry the expanded names, consistently. */
+#define FERRY_CU(name, ...) FERRY__CU_CALL(#name, name, __VA_ARGS__)
+#define FERRY__CU_CALL(name_str, field, ...)                                                                  \
   __extension__({                                                                                             \
-    CUresult ferry_fault_ = ferry__fault_armed ? ferry__fault_check(#name) : CUDA_SUCCESS;                    \
-    ferry_fault_ != CUDA_SUCCESS ? ferry_fault_ : ferry__drv.name(__VA_ARGS__);                               \
+    CUresult ferry_fault_ = ferry__fault_armed ? ferry__fault_check(name_str) : CUDA_SUCCESS;                 \
+    ferry_fault_ != CUDA_SUCCESS ? ferry_fault_ : ferry__drv.field(__VA_ARGS__);                              \
   })
 
 /* The driver's name for a CUresult ("CUDA_ERROR_INVALID_VALUE"), static; works for fakes and unknown codes. */

@@ -33,7 +33,7 @@ ferry_status ferry__cu_error(CUresult r, const char *call, const char *file, int
  * function that uses it declares `ferry_status st = FERRY_OK;` and a `cleanup:` label. */
 #define FERRY_TRY_CU(what_fmt_and_args, name, ...)                                                            \
   do {                                                                                                        \
-    CUresult ferry_r_ = FERRY_CU(name, __VA_ARGS__);                                                          \
+    CUresult ferry_r_ = FERRY__CU_CALL(#name, name, __VA_ARGS__); /* #name: see FERRY_CU */                   \
     if (ferry_r_ != CUDA_SUCCESS) {                                                                           \
       st = ferry__cu_error(ferry_r_, #name, __FILE__, __LINE__, FERRY_UNPAREN what_fmt_and_args);             \
       goto cleanup;                                                                                           \

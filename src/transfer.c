@@ -369,8 +369,18 @@ static ferry_status submit(const ferry_tensor *in, size_t count, const ferry_tra
     t->staging = staging;
   }
   ferry__ctx_leave();
+  if (o.flags & FERRY_TRANSFER_BLOCKING) {
+    st = ferry_transfer_wait(t);
+    if (st != FERRY_OK) {
+      /* The copies failed: no ticket (and so no output) is handed back as if complete. The slabs' fence has
+       * completed, so releasing returns their memory at once. */
+      ferry_error saved = *ferry_last_error();
+      ferry_transfer_release(t);
+      *(ferry_error *)ferry_last_error() = saved;
+      return st;
+    }
+  }
   *out = t;
-  if (o.flags & FERRY_TRANSFER_BLOCKING) return ferry_transfer_wait(t);
   return FERRY_OK;
 
 cleanup:

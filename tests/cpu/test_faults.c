@@ -1,46 +1,84 @@
-/* Transfers through the fake driver: exact results, then a fault at every driver call the D2H path makes,
- * each of which must fail cleanly (status and message name the call), leak nothing, and leave the pool usable. */
+/* Transfers through the fake driver: exact results over every route, then a fault at every use of every driver
+ * call the D2H and H2D paths make. Each fault must fail cleanly: the status, error.call and the message name the
+ * call; no ticket comes back; the pool holds no more than before; no device memory leaks; and the next transfer on
+ * the same thread (same stream, same pool) is exact. Each (call, nth use) runs in its own process, so one-time
+ * work (stream, module, memory pool creation) is faulted too, not only what runs on every transfer. */
 #include "fake_driver.h"
 #include "test.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 enum { N = 40 };
 static unsigned char src[N][3000];
-static int64_t shapes[N];
+static int64_t shapes[N][2];
+static int64_t strides[N][2];
 
-static void make_batch(ferry_tensor *t) {
+/* 40 uint8 tensors: two of 3000 bytes (DMA), many small (gather or pack), one transposed view (strided), one
+ * zero-size, and for D2H one host tensor that must pass through. `host_pinned` (H2D) moves the first half of
+ * the sources into registered memory so both the kernel-over-PCIe and the CPU-pack routes run. */
+static void make_batch(ferry_tensor *t, int h2d, unsigned char *pinned) {
   for (int i = 0; i < N; i++) {
-    shapes[i] = (int64_t)(i == 0 ? 3000 : 100 + i * 50); /* one larger, many small: DMA and gather routes */
-    for (int k = 0; k < 3000; k++) src[i][k] = (unsigned char)(i * 31 + k);
-    t[i] = (ferry_tensor){src[i], {FERRY_DEVICE_CUDA, 0}, 1, {FERRY_DTYPE_UINT, 8, 1}, &shapes[i], NULL, 0};
+    int64_t len = i < 2 ? 3000 : 100 + i * 50;
+    unsigned char *p = (pinned && i < N / 2) ? pinned + (size_t)i * 3000 : src[i];
+    for (int k = 0; k < 3000; k++) p[k] = (unsigned char)(i * 31 + k);
+    shapes[i][0] = len;
+    t[i] = (ferry_tensor){p, {h2d ? FERRY_DEVICE_CPU : FERRY_DEVICE_CUDA, 0}, 1, {FERRY_DTYPE_UINT, 8, 1},
+                          shapes[i], NULL, 0};
+  }
+  /* Tensor 5: a 10x20 transposed view of 200 bytes (strides in elements). Tensor 6: zero-size. */
+  shapes[5][0] = 10, shapes[5][1] = 20, strides[5][0] = 1, strides[5][1] = 10;
+  t[5].ndim = 2, t[5].strides = strides[5];
+  shapes[6][0] = 0;
+  if (!h2d) t[7].device.device_type = FERRY_DEVICE_CPU; /* D2H: a host tensor mixed in passes through */
+}
+
+static unsigned char expected_at(const ferry_tensor *in, int i, int64_t k) {
+  const unsigned char *p = in[i].data;
+  if (i == 5) return p[(k % 20) * 10 + k / 20]; /* element (r, c) of the view is source[c * 10 + r] */
+  return p[k];
+}
+
+static void check_exact(const ferry_tensor *in, ferry_transfer *tr, int h2d) {
+  const ferry_tensor *o = ferry_transfer_outputs(tr);
+  for (int i = 0; i < N; i++) {
+    if (!h2d && i == 7) {
+      ASSERT(o[i].data == in[i].data); /* passed through untouched */
+      ASSERT_EQ(ferry_transfer_output_copied(tr, (size_t)i), 0);
+      continue;
+    }
+    ASSERT_EQ(o[i].device.device_type, h2d ? FERRY_DEVICE_CUDA : FERRY_DEVICE_CPU);
+    int64_t n = shapes[i][0] * (in[i].ndim == 2 ? shapes[i][1] : 1);
+    for (int64_t k = 0; k < n; k++)
+      if (((const unsigned char *)o[i].data)[k] != expected_at(in, i, k))
+        FAIL_AT("tensor %d byte %lld: got %u, expected %u", i, (long long)k, ((const unsigned char *)o[i].data)[k],
+                expected_at(in, i, k));
   }
 }
 
-/* Options for device 0; gather_max_bytes 0 keeps the default threshold. */
-static ferry_transfer_options d2h_options(uint64_t gather_max_bytes) {
+static ferry_transfer_options options(uint32_t flags) {
   ferry_transfer_options o;
   ferry_transfer_options_init(&o);
   o.device = 0;
-  o.gather_max_bytes = gather_max_bytes;
+  o.flags = flags;
+  o.gather_max_bytes = 2000; /* the two 3000-byte tensors are DMA'd, the rest gathered or packed */
   return o;
 }
 
-static void check_exact(ferry_transfer *tr) {
-  const ferry_tensor *o = ferry_transfer_outputs(tr);
-  for (int i = 0; i < N; i++) {
-    ASSERT_EQ(o[i].device.device_type, FERRY_DEVICE_CPU);
-    ASSERT(memcmp(o[i].data, src[i], (size_t)shapes[i]) == 0);
-  }
+static ferry_status submit(int h2d, const ferry_tensor *t, const ferry_transfer_options *o, ferry_transfer **tr) {
+  return h2d ? ferry_transfer_h2d(t, N, o, tr) : ferry_transfer_d2h(t, N, o, tr);
 }
 
 TEST(fake_d2h_is_exact_and_returns_slab) {
   fake_driver_use();
+  ASSERT_OK(ferry_init());
   ferry_tensor t[N];
-  make_batch(t);
-  ferry_transfer_options o = d2h_options(2000); /* tensor 0 (3000 bytes) is DMA'd, the rest gathered */
+  make_batch(t, 0, NULL);
+  ferry_transfer_options o = options(0);
   ferry_transfer *tr = NULL;
   ASSERT_OK(ferry_transfer_d2h(t, N, &o, &tr));
   ASSERT_OK(ferry_transfer_wait(tr));
-  check_exact(tr);
+  check_exact(t, tr, 0);
   ferry_pool_stats s;
   ferry_pool_stats_get(&s);
   ASSERT(s.bytes_in_use > 0);
@@ -50,58 +88,125 @@ TEST(fake_d2h_is_exact_and_returns_slab) {
   ASSERT_EQ(fake_live_devmem, 0); /* gather staging freed */
 }
 
-TEST(fault_at_every_d2h_call_is_clean) {
-  static const char *calls[] = {"cuCtxPushCurrent", "cuStreamCreate", "cuEventCreate", "cuEventRecord",
-                                "cuStreamWaitEvent", "cuMemHostRegister", "cuMemAllocFromPoolAsync",
-                                "cuMemPoolCreate", "cuModuleLoadData", "cuModuleGetFunction", "cuMemcpyHtoDAsync",
-                                "cuLaunchKernel", "cuMemcpyAsync", "cuMemFreeAsync", "cuMemcpyBatchAsync_v13"};
+TEST(fake_h2d_is_exact_over_every_route) {
   fake_driver_use();
+  ASSERT_OK(ferry_init());
+  void *pinned;
+  size_t pinned_bytes;
+  ASSERT_OK(ferry__pin(N * 3000, &pinned, &pinned_bytes));
   ferry_tensor t[N];
-  make_batch(t);
-  /* Two large tensors so the batch API is used as well as the gather kernel. */
-  shapes[0] = 3000;
-  shapes[1] = 3000;
-  ferry_transfer_options o = d2h_options(2000);
-  for (size_t c = 0; c < sizeof calls / sizeof calls[0]; c++) {
-    ferry_pool_stats before;
-    ferry_pool_stats_get(&before);
-    ferry__fault_arm(calls[c], 1, CUDA_ERROR_LAUNCH_FAILED);
-    ferry_transfer *tr = NULL;
-    ferry_status st = ferry_transfer_d2h(t, N, &o, &tr);
-    int hits = ferry__fault_hits();
-    ferry__fault_disarm();
-    if (hits == 0) { /* this call was cached from an earlier round (stream, module, pool) */
-      ASSERT_OK(st);
-      ferry_transfer_release(tr);
-      continue;
-    }
-    if (st == FERRY_OK) FAIL_AT("a failing %s was not reported", calls[c]);
-    ASSERT(tr == NULL);
-    ASSERT_STR_CONTAINS(ferry_last_error()->call, calls[c]);
-    ASSERT_STR_CONTAINS(ferry_last_error_message(), calls[c]);
-    ASSERT_EQ(ferry_last_error()->cu_result, CUDA_ERROR_LAUNCH_FAILED);
-    ferry_pool_stats after;
-    ferry_pool_stats_get(&after);
-    if (after.bytes_in_use != before.bytes_in_use)
-      FAIL_AT("after a failing %s the pool holds %llu bytes in use (before: %llu)", calls[c],
-              (unsigned long long)after.bytes_in_use, (unsigned long long)before.bytes_in_use);
-    if (fake_live_devmem != 0) FAIL_AT("after a failing %s, %d device allocations leaked", calls[c], fake_live_devmem);
-    /* The pool and the stream stay usable: the next transfer is exact. */
-    ASSERT_OK(ferry_transfer_d2h(t, N, &o, &tr));
-    ASSERT_OK(ferry_transfer_wait(tr));
-    check_exact(tr);
-    ferry_transfer_release(tr);
-  }
+  make_batch(t, 1, pinned);
+  ferry_transfer_options o = options(FERRY_TRANSFER_BLOCKING);
+  ferry_transfer *tr = NULL;
+  ASSERT_OK(ferry_transfer_h2d(t, N, &o, &tr));
+  check_exact(t, tr, 1);
+  ferry_transfer_release(tr);
+  ASSERT_EQ(fake_live_devmem, 0);
   ferry_pool_stats s;
   ferry_pool_stats_get(&s);
   ASSERT_EQ(s.bytes_in_use, 0);
+  ferry__unpin(pinned, pinned_bytes);
+}
+
+/* ---- faults ---------------------------------------------------------------------------------------------- */
+
+enum { CASE_CLEAN = 0, CASE_BAD = 1, CASE_NOT_REACHED = 3 };
+
+/* Runs in a child process: arms `call` to fail at its `nth` use, submits, and checks everything listed above. */
+static int fault_case(int h2d, const char *call, int nth) {
+  fake_driver_use();
+  ASSERT_OK(ferry_init());
+  void *pinned = NULL;
+  size_t pinned_bytes = 0;
+  if (h2d && ferry__pin(N * 3000, &pinned, &pinned_bytes) != FERRY_OK) return CASE_BAD;
+  ferry_tensor t[N];
+  make_batch(t, h2d, pinned);
+  ferry_transfer_options o = options(FERRY_TRANSFER_BLOCKING);
+  ferry_pool_stats before;
+  ferry_pool_stats_get(&before);
+  ferry__fault_arm(call, nth, CUDA_ERROR_LAUNCH_FAILED);
+  ferry_transfer *tr = NULL;
+  ferry_status st = submit(h2d, t, &o, &tr);
+  int hits = ferry__fault_hits();
+  ferry__fault_disarm();
+  if (hits < nth) {
+    ASSERT_OK(st);
+    ferry_transfer_release(tr);
+    return CASE_NOT_REACHED;
+  }
+  if (!strcmp(call, "cuPointerGetAttribute")) {
+    /* A failed pinned-memory query only makes ferry treat the source as pageable: still exact. */
+    ASSERT_OK(st);
+    check_exact(t, tr, h2d);
+    ferry_transfer_release(tr);
+    return CASE_CLEAN;
+  }
+  if (st == FERRY_OK) FAIL_AT("a failing %s (use %d) was not reported", call, nth);
+  ASSERT(tr == NULL);
+  ASSERT_STR_CONTAINS(ferry_last_error()->call, call);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), call);
+  ASSERT_EQ(ferry_last_error()->cu_result, CUDA_ERROR_LAUNCH_FAILED);
+  ferry_pool_stats after;
+  ferry_pool_stats_get(&after);
+  if (after.bytes_in_use != before.bytes_in_use)
+    FAIL_AT("after a failing %s (use %d) the pool holds %llu bytes in use (before: %llu)", call, nth,
+            (unsigned long long)after.bytes_in_use, (unsigned long long)before.bytes_in_use);
+  if (fake_live_devmem != 0) FAIL_AT("after a failing %s (use %d), %d device allocations leaked", call, nth,
+                                     fake_live_devmem);
+  /* The thread's stream and the pool stay usable: the next transfer is exact. */
+  ASSERT_OK(submit(h2d, t, &o, &tr));
+  check_exact(t, tr, h2d);
+  ferry_transfer_release(tr);
+  ferry_pool_stats_get(&after);
+  ASSERT_EQ(after.bytes_in_use, before.bytes_in_use);
+  ASSERT_EQ(fake_live_devmem, 0);
+  if (pinned) ferry__unpin(pinned, pinned_bytes);
+  return CASE_CLEAN;
+}
+
+static void fault_every_use_of(int h2d, const char *const *calls, size_t ncalls) {
+  for (size_t c = 0; c < ncalls; c++) {
+    for (int nth = 1; nth <= 16; nth++) {
+      fflush(NULL);
+      pid_t pid = fork();
+      if (pid == 0) _exit(fault_case(h2d, calls[c], nth));
+      int status = 0;
+      waitpid(pid, &status, 0);
+      int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+      if (rc == CASE_NOT_REACHED) {
+        /* A listed call the path never makes means the list no longer describes the code. */
+        if (nth == 1) FAIL_AT("%s is never called on the %s path: update the list", calls[c], h2d ? "H2D" : "D2H");
+        break;
+      }
+      if (rc != CASE_CLEAN) FAIL_AT("%s failing at use %d was not handled cleanly (child status %d)", calls[c], nth, rc);
+    }
+  }
+}
+
+TEST(fault_at_every_d2h_call_is_clean) {
+  static const char *const calls[] = {
+      "cuCtxPushCurrent", "cuDevicePrimaryCtxRetain", "cuStreamCreate", "cuEventCreate", "cuEventRecord",
+      "cuStreamWaitEvent", "cuMemHostRegister", "cuMemPoolCreate", "cuMemPoolSetAttribute",
+      "cuMemAllocFromPoolAsync", "cuModuleLoadData", "cuModuleGetFunction", "cuMemcpyHtoDAsync", "cuLaunchKernel",
+      "cuMemcpyAsync", "cuMemFreeAsync", "cuMemcpyBatchAsync_v13", "cuEventSynchronize"};
+  fault_every_use_of(0, calls, sizeof calls / sizeof *calls);
+}
+
+TEST(fault_at_every_h2d_call_is_clean) {
+  static const char *const calls[] = {
+      "cuCtxPushCurrent", "cuDevicePrimaryCtxRetain", "cuPointerGetAttribute", "cuStreamCreate", "cuEventCreate",
+      "cuEventRecord", "cuStreamWaitEvent", "cuMemHostRegister", "cuMemPoolCreate", "cuMemPoolSetAttribute",
+      "cuMemAllocFromPoolAsync", "cuModuleLoadData", "cuModuleGetFunction", "cuMemcpyHtoDAsync", "cuLaunchKernel",
+      "cuMemcpyBatchAsync_v13", "cuEventSynchronize"};
+  fault_every_use_of(1, calls, sizeof calls / sizeof *calls);
 }
 
 TEST(pool_reuses_and_trims) {
   fake_driver_use();
+  ASSERT_OK(ferry_init());
   ferry_tensor t[N];
-  make_batch(t);
-  ferry_transfer_options o = d2h_options(0);
+  make_batch(t, 0, NULL);
+  ferry_transfer_options o = options(0);
   ferry_transfer *a = NULL, *b = NULL;
   ASSERT_OK(ferry_transfer_d2h(t, N, &o, &a));
   ferry_slab *kept = ferry_transfer_slab(a);
@@ -123,6 +228,7 @@ TEST(pool_reuses_and_trims) {
 
 TEST(device_index_past_count_names_both) {
   fake_driver_use();
+  ASSERT_OK(ferry_init());
   int d;
   ASSERT_STATUS(ferry_device_resolve(3, &d), FERRY_DEVICE_UNAVAILABLE);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "cuda:3");

@@ -23,6 +23,8 @@
   X(no_driver_pool_calls_fail_cleanly)      \
   X(options_struct_size_checked)            \
   X(fake_d2h_is_exact_and_returns_slab)     \
+  X(fake_h2d_is_exact_over_every_route)     \
   X(fault_at_every_d2h_call_is_clean)       \
+  X(fault_at_every_h2d_call_is_clean)       \
   X(pool_reuses_and_trims)                  \
   X(device_index_past_count_names_both)
