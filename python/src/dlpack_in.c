@@ -1,0 +1,175 @@
+/* dlpack_in.c — reads one input tensor as a ferry_tensor, without copying it.
+ *
+ * Two routes:
+ *   - the DLPack exchange API (torch): dltensor_from_py_object_no_sync fills a DLTensor that views the tensor's
+ *     own shape and strides; nothing is allocated, nothing synchronised. The tensor object is kept alive by the
+ *     batch tape, which keeps those pointers valid. Ordering after the producer is done once per transfer with the
+ *     framework's current work stream (the SPDL contract: an event recorded on the caller's current stream).
+ *   - the __dlpack__ protocol (CuPy, JAX, numpy, ...): __dlpack_device__() first, so that tensors that are not on
+ *     the source side cost no export; then __dlpack__(stream=<copy stream>, max_version=(1, 3)), which makes the
+ *     producer order its own work before our copy stream (stream=-1 when the caller gave producer_event, which is
+ *     then the readiness boundary). The capsule is renamed "used_..." as the protocol requires, and the producer's
+ *     deleter is called once the copies out of it are done (ferry_py_leaf_release_input).
+ */
+#include "ferry_py.h"
+
+#include <string.h>
+
+static bool on_source_side(const ferry_py_read_ctx *ctx, int32_t type, int32_t id) {
+  if (ctx->h2d) return type == kDLCPU || type == kDLCUDAHost;
+  return (type == kDLCUDA || type == kDLCUDAManaged) && id == ctx->device;
+}
+
+/* obj.__dlpack_device__() as (type, id). Returns 0 or -1 with an exception set. */
+static int dlpack_device(PyObject *obj, int32_t *type, int32_t *id) {
+  PyObject *d = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
+  if (!d) return -1;
+  int ok = PyTuple_Check(d) && PyTuple_GET_SIZE(d) == 2;
+  long t = ok ? PyLong_AsLong(PyTuple_GET_ITEM(d, 0)) : -1;
+  long i = ok ? PyLong_AsLong(PyTuple_GET_ITEM(d, 1)) : -1;
+  if (!ok || PyErr_Occurred()) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s.__dlpack_device__() returned %R, expected a (device_type, device_id) tuple",
+                 Py_TYPE(obj)->tp_name, d);
+    Py_DECREF(d);
+    return -1;
+  }
+  Py_DECREF(d);
+  *type = (int32_t)t;
+  *id = (int32_t)i;
+  return 0;
+}
+
+/* The stream value to pass to a CUDA producer's __dlpack__: our copy stream, so that the producer makes it wait
+ * for its pending work; -1 (no synchronisation) when producer_event marks readiness instead. */
+static PyObject *producer_stream_arg(ferry_py_read_ctx *ctx) {
+  if (ctx->producer_event_given) return PyLong_FromLong(-1);
+  if (!ctx->have_copy_stream) {
+    ferry_status st = ferry_copy_stream(ctx->device, &ctx->copy_stream);
+    if (st != FERRY_OK) return ferry_py_raise(st);
+    ctx->have_copy_stream = true;
+  }
+  return PyLong_FromVoidPtr(ctx->copy_stream);
+}
+
+/* Calls obj.__dlpack__(stream=..., max_version=(1, minor)); a producer that predates max_version (TypeError) is
+ * asked again without it and answers with a legacy capsule. */
+static PyObject *export_capsule(ferry_py_read_ctx *ctx, PyObject *obj) {
+  PyObject *method = PyObject_GetAttrString(obj, "__dlpack__");
+  if (!method) return NULL;
+  PyObject *stream = NULL, *version = NULL, *capsule = NULL;
+  PyObject *kwargs = PyDict_New(), *empty = PyTuple_New(0);
+  if (!kwargs || !empty) goto done;
+  if (!ctx->h2d) { /* host producers take no stream */
+    if (!(stream = producer_stream_arg(ctx)) || PyDict_SetItemString(kwargs, "stream", stream) < 0) goto done;
+  }
+  if (!(version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION))) goto done;
+  if (PyDict_SetItemString(kwargs, "max_version", version) < 0) goto done;
+  capsule = PyObject_Call(method, empty, kwargs);
+  if (!capsule && PyErr_ExceptionMatches(PyExc_TypeError)) {
+    PyErr_Clear();
+    if (PyDict_DelItemString(kwargs, "max_version") < 0) goto done;
+    capsule = PyObject_Call(method, empty, kwargs);
+  }
+done:
+  Py_XDECREF(stream);
+  Py_XDECREF(version);
+  Py_XDECREF(kwargs);
+  Py_XDECREF(empty);
+  Py_DECREF(method);
+  return capsule;
+}
+
+/* Takes the managed tensor out of a DLPack capsule (renaming it "used_...", so the producer's capsule destructor
+ * leaves it to us) and copies its descriptor. Returns 0 or -1 with an exception set. */
+static int take_capsule(PyObject *obj, PyObject *capsule, ferry_tensor *tensor, ferry_py_leaf *leaf) {
+  if (PyCapsule_IsValid(capsule, "dltensor_versioned")) {
+    DLManagedTensorVersioned *m = PyCapsule_GetPointer(capsule, "dltensor_versioned");
+    if (PyCapsule_SetName(capsule, "used_dltensor_versioned") < 0) return -1;
+    if (m->version.major != DLPACK_MAJOR_VERSION) {
+      /* Another ABI: nothing but the deleter may be touched, and it must be called. */
+      unsigned major = m->version.major;
+      if (m->deleter) m->deleter(m);
+      PyErr_Format(PyExc_BufferError, "%s exported DLPack %u.x; ferry reads DLPack %d.x", Py_TYPE(obj)->tp_name,
+                   major, DLPACK_MAJOR_VERSION);
+      return -1;
+    }
+    memcpy(tensor, &m->dl_tensor, sizeof *tensor);
+    leaf->managed = m;
+    return 0;
+  }
+  if (PyCapsule_IsValid(capsule, "dltensor")) {
+    DLManagedTensor *m = PyCapsule_GetPointer(capsule, "dltensor");
+    if (PyCapsule_SetName(capsule, "used_dltensor") < 0) return -1;
+    memcpy(tensor, &m->dl_tensor, sizeof *tensor);
+    leaf->managed_legacy = m;
+    return 0;
+  }
+  PyErr_Format(PyExc_TypeError, "%s.__dlpack__() returned %R, not a DLPack capsule", Py_TYPE(obj)->tp_name, capsule);
+  return -1;
+}
+
+static int read_protocol(ferry_py_read_ctx *ctx, PyObject *obj, ferry_tensor *tensor, ferry_py_leaf *leaf) {
+  int32_t type, id;
+  if (dlpack_device(obj, &type, &id) < 0) return -1;
+  if (!on_source_side(ctx, type, id)) return 0;
+  PyObject *capsule = export_capsule(ctx, obj);
+  if (!capsule) return -1;
+  int rc = take_capsule(obj, capsule, tensor, leaf);
+  Py_DECREF(capsule); /* renamed: its destructor no longer owns the managed tensor */
+  if (rc < 0) return -1;
+  if (!on_source_side(ctx, tensor->device.device_type, tensor->device.device_id)) {
+    ferry_py_leaf_release_input(leaf);
+    PyErr_Format(PyExc_BufferError, "%s.__dlpack__() exported a tensor on device (%d, %d), but __dlpack_device__() "
+                 "said (%d, %d)", Py_TYPE(obj)->tp_name, (int)tensor->device.device_type,
+                 (int)tensor->device.device_id, (int)type, (int)id);
+    return -1;
+  }
+  return 1;
+}
+
+static int read_exchange(ferry_py_read_ctx *ctx, PyObject *obj, const ferry_py_typeinfo *ti, ferry_tensor *tensor,
+                         ferry_py_leaf *leaf) {
+  if (ti->api->dltensor_from_py_object_no_sync(obj, (DLTensor *)tensor) != 0) {
+    /* Some tensors cannot be described by DLPack (sparse, quantized, conjugate views). That only matters for
+     * tensors on the source side: others pass through untouched, as SPDL's would. */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    int32_t dt, id;
+    if (dlpack_device(obj, &dt, &id) == 0 && !on_source_side(ctx, dt, id)) {
+      Py_XDECREF(type);
+      Py_XDECREF(value);
+      Py_XDECREF(tb);
+      return 0;
+    }
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    return -1;
+  }
+  if (!on_source_side(ctx, tensor->device.device_type, tensor->device.device_id)) return 0;
+  leaf->api = ti->api;
+  if (!ctx->producer_api) ctx->producer_api = ti->api;
+  return 1;
+}
+
+int ferry_py_read_tensor(ferry_py_read_ctx *ctx, PyObject *obj, const ferry_py_typeinfo *ti, ferry_tensor *tensor,
+                         ferry_py_leaf *leaf) {
+  memset(leaf, 0, sizeof *leaf);
+  leaf->obj = obj;
+  leaf->family = ti->family;
+  if (ti->kind == FERRY_PY_TENSOR_EXCHANGE) return read_exchange(ctx, obj, ti, tensor, leaf);
+  return read_protocol(ctx, obj, tensor, leaf);
+}
+
+void ferry_py_leaf_release_input(ferry_py_leaf *leaf) {
+  if (leaf->managed) {
+    DLManagedTensorVersioned *m = leaf->managed;
+    leaf->managed = NULL;
+    if (m->deleter) m->deleter(m);
+  }
+  if (leaf->managed_legacy) {
+    DLManagedTensor *m = leaf->managed_legacy;
+    leaf->managed_legacy = NULL;
+    if (m->deleter) m->deleter(m);
+  }
+}

@@ -1,0 +1,267 @@
+/* ferry_py.h — private: declarations shared by the files of the CPython extension ferry._ferry.
+ *
+ * The extension is a thin layer over the public C API (ferry.h): it walks a nested Python batch, reads tensors
+ * through DLPack without allocating, hands one flat array to ferry_transfer_d2h/h2d, builds the output tensors
+ * while the copies run, and rebuilds the batch. Nothing here is part of any API.
+ *
+ * Files, one job each:
+ *   module.c    module definition, device_count, version, the method table
+ *   errors.c    ferry_status -> Python exception (one table, one function)
+ *   args.c      device / stream / producer_event arguments
+ *   typeinfo.c  what a Python type is to ferry (container kind, tensor protocol, framework), cached per type
+ *   dlpack_in.c reading an input tensor (exchange API, or __dlpack__ capsules)
+ *   outputs.c   the shared output block (DLPack tensors viewing one slab) and the framework conversions
+ *   exporter.c  ferry.SlabTensor, the exporter handed to non-torch frameworks' from_dlpack
+ *   batch.c     traversal of a nested batch into a tape, and the rebuild from it
+ *   transfer.c  one transfer from arguments to rebuilt batch; transfer_tensor_d2h/h2d
+ *   handle.c    ferry.Transfer, the asynchronous handle
+ *   pool.c      the pinned pool functions
+ *   testing.c   private test hooks (a simulated driver), compiled only with FERRY_PYTHON_TEST_HOOKS
+ *
+ * Naming: ferry_py_ for functions shared between files, static for the rest. The GIL is held in every function
+ * unless its comment says otherwise.
+ */
+#ifndef FERRY_PY_H
+#define FERRY_PY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <dlpack/dlpack.h>
+#include <ferry.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ferry_tensor is declared to be laid out exactly like DLTensor; the extension relies on it. */
+_Static_assert(sizeof(ferry_tensor) == sizeof(DLTensor), "ferry_tensor must match DLTensor");
+_Static_assert(offsetof(ferry_tensor, shape) == offsetof(DLTensor, shape), "ferry_tensor must match DLTensor");
+_Static_assert(offsetof(ferry_tensor, byte_offset) == offsetof(DLTensor, byte_offset), "ferry_tensor must match");
+
+/* ---- errors.c ------------------------------------------------------------------------------------------- */
+
+extern PyObject *ferry_py_FerryError; /* ferry.FerryError(RuntimeError) */
+
+int ferry_py_errors_init(PyObject *module);
+
+/* Raises the exception for `status`, with ferry_last_error()'s message and details as attributes. Returns NULL,
+ * so callers can `return ferry_py_raise(st);`. */
+PyObject *ferry_py_raise(ferry_status status);
+
+/* ---- args.c ------------------------------------------------------------------------------------------------ */
+
+#define FERRY_PY_DEVICE_UNSET (-1)   /* device=None: LOCAL_RANK, else 0 */
+#define FERRY_PY_DEVICE_CURRENT (-2) /* "cuda" without an index: the framework's current device */
+
+typedef struct ferry_py_args {
+  PyObject *batch;          /* borrowed */
+  PyObject *device_obj;     /* borrowed, for messages */
+  PyObject *stream_obj;     /* borrowed */
+  int device;               /* index, FERRY_PY_DEVICE_UNSET or FERRY_PY_DEVICE_CURRENT */
+  void *stream;             /* CUstream, NULL when not given */
+  int stream_device;        /* device the stream object says it belongs to, -1 when it does not say */
+  void *producer_event;     /* CUevent, NULL when not given */
+} ferry_py_args;
+
+/* Parses (batch, /, *, device=None, stream=None, producer_event=None) from a vectorcall. `name` is the function's
+ * name for messages. Returns 0, or -1 with TypeError/ValueError set. Checks syntax only: no driver call. */
+int ferry_py_args_parse(const char *name, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                        ferry_py_args *out);
+
+/* Turns FERRY_PY_DEVICE_CURRENT/UNSET into an index (the driver is loaded by then) and checks it. Returns 0, or
+ * -1 with RuntimeError/ValueError set. */
+int ferry_py_args_resolve_device(ferry_py_args *a, int *out_device);
+
+/* ---- typeinfo.c ----------------------------------------------------------------------------------------- */
+
+typedef enum ferry_py_kind {
+  FERRY_PY_OTHER = 0,     /* a leaf that is not a tensor: passes through */
+  FERRY_PY_LIST,          /* exactly list */
+  FERRY_PY_TUPLE,         /* exactly tuple */
+  FERRY_PY_DICT,          /* exactly dict */
+  FERRY_PY_LIST_SUB,      /* list subclass: cls(list) */
+  FERRY_PY_TUPLE_SUB,     /* tuple subclass that is not a namedtuple: cls(list) */
+  FERRY_PY_NAMEDTUPLE,    /* cls(*items) */
+  FERRY_PY_DEFAULTDICT,   /* cls(default_factory, dict) */
+  FERRY_PY_MAPPING,       /* dict subclass or collections.abc.Mapping: cls(dict) */
+  FERRY_PY_DATACLASS,     /* dataclass instance: cls.__new__(cls), state copied, fields set */
+  FERRY_PY_TENSOR_EXCHANGE, /* type has __dlpack_c_exchange_api__ (torch) */
+  FERRY_PY_TENSOR_PROTOCOL  /* type has __dlpack__ and __dlpack_device__ */
+} ferry_py_kind;
+
+typedef enum ferry_py_family {
+  FERRY_PY_FAMILY_OTHER = 0, FERRY_PY_FAMILY_TORCH, FERRY_PY_FAMILY_NUMPY, FERRY_PY_FAMILY_CUPY,
+  FERRY_PY_FAMILY_JAX, FERRY_PY_FAMILY_FERRY
+} ferry_py_family;
+
+typedef struct ferry_py_typeinfo {
+  uint8_t kind;                 /* ferry_py_kind */
+  uint8_t family;               /* ferry_py_family, for tensors */
+  const DLPackExchangeAPI *api; /* FERRY_PY_TENSOR_EXCHANGE: the framework's table (static in the framework) */
+  PyObject *fields;             /* FERRY_PY_DATACLASS: tuple of field names; borrowed from the cache */
+} ferry_py_typeinfo;
+
+/* What `type` is to ferry, cached per type. The pointer is valid until the next call (the cache may be reset);
+ * copy what you need and take a reference to `fields` before calling again. NULL with an exception set on error. */
+const ferry_py_typeinfo *ferry_py_typeinfo_of(PyTypeObject *type);
+void ferry_py_typeinfo_clear(void);
+
+/* ---- dlpack_in.c ------------------------------------------------------------------------------------------- */
+
+/* One source-side input tensor, from the moment it is read until the copies out of it are done. */
+typedef struct ferry_py_leaf {
+  PyObject *obj;                         /* the input object (borrowed from the tape, which holds it) */
+  uint8_t family;                        /* ferry_py_family of its type */
+  const DLPackExchangeAPI *api;          /* exchange path: the framework's table; NULL on the capsule path */
+  DLManagedTensorVersioned *managed;     /* capsule path, DLPack >= 1.0: we call its deleter when done */
+  DLManagedTensor *managed_legacy;       /* capsule path, pre-1.0 producers */
+  PyObject *output;                      /* the built output (strong), NULL until built */
+} ferry_py_leaf;
+
+/* What reading an input needs to know about the transfer. */
+typedef struct ferry_py_read_ctx {
+  bool h2d;
+  int device;                 /* resolved device */
+  void *copy_stream;          /* the stream the copies run on: for producers' __dlpack__(stream=...) */
+  bool have_copy_stream;
+  bool producer_event_given;  /* then producers are not asked to synchronise (stream=-1) */
+  const DLPackExchangeAPI *producer_api; /* first exchange-path framework seen: its current stream orders us */
+} ferry_py_read_ctx;
+
+/* Reads `obj` (a tensor whose type info is `ti`). Returns 1 and fills `tensor` and `leaf` when the tensor is on
+ * the transfer's source side, 0 when it is not (it passes through; nothing held), -1 with an exception set. */
+int ferry_py_read_tensor(ferry_py_read_ctx *ctx, PyObject *obj, const ferry_py_typeinfo *ti, ferry_tensor *tensor,
+                         ferry_py_leaf *leaf);
+
+/* Releases what reading held (the producer's managed tensor). Call once the copies out of it are done or were
+ * never submitted. Leaves `output` alone. */
+void ferry_py_leaf_release_input(ferry_py_leaf *leaf);
+
+/* ---- outputs.c --------------------------------------------------------------------------------------------- */
+
+/* The outputs of one transfer: one DLPack tensor per copied input, all viewing one slab. Reference-counted
+ * (atomically: frameworks may drop their tensors on any thread, without the GIL); the last reference releases
+ * the slab, which is when its memory goes back to the pool. */
+typedef struct ferry_py_outputs ferry_py_outputs;
+
+/* Copies the copied outputs' descriptors out of `ticket` and retains its slab. The caller owns one reference. */
+ferry_py_outputs *ferry_py_outputs_new(ferry_transfer *ticket);
+void ferry_py_outputs_unref(ferry_py_outputs *o); /* any thread, no GIL needed; NULL accepted */
+void ferry_py_outputs_ref(ferry_py_outputs *o);
+int ferry_py_outputs_copied(const ferry_py_outputs *o, size_t index);
+const DLTensor *ferry_py_outputs_tensor(const ferry_py_outputs *o, size_t index);
+
+/* A new DLManagedTensorVersioned (or legacy DLManagedTensor) viewing output `index`; it holds a reference to the
+ * block that its deleter drops. NULL with MemoryError set. */
+DLManagedTensorVersioned *ferry_py_outputs_export(ferry_py_outputs *o, size_t index);
+DLManagedTensor *ferry_py_outputs_export_legacy(ferry_py_outputs *o, size_t index);
+
+/* Builds the output object for leaf `index` through the framework's exchange API (torch): no copy, no sync.
+ * Returns a new reference or NULL with an exception set. */
+PyObject *ferry_py_output_exchange(ferry_py_outputs *o, size_t index, const DLPackExchangeAPI *api);
+
+/* Builds the output object for a capsule-path leaf after the copies are done: a ferry.SlabTensor handed to the
+ * framework's from_dlpack (see the output rule in transfer.c). New reference or NULL with an exception set. */
+PyObject *ferry_py_output_wrap(ferry_py_outputs *o, size_t index, uint8_t family, bool h2d);
+
+void ferry_py_outputs_clear_cache(void);
+
+/* ---- exporter.c -------------------------------------------------------------------------------------------- */
+
+extern PyTypeObject ferry_py_SlabTensor_Type;
+
+/* A new ferry.SlabTensor for output `index` of `o` (takes its own reference to `o`). */
+PyObject *ferry_py_slab_tensor_new(ferry_py_outputs *o, size_t index);
+
+/* ---- batch.c ----------------------------------------------------------------------------------------------- */
+
+/* The batch flattened in preorder: a container node is followed by its children. Every node holds strong
+ * references to its object and key, so the rebuild never reads the caller's containers again (another thread
+ * may change them while the GIL is released during the copies). */
+typedef struct ferry_py_node {
+  PyObject *obj;   /* the object at this place in the batch (strong) */
+  PyObject *key;   /* dict key or dataclass field name under which it sits in its parent (strong), else NULL */
+  uint32_t count;  /* containers: number of direct children */
+  int32_t leaf;    /* index of its source-side tensor in the leaves array, -1 for everything else */
+  uint8_t kind;    /* ferry_py_kind of a container, FERRY_PY_OTHER for a leaf */
+} ferry_py_node;
+
+typedef struct ferry_py_batch {
+  ferry_py_node *nodes;
+  size_t n_nodes, cap_nodes;
+  ferry_py_leaf *leaves;   /* source-side tensors, in batch order */
+  ferry_tensor *tensors;   /* their descriptors, the array given to ferry (parallel to leaves) */
+  size_t n_leaves, cap_leaves;
+} ferry_py_batch;
+
+#define FERRY_PY_MAX_DEPTH 1000 /* deeper batches raise RecursionError */
+
+/* Walks `root` into `b` (zero-initialised by the caller), reading source-side tensors through `ctx`. Returns 0, or
+ * -1 with an exception set (RecursionError for depth, ValueError for a cycle); `b` must be cleared either way. */
+int ferry_py_batch_walk(ferry_py_batch *b, PyObject *root, ferry_py_read_ctx *ctx);
+
+/* Rebuilds the batch from the tape with each leaf's `output` in place of its tensor. Containers in which nothing
+ * was copied, and every other object, are returned as the same objects. New reference or NULL. */
+PyObject *ferry_py_batch_rebuild(ferry_py_batch *b);
+
+/* Drops every reference the tape holds and calls the producers' deleters. */
+void ferry_py_batch_clear(ferry_py_batch *b);
+
+/* ---- transfer.c -------------------------------------------------------------------------------------------- */
+
+/* One transfer, from submission to the rebuilt batch. Owned by the caller (a C stack frame or a ferry.Transfer). */
+typedef struct ferry_py_job {
+  bool h2d;
+  int state;                  /* FERRY_PY_JOB_* */
+  PyObject *batch;            /* the input batch (strong) */
+  PyObject *result;           /* the rebuilt batch once finished (strong) */
+  ferry_py_batch tape;
+  ferry_transfer *ticket;     /* NULL when nothing was submitted */
+  ferry_py_outputs *outputs;  /* NULL when nothing was copied */
+} ferry_py_job;
+
+enum { FERRY_PY_JOB_EMPTY = 0, FERRY_PY_JOB_SUBMITTED, FERRY_PY_JOB_FINISHED };
+
+/* Validates the arguments, walks the batch, submits, and builds the exchange-path outputs while the copies run.
+ * On return the job is SUBMITTED, or FINISHED (nothing to copy, or no CUDA: result is the batch itself).
+ * Returns 0, or -1 with an exception set and the job cleared. */
+int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *const *args, Py_ssize_t nargs,
+                       PyObject *kwnames);
+
+/* Waits for the copies (GIL released), builds the remaining outputs and rebuilds the batch into job->result.
+ * Returns 0, or -1 with an exception set (the job is then cleared). Not reentrant for one job: a caller shared
+ * by threads (ferry.Transfer) serialises calls with its own lock, taken without the GIL. */
+int ferry_py_job_finish(ferry_py_job *job);
+
+/* 1 when the copies are done (or nothing was submitted), 0 while they run or while another thread holds `lock`
+ * (it is waiting on them). Never blocks. */
+int ferry_py_job_query(ferry_py_job *job, pthread_mutex_t *lock);
+
+/* Releases everything the job holds; a submitted job is waited for first (GIL released), so that no copy still
+ * reads an input or writes an output that has been freed. */
+void ferry_py_job_clear(ferry_py_job *job);
+
+PyObject *ferry_py_transfer_d2h(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *ferry_py_transfer_h2d(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+
+/* ---- handle.c ---------------------------------------------------------------------------------------------- */
+
+extern PyTypeObject ferry_py_Transfer_Type;
+PyObject *ferry_py_transfer_d2h_async(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *ferry_py_transfer_h2d_async(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+
+/* ---- pool.c ------------------------------------------------------------------------------------------------ */
+
+PyObject *ferry_py_pool_reserve(PyObject *self, PyObject *arg);
+PyObject *ferry_py_pool_trim(PyObject *self, PyObject *unused);
+PyObject *ferry_py_pool_stats(PyObject *self, PyObject *unused);
+
+/* ---- testing.c (FERRY_PYTHON_TEST_HOOKS only) ----------------------------------------------------------- */
+
+#ifdef FERRY_PYTHON_TEST_HOOKS
+int ferry_py_testing_init(PyObject *module);
+#endif
+
+#endif /* FERRY_PY_H */

@@ -1,0 +1,128 @@
+/* module.c — the extension module ferry._ferry: its functions, types and constants.
+ *
+ * The transfer functions are METH_FASTCALL | METH_KEYWORDS (vectorcall): no argument tuple or dict is built per
+ * call. The docstrings below are the contract; ferry/__init__.py re-exports everything and the .pyi stubs repeat
+ * the signatures for type checkers.
+ */
+#include "ferry_py.h"
+
+static PyObject *device_count(PyObject *self, PyObject *unused) {
+  int n;
+  Py_BEGIN_ALLOW_THREADS n = ferry_device_count(); /* the first call loads the driver */
+  Py_END_ALLOW_THREADS return PyLong_FromLong(n);
+}
+
+#define BATCH_DOC                                                                                                   \
+  "batch: a tensor (torch, CuPy, JAX, numpy or any DLPack producer), or a nesting of list, tuple, namedtuple,\n"    \
+  "dict or other Mapping (a defaultdict keeps its default_factory) and dataclass instances. Containers are\n"       \
+  "rebuilt with their own type (dataclasses without running __init__ or __post_init__ again); a container in\n"    \
+  "which nothing was copied, and every object that is not a tensor of the source side (tensors elsewhere,\n"       \
+  "scalars, strings, None), comes back as the same object. If nothing is copied, `batch` itself is returned.\n\n"
+
+#define STREAM_DOC                                                                                                  \
+  "stream: the CUDA stream to copy on: a torch.cuda.Stream, a CuPy stream, an object with __cuda_stream__, or an\n" \
+  "  int handle. It must belong to `device` (ValueError) and needs `device` to be given (ValueError). None: this\n" \
+  "  thread's copy stream for the device, created once and cached.\n"                                              \
+  "producer_event: a CUDA event (torch.cuda.Event, CuPy Event, int handle) marking when the inputs are ready; the\n" \
+  "  copies wait for it. None: the copies are ordered after the work already queued on the calling thread's\n"     \
+  "  current stream (an event recorded on torch's current stream; other frameworks order their own pending work\n" \
+  "  through __dlpack__(stream=...)). From a thread other than the producer's, record an event there and pass it.\n\n"
+
+#define ERRORS_DOC                                                                                                  \
+  "Without CUDA (no driver or no device) the batch is returned as it is, after the arguments are checked.\n\n"     \
+  "Raises ValueError for a non-CUDA device, a stream without device or on another device, a bad LOCAL_RANK;\n"      \
+  "RuntimeError when the device index is not available; MemoryError when pinned or device memory runs out;\n"     \
+  "ferry.FerryError when a driver call fails; BufferError/TypeError for a tensor DLPack cannot describe.\n"        \
+  "Messages name the values involved."
+
+PyDoc_STRVAR(d2h_doc,
+             "transfer_tensor_d2h(batch, /, *, device=None, stream=None, producer_event=None)\n--\n\n"
+             "Copies the CUDA tensors of `batch` that live on `device` to pinned host memory, on a dedicated copy\n"
+             "stream, and returns the batch rebuilt with the copies in their place (SPDL's transfer_tensor_d2h).\n"
+             "Returns when the copies are done; the GIL is released while submitting and while waiting.\n\n" BATCH_DOC
+             "device: the source device: None (the LOCAL_RANK environment variable, else cuda:0), an int, 'cuda:N',\n"
+             "  'cuda' (torch's current device when torch is imported, else as None) or a torch.device.\n" STREAM_DOC
+             "Outputs: torch -> torch CPU tensors (pinned: is_pinned() is True); JAX -> JAX CPU arrays (numpy when JAX\n"
+             "has no CPU backend); CuPy, numpy and other producers -> numpy arrays (a ferry.SlabTensor without\n"
+             "numpy). Outputs are compact row-major copies, detached from autograd. All outputs of one call view one\n"
+             "pinned slab from ferry's pool, which gets the memory back only when the last output is released:\n"
+             "keeping outputs keeps pinned memory.\n\n" ERRORS_DOC);
+
+PyDoc_STRVAR(h2d_doc,
+             "transfer_tensor_h2d(batch, /, *, device=None, stream=None, producer_event=None)\n--\n\n"
+             "Copies the host tensors of `batch` (pinned or pageable) to `device`, on a dedicated copy stream, and\n"
+             "returns the batch rebuilt with the device copies in their place: the mirror of transfer_tensor_d2h.\n"
+             "Returns when the copies are done; the GIL is released while submitting and while waiting.\n\n" BATCH_DOC
+             "device: the target device, as for transfer_tensor_d2h.\n" STREAM_DOC
+             "Outputs: torch -> torch CUDA tensors; JAX -> JAX GPU arrays; numpy and other producers -> CuPy arrays\n"
+             "when CuPy can be imported, else ferry.SlabTensor objects (pass them to any from_dlpack). All outputs of\n"
+             "one call view one device allocation, freed (stream-ordered) when the last output is released.\n\n" ERRORS_DOC);
+
+PyDoc_STRVAR(d2h_async_doc,
+             "transfer_tensor_d2h_async(batch, /, *, device=None, stream=None, producer_event=None)\n--\n\n"
+             "transfer_tensor_d2h without the wait: submits the copies and returns a ferry.Transfer at once.\n"
+             "handle.wait() returns the rebuilt batch (GIL released while waiting); handle.done() tells without\n"
+             "blocking. The handle keeps the inputs alive until the copies are done. Same arguments, outputs and\n"
+             "errors as transfer_tensor_d2h (errors of the copies themselves are raised by wait()).");
+
+PyDoc_STRVAR(h2d_async_doc,
+             "transfer_tensor_h2d_async(batch, /, *, device=None, stream=None, producer_event=None)\n--\n\n"
+             "transfer_tensor_h2d without the wait: returns a ferry.Transfer (see transfer_tensor_d2h_async).");
+
+static PyMethodDef methods[] = {
+    {"transfer_tensor_d2h", (PyCFunction)(void (*)(void))ferry_py_transfer_d2h, METH_FASTCALL | METH_KEYWORDS,
+     d2h_doc},
+    {"transfer_tensor_h2d", (PyCFunction)(void (*)(void))ferry_py_transfer_h2d, METH_FASTCALL | METH_KEYWORDS,
+     h2d_doc},
+    {"transfer_tensor_d2h_async", (PyCFunction)(void (*)(void))ferry_py_transfer_d2h_async,
+     METH_FASTCALL | METH_KEYWORDS, d2h_async_doc},
+    {"transfer_tensor_h2d_async", (PyCFunction)(void (*)(void))ferry_py_transfer_h2d_async,
+     METH_FASTCALL | METH_KEYWORDS, h2d_async_doc},
+    {"device_count", device_count, METH_NOARGS,
+     "device_count()\n--\n\nNumber of CUDA devices this process sees; 0 without a driver or a device."},
+    {"_pool_reserve", ferry_py_pool_reserve, METH_O, "See ferry.pool.reserve."},
+    {"_pool_trim", ferry_py_pool_trim, METH_NOARGS, "See ferry.pool.trim."},
+    {"_pool_stats", ferry_py_pool_stats, METH_NOARGS, "See ferry.pool.stats."},
+    {NULL, NULL, 0, NULL}};
+
+static void module_free(void *unused) {
+  ferry_py_typeinfo_clear();
+  ferry_py_outputs_clear_cache();
+}
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, .m_name = "ferry._ferry",
+    .m_doc = "The C extension behind the ferry package: batched GPU<->host tensor transfers over libferry.",
+    .m_size = -1, .m_methods = methods, .m_free = module_free,
+};
+
+static int add_type(PyObject *m, PyTypeObject *type, const char *name) {
+  if (PyType_Ready(type) < 0) return -1;
+  Py_INCREF(type);
+  if (PyModule_AddObject(m, name, (PyObject *)type) < 0) {
+    Py_DECREF(type);
+    return -1;
+  }
+  return 0;
+}
+
+PyMODINIT_FUNC PyInit__ferry(void) {
+  PyObject *m = PyModule_Create(&module_def);
+  if (!m) return NULL;
+  if (ferry_py_errors_init(m) < 0 || add_type(m, &ferry_py_SlabTensor_Type, "SlabTensor") < 0 ||
+      add_type(m, &ferry_py_Transfer_Type, "Transfer") < 0 ||
+      PyModule_AddStringConstant(m, "__version__", ferry_version()) < 0)
+    goto fail;
+  PyObject *dlpack = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+  if (!dlpack || PyModule_AddObject(m, "DLPACK_VERSION", dlpack) < 0) {
+    Py_XDECREF(dlpack);
+    goto fail;
+  }
+#ifdef FERRY_PYTHON_TEST_HOOKS
+  if (ferry_py_testing_init(m) < 0) goto fail;
+#endif
+  return m;
+fail:
+  Py_DECREF(m);
+  return NULL;
+}

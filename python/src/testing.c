@@ -1,0 +1,391 @@
+/* testing.c — private test hooks, compiled only with FERRY_PYTHON_TEST_HOOKS (the project's own build, never a
+ * wheel): a simulated one-device CUDA driver, so the CPU test suite can drive the whole D2H/H2D path from Python.
+ *
+ * The simulation: "device memory" is host memory, copies are memcpy done at submission, the gather kernel's work
+ * items run on the CPU through the library's own reference (ferry__gather_item_run_host), and pinned memory is
+ * any range registered with cuMemHostRegister (cuPointerGetAttribute answers for it). Events complete at once,
+ * unless held: while _sim_hold(True) is in force they report CUDA_ERROR_NOT_READY until something synchronises,
+ * which is how tests see done() == False and slabs parked until their copies "finish". It is installed through the
+ * library's test seam (src/driver.h), which works only before the first call that loads the driver.
+ *
+ * Hooks (all underscored, in ferry._ferry):
+ *   _sim_install()            use the simulation; RuntimeError if the real driver is already loaded
+ *   _sim_hold(flag)           hold events incomplete until the next synchronisation
+ *   _sim_counters()           live streams, events, device allocations and registered ranges (leak checks)
+ *   _sim_fault(call, nth, cu) make the nth call of a driver entry fail with CUresult `cu` (0 disarms)
+ *   _SimDeviceArray(array, device=0)   exports a numpy array as if it lived on cuda:<device>
+ *   _sim_read(obj)            the bytes of a compact DLPack tensor in simulated device memory
+ */
+#include "ferry_py.h"
+
+#include "internal.h" /* the driver table and the gather reference: private to the library, test seam only */
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the simulated driver ----------------------------------------------------------------------------------- */
+
+static char ctx_token, module_token, function_token, pool_token;
+static atomic_int live_streams, live_events, live_allocs, hold_events;
+static atomic_llong alloc_bytes;
+
+#define MAX_REGISTERED 64
+static struct { char *base; size_t size; } registered[MAX_REGISTERED];
+static int n_registered;
+static pthread_mutex_t registered_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static CUresult sim_init(unsigned flags) { return CUDA_SUCCESS; }
+static CUresult sim_version(int *v) { *v = 13000; return CUDA_SUCCESS; }
+static CUresult sim_no_string(CUresult r, const char **s) { *s = NULL; return CUDA_ERROR_INVALID_VALUE; }
+static CUresult sim_count(int *n) { *n = 1; return CUDA_SUCCESS; }
+static CUresult sim_device_get(CUdevice *d, int i) { return i == 0 ? (*d = 0, CUDA_SUCCESS) : CUDA_ERROR_INVALID_DEVICE; }
+static CUresult sim_name(char *s, int n, CUdevice d) { snprintf(s, (size_t)n, "ferry simulated device"); return CUDA_SUCCESS; }
+static CUresult sim_attribute(int *v, CUdevice_attribute a, CUdevice d) { *v = 2; return CUDA_SUCCESS; }
+static CUresult sim_total_mem(size_t *b, CUdevice d) { *b = (size_t)1 << 30; return CUDA_SUCCESS; }
+static CUresult sim_ctx_retain(CUcontext *c, CUdevice d) { *c = (CUcontext)&ctx_token; return CUDA_SUCCESS; }
+static CUresult sim_ctx_push(CUcontext c) { return CUDA_SUCCESS; }
+static CUresult sim_ctx_pop(CUcontext *c) { *c = (CUcontext)&ctx_token; return CUDA_SUCCESS; }
+static CUresult sim_ctx_device(CUdevice *d) { *d = 0; return CUDA_SUCCESS; }
+static CUresult sim_stream_create(CUstream *s, unsigned f) {
+  *s = malloc(1);
+  atomic_fetch_add(&live_streams, 1);
+  return CUDA_SUCCESS;
+}
+static CUresult sim_stream_destroy(CUstream s) {
+  free(s);
+  atomic_fetch_sub(&live_streams, 1);
+  return CUDA_SUCCESS;
+}
+static CUresult sim_stream_ctx(CUstream s, CUcontext *c) { *c = (CUcontext)&ctx_token; return CUDA_SUCCESS; }
+static CUresult sim_stream_wait(CUstream s, CUevent e, unsigned f) { return CUDA_SUCCESS; }
+/* Synchronising lets the simulated device catch up: held events complete. */
+static CUresult sim_synchronize(void) {
+  atomic_store(&hold_events, 0);
+  return CUDA_SUCCESS;
+}
+static CUresult sim_stream_sync(CUstream s) { return sim_synchronize(); }
+static CUresult sim_event_create(CUevent *e, unsigned f) {
+  *e = malloc(1);
+  atomic_fetch_add(&live_events, 1);
+  return CUDA_SUCCESS;
+}
+static CUresult sim_event_destroy(CUevent e) {
+  free(e);
+  atomic_fetch_sub(&live_events, 1);
+  return CUDA_SUCCESS;
+}
+static CUresult sim_event_record(CUevent e, CUstream s) { return CUDA_SUCCESS; }
+static CUresult sim_event_query(CUevent e) { return atomic_load(&hold_events) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS; }
+static CUresult sim_event_sync(CUevent e) { return sim_synchronize(); }
+static CUresult sim_register(void *p, size_t n, unsigned f) {
+  pthread_mutex_lock(&registered_lock);
+  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+  if (n_registered < MAX_REGISTERED) {
+    registered[n_registered].base = p;
+    registered[n_registered].size = n;
+    n_registered++;
+    r = CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&registered_lock);
+  return r;
+}
+static CUresult sim_unregister(void *p) {
+  CUresult r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  pthread_mutex_lock(&registered_lock);
+  for (int i = 0; i < n_registered; i++)
+    if (registered[i].base == p) {
+      registered[i] = registered[--n_registered];
+      r = CUDA_SUCCESS;
+      break;
+    }
+  pthread_mutex_unlock(&registered_lock);
+  return r;
+}
+static CUresult sim_pool_create(CUmemoryPool *p, const CUmemPoolProps *props) {
+  *p = (CUmemoryPool)&pool_token;
+  return CUDA_SUCCESS;
+}
+static CUresult sim_pool_destroy(CUmemoryPool p) { return CUDA_SUCCESS; }
+static CUresult sim_pool_set(CUmemoryPool p, CUmemPool_attribute a, void *v) { return CUDA_SUCCESS; }
+static CUresult sim_alloc(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s) {
+  size_t size = (n + 255) / 256 * 256;
+  void *m = aligned_alloc(256, size ? size : 256);
+  if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+  atomic_fetch_add(&live_allocs, 1);
+  atomic_fetch_add(&alloc_bytes, (long long)n);
+  *d = (CUdeviceptr)(uintptr_t)m;
+  return CUDA_SUCCESS;
+}
+static CUresult sim_free(CUdeviceptr d, CUstream s) {
+  free((void *)(uintptr_t)d);
+  atomic_fetch_sub(&live_allocs, 1);
+  return CUDA_SUCCESS;
+}
+static CUresult sim_copy(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+  return CUDA_SUCCESS;
+}
+static CUresult sim_htod(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
+  memcpy((void *)(uintptr_t)dst, src, n);
+  return CUDA_SUCCESS;
+}
+/* Registered (pinned) host memory is addressable by the device at the same address; nothing else is. */
+static CUresult sim_pointer_attribute(void *value, CUpointer_attribute a, CUdeviceptr p) {
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&registered_lock);
+  for (int i = 0; i < n_registered; i++) {
+    char *base = registered[i].base;
+    if ((char *)(uintptr_t)p < base || (char *)(uintptr_t)p >= base + registered[i].size) continue;
+    if (a == CU_POINTER_ATTRIBUTE_DEVICE_POINTER) *(CUdeviceptr *)value = p, r = CUDA_SUCCESS;
+    else if (a == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) *(CUdeviceptr *)value = (CUdeviceptr)(uintptr_t)base, r = CUDA_SUCCESS;
+    else if (a == CU_POINTER_ATTRIBUTE_RANGE_SIZE) *(size_t *)value = registered[i].size, r = CUDA_SUCCESS;
+    break;
+  }
+  pthread_mutex_unlock(&registered_lock);
+  return r;
+}
+static CUresult sim_module_load(CUmodule *m, const void *image) { *m = (CUmodule)&module_token; return CUDA_SUCCESS; }
+static CUresult sim_module_unload(CUmodule m) { return CUDA_SUCCESS; }
+static CUresult sim_function(CUfunction *f, CUmodule m, const char *name) {
+  *f = (CUfunction)&function_token;
+  return CUDA_SUCCESS;
+}
+/* The gather kernel: one work item per block, run on the CPU by the library's reference implementation. */
+static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                           unsigned shared, CUstream s, void **params, void **extra) {
+  const ferry__gather_item *items = (const ferry__gather_item *)(uintptr_t)*(CUdeviceptr *)params[0];
+  const ferry__gather_layout *layouts = (const ferry__gather_layout *)(uintptr_t)*(CUdeviceptr *)params[1];
+  for (unsigned i = 0; i < gx; i++) ferry__gather_item_run_host(&items[i], layouts);
+  return CUDA_SUCCESS;
+}
+static CUresult sim_batch(CUdeviceptr *dst, CUdeviceptr *src, size_t *sizes, size_t count, CUmemcpyAttributes *attrs,
+                          size_t *attr_index, size_t n_attrs, CUstream s) {
+  for (size_t i = 0; i < count; i++) memcpy((void *)(uintptr_t)dst[i], (const void *)(uintptr_t)src[i], sizes[i]);
+  return CUDA_SUCCESS;
+}
+
+static ferry__driver sim_driver = {
+    .cuInit = sim_init, .cuDriverGetVersion = sim_version, .cuGetErrorName = sim_no_string,
+    .cuGetErrorString = sim_no_string, .cuDeviceGetCount = sim_count, .cuDeviceGet = sim_device_get,
+    .cuDeviceGetName = sim_name, .cuDeviceGetAttribute = sim_attribute, .cuDeviceTotalMem = sim_total_mem,
+    .cuDevicePrimaryCtxRetain = sim_ctx_retain, .cuCtxPushCurrent = sim_ctx_push, .cuCtxPopCurrent = sim_ctx_pop,
+    .cuCtxGetDevice = sim_ctx_device, .cuStreamCreate = sim_stream_create, .cuStreamDestroy = sim_stream_destroy,
+    .cuStreamGetCtx = sim_stream_ctx, .cuStreamWaitEvent = sim_stream_wait, .cuStreamSynchronize = sim_stream_sync,
+    .cuEventCreate = sim_event_create, .cuEventDestroy = sim_event_destroy, .cuEventRecord = sim_event_record,
+    .cuEventQuery = sim_event_query, .cuEventSynchronize = sim_event_sync, .cuMemHostRegister = sim_register,
+    .cuMemHostUnregister = sim_unregister, .cuMemPoolCreate = sim_pool_create, .cuMemPoolDestroy = sim_pool_destroy,
+    .cuMemPoolSetAttribute = sim_pool_set, .cuMemAllocFromPoolAsync = sim_alloc, .cuMemFreeAsync = sim_free,
+    .cuMemcpyAsync = sim_copy, .cuMemcpyHtoDAsync = sim_htod, .cuPointerGetAttribute = sim_pointer_attribute,
+    .cuModuleLoadData = sim_module_load, .cuModuleUnload = sim_module_unload, .cuModuleGetFunction = sim_function,
+    .cuLaunchKernel = sim_launch, .cuMemcpyBatchAsync_v13 = sim_batch, .version = 13000,
+};
+
+/* ---- hooks -------------------------------------------------------------------------------------------------- */
+
+static PyObject *sim_install(PyObject *self, PyObject *unused) {
+  ferry__driver_install(&sim_driver);
+  ferry_status st = ferry_init();
+  if (st != FERRY_OK || ferry__drv.cuInit != sim_init) {
+    PyErr_SetString(PyExc_RuntimeError, "_sim_install(): the driver was already loaded in this process; install the "
+                                        "simulation before any other ferry call");
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject *sim_hold(PyObject *self, PyObject *flag) {
+  int on = PyObject_IsTrue(flag);
+  if (on < 0) return NULL;
+  atomic_store(&hold_events, on);
+  Py_RETURN_NONE;
+}
+
+static PyObject *sim_counters(PyObject *self, PyObject *unused) {
+  pthread_mutex_lock(&registered_lock);
+  int regs = n_registered;
+  pthread_mutex_unlock(&registered_lock);
+  return Py_BuildValue("{s:i,s:i,s:i,s:L,s:i}", "streams", atomic_load(&live_streams), "events",
+                       atomic_load(&live_events), "device_allocations", atomic_load(&live_allocs),
+                       "device_bytes_allocated_total", (long long)atomic_load(&alloc_bytes), "registered_ranges",
+                       regs);
+}
+
+static PyObject *sim_fault(PyObject *self, PyObject *args) {
+  const char *call;
+  int nth, result;
+  if (!PyArg_ParseTuple(args, "sii:_sim_fault", &call, &nth, &result)) return NULL;
+  if (result == 0) ferry__fault_disarm();
+  else ferry__fault_arm(call, nth, (CUresult)result);
+  Py_RETURN_NONE;
+}
+
+/* The bytes of a compact tensor exported through DLPack (simulated device memory is host memory). */
+static PyObject *sim_read(PyObject *self, PyObject *obj) {
+  PyObject *capsule = PyObject_CallMethod(obj, "__dlpack__", NULL);
+  if (!capsule) return NULL;
+  PyObject *bytes = NULL;
+  DLManagedTensor *m = PyCapsule_IsValid(capsule, "dltensor") ? PyCapsule_GetPointer(capsule, "dltensor") : NULL;
+  if (!m) {
+    PyErr_SetString(PyExc_TypeError, "_sim_read: expected a legacy DLPack capsule from __dlpack__()");
+    goto done;
+  }
+  uint64_t n = 0;
+  ferry_status st = ferry_tensor_nbytes((const ferry_tensor *)&m->dl_tensor, &n);
+  if (st != FERRY_OK) {
+    ferry_py_raise(st);
+    goto done;
+  }
+  for (int32_t d = m->dl_tensor.ndim - 1, expect = 1; m->dl_tensor.strides && d >= 0; d--) {
+    if (m->dl_tensor.shape[d] != 1 && m->dl_tensor.strides[d] != expect) {
+      PyErr_SetString(PyExc_ValueError, "_sim_read: the tensor is not compact");
+      goto done;
+    }
+    expect *= (int32_t)m->dl_tensor.shape[d];
+  }
+  bytes = PyBytes_FromStringAndSize(n ? (const char *)m->dl_tensor.data + m->dl_tensor.byte_offset : "",
+                                    (Py_ssize_t)n);
+done:
+  Py_DECREF(capsule); /* not renamed: its destructor calls the deleter */
+  return bytes;
+}
+
+/* ---- _SimDeviceArray: a numpy array that says it lives on cuda:<device> -------------------------------------- */
+
+typedef struct {
+  PyObject_HEAD
+  PyObject *array;       /* the host array whose memory plays device memory */
+  int device;
+  PyObject *last_stream; /* the stream argument of the last __dlpack__ call (what ferry asked for) */
+  int exports;           /* __dlpack__ calls */
+  int released;          /* deleters run */
+} SimDeviceArray;
+
+typedef struct {
+  DLManagedTensorVersioned outer;
+  DLManagedTensorVersioned *inner; /* numpy's, released with ours */
+  SimDeviceArray *owner;           /* strong: counts releases (its deleter runs with the GIL, as ferry's does) */
+} sim_export;
+
+static void sim_export_deleter(DLManagedTensorVersioned *m) {
+  sim_export *e = (sim_export *)m;
+  PyGILState_STATE g = PyGILState_Ensure();
+  if (e->inner->deleter) e->inner->deleter(e->inner);
+  e->owner->released++;
+  Py_DECREF(e->owner);
+  PyGILState_Release(g);
+  free(e);
+}
+
+static void sim_export_capsule_destructor(PyObject *capsule) {
+  if (!PyCapsule_IsValid(capsule, "dltensor_versioned")) return;
+  DLManagedTensorVersioned *m = PyCapsule_GetPointer(capsule, "dltensor_versioned");
+  m->deleter(m);
+}
+
+static PyObject *sim_array_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  static char *keywords[] = {"array", "device", NULL};
+  PyObject *array;
+  int device = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|i:_SimDeviceArray", keywords, &array, &device)) return NULL;
+  SimDeviceArray *self = (SimDeviceArray *)type->tp_alloc(type, 0);
+  if (!self) return NULL;
+  self->array = Py_NewRef(array);
+  self->device = device;
+  self->last_stream = Py_NewRef(Py_None);
+  return (PyObject *)self;
+}
+
+static void sim_array_dealloc(SimDeviceArray *self) {
+  Py_CLEAR(self->array);
+  Py_CLEAR(self->last_stream);
+  Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *sim_array_dlpack(SimDeviceArray *self, PyObject *args, PyObject *kwargs) {
+  static char *keywords[] = {"stream", "max_version", "dl_device", "copy", NULL};
+  PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOO:__dlpack__", keywords, &stream, &max_version, &dl_device,
+                                   &copy))
+    return NULL;
+  Py_SETREF(self->last_stream, Py_NewRef(stream));
+  self->exports++;
+  PyObject *kw = Py_BuildValue("{s:(ii)}", "max_version", 1, 0);
+  if (!kw) return NULL;
+  PyObject *method = PyObject_GetAttrString(self->array, "__dlpack__"), *empty = PyTuple_New(0);
+  PyObject *capsule = method && empty ? PyObject_Call(method, empty, kw) : NULL;
+  Py_XDECREF(method);
+  Py_XDECREF(empty);
+  Py_DECREF(kw);
+  if (!capsule) return NULL;
+  DLManagedTensorVersioned *inner =
+      PyCapsule_IsValid(capsule, "dltensor_versioned") ? PyCapsule_GetPointer(capsule, "dltensor_versioned") : NULL;
+  if (!inner || PyCapsule_SetName(capsule, "used_dltensor_versioned") < 0) {
+    Py_DECREF(capsule);
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "_SimDeviceArray needs an array with DLPack >= 1.0");
+    return NULL;
+  }
+  Py_DECREF(capsule);
+  sim_export *e = calloc(1, sizeof *e);
+  if (!e) {
+    if (inner->deleter) inner->deleter(inner);
+    return PyErr_NoMemory();
+  }
+  e->outer = *inner;
+  e->outer.dl_tensor.device.device_type = kDLCUDA;
+  e->outer.dl_tensor.device.device_id = self->device;
+  e->outer.deleter = sim_export_deleter;
+  e->inner = inner;
+  e->owner = (SimDeviceArray *)Py_NewRef(self);
+  PyObject *out = PyCapsule_New(&e->outer, "dltensor_versioned", sim_export_capsule_destructor);
+  if (!out) sim_export_deleter(&e->outer);
+  return out;
+}
+
+static PyObject *sim_array_dlpack_device(SimDeviceArray *self, PyObject *unused) {
+  return Py_BuildValue("(ii)", (int)kDLCUDA, self->device);
+}
+
+static PyObject *sim_array_get_last_stream(SimDeviceArray *self, void *unused) { return Py_NewRef(self->last_stream); }
+static PyObject *sim_array_get_exports(SimDeviceArray *self, void *unused) { return PyLong_FromLong(self->exports); }
+static PyObject *sim_array_get_released(SimDeviceArray *self, void *unused) { return PyLong_FromLong(self->released); }
+
+static PyMethodDef sim_array_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))sim_array_dlpack, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"__dlpack_device__", (PyCFunction)sim_array_dlpack_device, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef sim_array_getset[] = {
+    {"last_stream", (getter)sim_array_get_last_stream, NULL, "stream= of the last __dlpack__ call", NULL},
+    {"exports", (getter)sim_array_get_exports, NULL, "number of __dlpack__ calls", NULL},
+    {"released", (getter)sim_array_get_released, NULL, "number of exported tensors released", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject SimDeviceArray_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ferry._ferry._SimDeviceArray",
+    .tp_basicsize = sizeof(SimDeviceArray),
+    .tp_dealloc = (destructor)sim_array_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Test hook: a numpy array exported through DLPack as if it lived on cuda:<device>.",
+    .tp_methods = sim_array_methods,
+    .tp_getset = sim_array_getset,
+    .tp_new = sim_array_new,
+};
+
+static PyMethodDef hooks[] = {
+    {"_sim_install", sim_install, METH_NOARGS, NULL},
+    {"_sim_hold", sim_hold, METH_O, NULL},
+    {"_sim_counters", sim_counters, METH_NOARGS, NULL},
+    {"_sim_fault", sim_fault, METH_VARARGS, NULL},
+    {"_sim_read", sim_read, METH_O, NULL},
+    {NULL, NULL, 0, NULL}};
+
+int ferry_py_testing_init(PyObject *module) {
+  if (PyModule_AddFunctions(module, hooks) < 0) return -1;
+  if (PyType_Ready(&SimDeviceArray_Type) < 0) return -1;
+  Py_INCREF(&SimDeviceArray_Type);
+  if (PyModule_AddObject(module, "_SimDeviceArray", (PyObject *)&SimDeviceArray_Type) < 0) {
+    Py_DECREF(&SimDeviceArray_Type);
+    return -1;
+  }
+  return 0;
+}
