@@ -1,0 +1,241 @@
+"""Batch traversal and reconstruction, for every container kind, through a real (simulated) transfer."""
+
+import collections
+import dataclasses
+import sys
+import typing
+
+import ferry
+import numpy as np
+import pytest
+from sim_helpers import device
+
+A = np.arange(6, dtype=np.int32).reshape(2, 3)
+
+
+def d2h(batch, **kw):
+    return ferry.transfer_tensor_d2h(batch, **kw)
+
+
+def test_single_tensor_batch_gives_a_numpy_array():
+    out = d2h(device(A))
+    assert type(out) is np.ndarray
+    np.testing.assert_array_equal(out, A)
+
+
+def test_list_tuple_dict_are_rebuilt_with_their_types_and_order():
+    batch = [device(A), (device(A * 2), "s"), {"z": device(A * 3), "a": None, "m": 7}]
+    out = d2h(batch)
+    assert type(out) is list and type(out[1]) is tuple and type(out[2]) is dict
+    np.testing.assert_array_equal(out[0], A)
+    np.testing.assert_array_equal(out[1][0], A * 2)
+    np.testing.assert_array_equal(out[2]["z"], A * 3)
+    assert list(out[2]) == ["z", "a", "m"]
+    assert out[1][1] is batch[1][1] and out[2]["a"] is None and out[2]["m"] is batch[2]["m"]
+
+
+def test_containers_without_copied_tensors_are_the_same_objects():
+    untouched = {"host": np.ones(3), "text": ["a", ("b", 1.5)], "nested": [[], {}]}
+    batch = {"t": device(A), "u": untouched}
+    out = d2h(batch)
+    assert out is not batch
+    assert out["u"] is untouched
+    assert d2h(untouched) is untouched
+
+
+def test_everything_that_is_not_a_source_tensor_passes_through_as_the_same_object():
+    host = np.arange(3)
+    other_device = device(A, index=1)  # cuda:1: not the transfer's device
+    scalars = [1, 2.5, "s", b"b", None, True, 3 + 4j]
+    batch = [device(A), host, other_device, *scalars]
+    out = d2h(batch)
+    assert out[1] is host and out[2] is other_device
+    for got, want in zip(out[3:], scalars):
+        assert got is want
+    assert other_device.exports == 0  # not even exported: only __dlpack_device__ was asked
+
+
+class Point(typing.NamedTuple):
+    x: object
+    y: object = "default"
+
+
+def test_namedtuple_is_rebuilt_with_its_class():
+    out = d2h(Point(device(A), "keep"))
+    assert type(out) is Point and out.y == "keep"
+    np.testing.assert_array_equal(out.x, A)
+
+
+def test_tuple_and_list_subclasses_are_rebuilt_with_their_class():
+    class MyTuple(tuple):
+        pass
+
+    class MyList(list):
+        pass
+
+    out = d2h(MyList([MyTuple((device(A), 1))]))
+    assert type(out) is MyList and type(out[0]) is MyTuple
+    np.testing.assert_array_equal(out[0][0], A)
+
+
+def test_defaultdict_keeps_its_default_factory():
+    batch = collections.defaultdict(list, {"a": device(A)})
+    out = d2h(batch)
+    assert type(out) is collections.defaultdict and out.default_factory is list
+    np.testing.assert_array_equal(out["a"], A)
+    assert out["missing"] == []
+
+
+def test_ordered_dict_keeps_type_and_order():
+    batch = collections.OrderedDict([("b", device(A)), ("a", 1)])
+    out = d2h(batch)
+    assert type(out) is collections.OrderedDict and list(out) == ["b", "a"]
+
+
+class FrozenMapping(collections.abc.Mapping):
+    """A Mapping that is not a dict, built from a dict."""
+
+    def __init__(self, data):
+        self._data = dict(data)
+
+    def __getitem__(self, k):
+        return self._data[k]
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self):
+        return len(self._data)
+
+
+def test_generic_mapping_is_rebuilt_from_a_dict():
+    out = d2h(FrozenMapping({"a": device(A), "b": 2}))
+    assert type(out) is FrozenMapping and out["b"] == 2
+    np.testing.assert_array_equal(out["a"], A)
+
+
+@dataclasses.dataclass
+class Sample:
+    image: object
+    label: int
+    derived: object = dataclasses.field(init=False)
+    post_inits: typing.ClassVar[int] = 0
+
+    def __post_init__(self):
+        type(self).post_inits += 1
+        self.derived = self.label * 10
+
+
+def test_dataclass_is_rebuilt_without_running_init_again_and_keeps_non_init_fields():
+    batch = Sample(device(A), 3)
+    batch.derived = device(A + 1)  # a tensor in an init=False field
+    batch.extra = "kept"           # an attribute that is not a field
+    calls = Sample.post_inits
+    out = d2h(batch)
+    assert Sample.post_inits == calls
+    assert type(out) is Sample and out.label == 3 and out.extra == "kept"
+    np.testing.assert_array_equal(out.image, A)
+    np.testing.assert_array_equal(out.derived, A + 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    a: object
+    b: object = None
+
+
+def test_frozen_dataclass_is_rebuilt():
+    out = d2h(Frozen(device(A), [device(A * 2)]))
+    assert type(out) is Frozen
+    np.testing.assert_array_equal(out.b[0], A * 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        out.a = 1
+
+
+@dataclasses.dataclass(slots=True)
+class Slotted:
+    a: object
+    b: int = 0
+
+
+def test_slots_dataclass_is_rebuilt():
+    out = d2h(Slotted(device(A), 5))
+    assert type(out) is Slotted and out.b == 5
+    np.testing.assert_array_equal(out.a, A)
+
+
+@dataclasses.dataclass
+class Lazy:
+    a: object
+    never_set: object = dataclasses.field(init=False)
+
+
+def test_dataclass_with_an_unset_init_false_field():
+    out = d2h(Lazy(device(A)))
+    assert not hasattr(out, "never_set")
+    np.testing.assert_array_equal(out.a, A)
+
+
+def test_a_class_object_is_a_leaf_not_a_dataclass_instance():
+    assert d2h([Sample])[0] is Sample
+
+
+def test_the_same_container_twice_is_not_a_cycle():
+    shared = [device(A)]
+    out = d2h([shared, shared])
+    np.testing.assert_array_equal(out[0][0], A)
+    np.testing.assert_array_equal(out[1][0], A)
+
+
+def test_deep_nesting_raises_recursion_error():
+    batch = [device(A)]
+    for _ in range(10_000):
+        batch = [batch]
+    with pytest.raises(RecursionError, match="recursion depth|deeper"):
+        d2h(batch)
+
+
+def test_deep_nesting_is_capped_even_with_a_raised_recursion_limit():
+    """ferry's own limit keeps the C stack bounded when Python's limit would allow more."""
+    batch = [device(A)]
+    for _ in range(100_000):
+        batch = [batch]
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1_000_000)
+    try:
+        with pytest.raises(RecursionError, match="deeper than 1000"):
+            d2h(batch)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def test_nesting_within_the_limit_works():
+    batch = device(A)
+    for _ in range(200):
+        batch = {"k": batch}
+    out = d2h(batch)
+    for _ in range(200):
+        out = out["k"]
+    np.testing.assert_array_equal(out, A)
+
+
+@pytest.mark.parametrize("make", ["list", "dict", "dataclass"])
+def test_reference_cycles_raise_value_error(make):
+    if make == "list":
+        batch = [device(A)]
+        batch.append(batch)
+    elif make == "dict":
+        batch = {"t": device(A)}
+        batch["self"] = {"again": batch}
+    else:
+        batch = Sample(device(A), 1)
+        batch.derived = [batch]
+    with pytest.raises(ValueError, match="cycle"):
+        d2h(batch)
+
+
+def test_batch_without_source_tensors_is_returned_as_is_and_exports_nothing():
+    other = device(A, index=1)
+    batch = {"a": [1, 2], "b": other}
+    assert d2h(batch) is batch
+    assert other.exports == 0
