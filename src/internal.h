@@ -59,6 +59,8 @@ CUcontext ferry__device_ctx(int device); /* NULL until retained */
 /* ---- streams and events (stream.c) ----------------------------------------------------------------------- */
 
 ferry_status ferry__thread_stream(int device, CUstream *out); /* context of `device` must be current */
+/* The thread's second stream for `device`: DMAs that must run beside the gather kernel (context current). */
+ferry_status ferry__thread_dma_stream(int device, CUstream *out);
 
 /* Checks that `stream` belongs to `device` (context current). */
 ferry_status ferry__stream_check_device(CUstream stream, int device);
@@ -213,6 +215,23 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *en
 ferry_status ferry__plan_gather_items(const ferry__plan_input *in, const ferry__plan_entry *entries, uint8_t route,
                                       uint64_t dst_base, ferry__gather_item *items, ferry__gather_layout *layouts,
                                       size_t *out_items, size_t *out_layouts);
+
+/* Chunked generation, for the pipelined D2H gather: continues from `cursor` (zeroed before the first call) over
+ * the entries routed FERRY__GATHER, writing items until at least `chunk_bytes` of output are covered (whole items;
+ * the last chunk ends with the last entry). Layout indices are local to this call's `layouts`. Returns FERRY_OK
+ * with *out_items == 0 when every entry is done. */
+typedef struct ferry__item_cursor {
+  size_t entry;  /* next entry to look at */
+  uint64_t done; /* bytes of that entry already covered by items */
+} ferry__item_cursor;
+ferry_status ferry__plan_gather_items_chunk(const ferry__plan_input *in, const ferry__plan_entry *entries,
+                                            ferry__item_cursor *cursor, uint64_t chunk_bytes, uint64_t dst_base,
+                                            ferry__gather_item *items, ferry__gather_layout *layouts,
+                                            size_t *out_items, size_t *out_layouts, uint64_t *out_end);
+
+/* The D2H gather is cut into chunks of at least this many bytes of output (and at most 8 chunks), so the DMA of
+ * one chunk runs while the kernel gathers the next. A variable so tests can force many chunks on small batches. */
+extern uint64_t ferry__pipeline_chunk_min;
 
 /* CPU version of what one gather item does (used to pack pageable H2D inputs, and by tests as the reference). */
 void ferry__gather_item_run_host(const ferry__gather_item *item, const ferry__gather_layout *layouts);

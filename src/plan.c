@@ -181,37 +181,80 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e,
   return FERRY_OK;
 }
 
+/* For a gathered entry: its layout index (or FERRY_GATHER_CONTIGUOUS) and element width, appending the layout
+ * of a strided tensor to `layouts` at *nl. */
+static ferry_status entry_layout(const ferry_tensor *t, ferry__gather_layout *layouts, size_t *nl, uint32_t *layout,
+                                 uint64_t *eb) {
+  *layout = FERRY_GATHER_CONTIGUOUS;
+  *eb = 1;
+  if (ferry__tensor_is_compact(t)) return FERRY_OK;
+  ferry_status st = ferry__gather_layout_of(t, &layouts[*nl]);
+  if (st != FERRY_OK) return st;
+  *eb = (uint64_t)(layouts[*nl].elem_bytes & 0xff);
+  *layout = (uint32_t)(*nl)++;
+  return FERRY_OK;
+}
+
+/* Appends the items of entry i (route already checked) from byte `from` on, up to `max_bytes` of output;
+ * returns the bytes covered. `layout` is the entry's layout index, or FERRY_GATHER_CONTIGUOUS. */
+static uint64_t entry_items(const ferry__plan_entry *e, uint32_t layout, uint64_t eb, uint64_t from, uint64_t max_bytes,
+                            uint64_t dst_base, ferry__gather_item *items, size_t *ni) {
+  /* Strided chunks hold a whole number of elements; contiguous chunks are plain byte ranges. */
+  uint64_t chunk = FERRY_GATHER_CHUNK / eb * eb, done = from;
+  while (done < e->nbytes && done - from < max_bytes) {
+    uint64_t n = e->nbytes - done < chunk ? e->nbytes - done : chunk;
+    ferry__gather_item *it = &items[(*ni)++];
+    it->dst = dst_base + e->offset + done;
+    it->nbytes = (uint32_t)n;
+    it->layout = layout;
+    if (layout == FERRY_GATHER_CONTIGUOUS) {
+      it->src = (uint64_t)(uintptr_t)e->src + done;
+      it->first_elem = 0;
+    } else {
+      it->src = (uint64_t)(uintptr_t)e->src;
+      it->first_elem = done / eb;
+    }
+    done += n;
+  }
+  return done - from;
+}
+
+ferry_status ferry__plan_gather_items_chunk(const ferry__plan_input *in, const ferry__plan_entry *e,
+                                            ferry__item_cursor *cur, uint64_t chunk_bytes, uint64_t dst_base,
+                                            ferry__gather_item *items, ferry__gather_layout *layouts,
+                                            size_t *out_items, size_t *out_layouts, uint64_t *out_end) {
+  size_t ni = 0, nl = 0;
+  uint64_t covered = 0, end = 0;
+  for (; cur->entry < in->count && covered < chunk_bytes; cur->entry++, cur->done = 0) {
+    size_t i = cur->entry;
+    if (e[i].route != FERRY__GATHER) continue;
+    uint32_t layout;
+    uint64_t eb;
+    ferry_status st = entry_layout(&in->tensors[i], layouts, &nl, &layout, &eb);
+    if (st != FERRY_OK) return st;
+    uint64_t before = cur->done;
+    cur->done += entry_items(&e[i], layout, eb, cur->done, chunk_bytes - covered, dst_base, items, &ni);
+    covered += cur->done - before;
+    end = e[i].offset + cur->done;
+    if (cur->done < e[i].nbytes) break; /* the chunk is full inside this entry: resume here next time */
+  }
+  *out_items = ni;
+  *out_layouts = nl;
+  *out_end = end;
+  return FERRY_OK;
+}
+
 ferry_status ferry__plan_gather_items(const ferry__plan_input *in, const ferry__plan_entry *e, uint8_t route,
                                       uint64_t dst_base, ferry__gather_item *items, ferry__gather_layout *layouts,
                                       size_t *out_items, size_t *out_layouts) {
   size_t ni = 0, nl = 0;
   for (size_t i = 0; i < in->count; i++) {
     if (e[i].route != route) continue;
-    const ferry_tensor *t = &in->tensors[i];
-    uint32_t layout = FERRY_GATHER_CONTIGUOUS;
-    uint64_t eb = 1;
-    if (!ferry__tensor_is_compact(t)) {
-      ferry_status st = ferry__gather_layout_of(t, &layouts[nl]);
-      if (st != FERRY_OK) return st;
-      eb = (uint64_t)(layouts[nl].elem_bytes & 0xff);
-      layout = (uint32_t)nl++;
-    }
-    /* Strided chunks hold a whole number of elements; contiguous chunks are plain byte ranges. */
-    uint64_t chunk = FERRY_GATHER_CHUNK / eb * eb;
-    for (uint64_t done = 0; done < e[i].nbytes; done += chunk) {
-      uint64_t n = e[i].nbytes - done < chunk ? e[i].nbytes - done : chunk;
-      ferry__gather_item *it = &items[ni++];
-      it->dst = dst_base + e[i].offset + done;
-      it->nbytes = (uint32_t)n;
-      it->layout = layout;
-      if (layout == FERRY_GATHER_CONTIGUOUS) {
-        it->src = (uint64_t)(uintptr_t)e[i].src + done;
-        it->first_elem = 0;
-      } else {
-        it->src = (uint64_t)(uintptr_t)e[i].src;
-        it->first_elem = done / eb;
-      }
-    }
+    uint32_t layout;
+    uint64_t eb;
+    ferry_status st = entry_layout(&in->tensors[i], layouts, &nl, &layout, &eb);
+    if (st != FERRY_OK) return st;
+    (void)entry_items(&e[i], layout, eb, 0, UINT64_MAX, dst_base, items, &ni);
   }
   *out_items = ni;
   *out_layouts = nl;

@@ -10,7 +10,9 @@
 
 /* ---- per-thread streams ---------------------------------------------------------------------------------- */
 
-typedef struct thread_streams { CUstream stream[FERRY_MAX_DEVICES]; } thread_streams;
+/* Per device: the copy stream (ferry_copy_stream) and a second stream for DMAs that run beside the gather
+ * kernel (see transfer.c's pipeline). */
+typedef struct thread_streams { CUstream stream[FERRY_MAX_DEVICES][2]; } thread_streams;
 
 static pthread_key_t streams_key;
 static pthread_once_t streams_once = PTHREAD_ONCE_INIT;
@@ -19,9 +21,10 @@ static _Thread_local thread_streams *tls_streams;
 static void destroy_thread_streams(void *p) {
   thread_streams *ts = p;
   for (int d = 0; d < FERRY_MAX_DEVICES; d++) {
-    if (!ts->stream[d]) continue;
+    if (!ts->stream[d][0] && !ts->stream[d][1]) continue;
     if (ferry__ctx_enter(d) == FERRY_OK) {
-      (void)FERRY_CU(cuStreamDestroy, ts->stream[d]);
+      for (int k = 0; k < 2; k++)
+        if (ts->stream[d][k]) (void)FERRY_CU(cuStreamDestroy, ts->stream[d][k]);
       ferry__ctx_leave();
     }
   }
@@ -30,11 +33,12 @@ static void destroy_thread_streams(void *p) {
 
 static void make_key(void) { (void)pthread_key_create(&streams_key, destroy_thread_streams); }
 
-ferry_status ferry__thread_stream(int device, CUstream *out) {
+/* Stream `which` (0: copy, 1: DMA beside the gather) of this thread for `device`, created on first use. */
+static ferry_status thread_stream(int device, int which, CUstream *out) {
   ferry_status st = FERRY_OK;
   thread_streams *ts = tls_streams;
-  if (ts && ts->stream[device]) {
-    *out = ts->stream[device];
+  if (ts && ts->stream[device][which]) {
+    *out = ts->stream[device][which];
     return FERRY_OK;
   }
   if (!ts) {
@@ -48,12 +52,16 @@ ferry_status ferry__thread_stream(int device, CUstream *out) {
     tls_streams = ts;
   }
   CUstream s = NULL;
-  FERRY_TRY_CU(("creating the copy stream of cuda:%d", device), cuStreamCreate, &s, CU_STREAM_NON_BLOCKING);
-  ts->stream[device] = s;
+  FERRY_TRY_CU(("creating %s stream of cuda:%d", which ? "the second copy" : "the copy", device), cuStreamCreate,
+               &s, CU_STREAM_NON_BLOCKING);
+  ts->stream[device][which] = s;
   *out = s;
 cleanup:
   return st;
 }
+
+ferry_status ferry__thread_stream(int device, CUstream *out) { return thread_stream(device, 0, out); }
+ferry_status ferry__thread_dma_stream(int device, CUstream *out) { return thread_stream(device, 1, out); }
 
 ferry_status ferry_copy_stream(int device, void **out_stream) {
   ferry_status st = FERRY_OK;

@@ -113,21 +113,41 @@ static void set_passthrough(ferry_transfer *t, const ferry_tensor *in) {
 
 /* ---- submission ------------------------------------------------------------------------------------------ */
 
-static ferry_status order_after_producer(const ferry_transfer_options *o, int device, CUstream stream) {
+/* Makes `stream` (and `stream2`, when not NULL) wait until the inputs are ready: after producer_event, else after
+ * an event recorded now on producer_stream (the caller's current stream; NULL is the legacy default stream). */
+static ferry_status order_after_producer(const ferry_transfer_options *o, int device, CUstream stream,
+                                         CUstream stream2) {
   ferry_status st = FERRY_OK;
   CUevent ev = NULL;
   if (o->producer_event) {
     FERRY_TRY_CU(("waiting for producer_event %p", o->producer_event), cuStreamWaitEvent, stream,
                  (CUevent)o->producer_event, 0);
+    if (stream2)
+      FERRY_TRY_CU(("waiting for producer_event %p", o->producer_event), cuStreamWaitEvent, stream2,
+                   (CUevent)o->producer_event, 0);
     return FERRY_OK;
   }
   CUstream producer = o->producer_stream ? (CUstream)o->producer_stream : CU_STREAM_LEGACY;
-  if (producer == stream) return FERRY_OK; /* same stream: already in order */
+  if (producer == stream && !stream2) return FERRY_OK; /* same stream: already in order */
   FERRY_TRY(ferry__event_get(device, &ev));
   FERRY_TRY_CU(("recording the producer's readiness on stream %p", (void *)producer), cuEventRecord, ev, producer);
-  FERRY_TRY_CU(("ordering the copy stream after the producer"), cuStreamWaitEvent, stream, ev, 0);
+  if (producer != stream)
+    FERRY_TRY_CU(("ordering the copy stream after the producer"), cuStreamWaitEvent, stream, ev, 0);
+  if (stream2) FERRY_TRY_CU(("ordering the second copy stream after the producer"), cuStreamWaitEvent, stream2, ev, 0);
 cleanup:
-  /* The wait already captured the event's state, so the event can be reused at once. */
+  /* A wait captures the event's state when it is enqueued, so the event can be reused at once. */
+  if (ev) ferry__event_put(device, ev);
+  return st;
+}
+
+/* Makes `into` wait for everything queued on `from` so far. */
+static ferry_status join_streams(int device, CUstream from, CUstream into) {
+  ferry_status st = FERRY_OK;
+  CUevent ev = NULL;
+  FERRY_TRY(ferry__event_get(device, &ev));
+  FERRY_TRY_CU(("marking the end of the second copy stream's work"), cuEventRecord, ev, from);
+  FERRY_TRY_CU(("joining the second copy stream into the copy stream"), cuStreamWaitEvent, into, ev, 0);
+cleanup:
   if (ev) ferry__event_put(device, ev);
   return st;
 }
@@ -176,19 +196,110 @@ cleanup:
   return st;
 }
 
-/* Uploads the kernel's work list from pinned memory (`host`) to device memory (`dev`) and launches it. */
-static ferry_status launch_gather(int device, CUstream stream, char *host, CUdeviceptr dev, size_t n_items,
-                                  size_t n_layouts) {
+/* Launches the gather kernel over `n_items` items whose work list is already on the device. */
+static ferry_status launch_gather(CUfunction fn, CUstream stream, CUdeviceptr items, CUdeviceptr layouts,
+                                  size_t n_items) {
+  ferry_status st = FERRY_OK;
+  void *params[] = {&items, &layouts};
+  if (n_items > 0x7fffffffu) return FERRY_ERR(FERRY_UNSUPPORTED, "%zu gather items exceed one grid", n_items);
+  FERRY_TRY_CU(("launching the gather kernel (%zu blocks)", n_items), cuLaunchKernel, fn, (unsigned)n_items, 1, 1,
+               256, 1, 1, 0, stream, params, NULL);
+cleanup:
+  return st;
+}
+
+/* Uploads a work list from pinned memory (`host`) to `dev` and launches the kernel over it (H2D: one launch). */
+static ferry_status upload_and_gather(int device, CUstream stream, char *host, CUdeviceptr dev, size_t n_items,
+                                      size_t n_layouts) {
   ferry_status st = FERRY_OK;
   CUfunction fn;
   FERRY_TRY(ferry__gather_function(device, &fn));
   size_t bytes = n_items * sizeof(ferry__gather_item) + n_layouts * sizeof(ferry__gather_layout);
   FERRY_TRY_CU(("uploading the gather work list (%zu items)", n_items), cuMemcpyHtoDAsync, dev, host, bytes, stream);
-  CUdeviceptr items = dev, layouts = dev + n_items * sizeof(ferry__gather_item);
-  void *params[] = {&items, &layouts};
-  if (n_items > 0x7fffffffu) return FERRY_ERR(FERRY_UNSUPPORTED, "%zu gather items exceed one grid", n_items);
-  FERRY_TRY_CU(("launching the gather kernel (%zu blocks)", n_items), cuLaunchKernel, fn, (unsigned)n_items, 1, 1,
-               256, 1, 1, 0, stream, params, NULL);
+  FERRY_TRY(launch_gather(fn, stream, dev, dev + n_items * sizeof(ferry__gather_item), n_items));
+cleanup:
+  return st;
+}
+
+/* ---- the D2H gather pipeline ------------------------------------------------------------------------------- */
+
+uint64_t ferry__pipeline_chunk_min = (uint64_t)1 << 20;
+#define PIPELINE_MAX_CHUNKS 8
+/* Layout slots beyond the plan's count: a strided tensor cut by a chunk boundary repeats its layout. */
+#define PIPELINE_EXTRA_LAYOUTS (2 * PIPELINE_MAX_CHUNKS + 2)
+
+/* Gathers the small and strided tensors into device staging in chunks on `copy`, and copies each chunk to the
+ * slab on `dma` as soon as its kernel is done: the DMA of chunk k overlaps the kernel of chunk k+1, and the host
+ * lays out chunk k+1's work while the device runs chunk k. `list_host` (pinned) and `list_dev` hold the work list:
+ * all items first, then all layouts. */
+static ferry_status d2h_gather(const ferry__plan_input *pin, const ferry__plan_entry *e, const ferry__plan *plan,
+                               char *slab_base, char *list_host, CUdeviceptr list_dev, CUdeviceptr staging,
+                               int device, CUstream copy, CUstream dma) {
+  ferry_status st = FERRY_OK;
+  CUevent ev = NULL;
+  CUfunction fn;
+  FERRY_TRY(ferry__gather_function(device, &fn));
+  ferry__gather_item *items = (ferry__gather_item *)list_host;
+  ferry__gather_layout *layouts = (ferry__gather_layout *)(list_host + plan->n_items * sizeof *items);
+  CUdeviceptr items_dev = list_dev, layouts_dev = list_dev + plan->n_items * sizeof *items;
+  size_t layouts_cap = plan->n_layouts + PIPELINE_EXTRA_LAYOUTS;
+  uint64_t chunk = plan->gather_bytes / PIPELINE_MAX_CHUNKS;
+  if (chunk < ferry__pipeline_chunk_min) chunk = ferry__pipeline_chunk_min;
+  ferry__item_cursor cur = {0, 0};
+  size_t item_base = 0, layout_base = 0;
+  uint64_t lo = 0;
+  for (;;) {
+    size_t ni, nl;
+    uint64_t end;
+    FERRY_TRY(ferry__plan_gather_items_chunk(pin, e, &cur, chunk, (uint64_t)staging, items + item_base,
+                                             layouts + layout_base, &ni, &nl, &end));
+    if (ni == 0) break;
+    if (item_base + ni > plan->n_items || layout_base + nl > layouts_cap)
+      return FERRY_ERR(FERRY_INTERNAL, "the gather pipeline produced more work items than planned");
+    FERRY_TRY_CU(("uploading gather work items %zu..%zu", item_base, item_base + ni), cuMemcpyHtoDAsync,
+                 items_dev + item_base * sizeof *items, items + item_base, ni * sizeof *items, copy);
+    if (nl)
+      FERRY_TRY_CU(("uploading gather layouts"), cuMemcpyHtoDAsync, layouts_dev + layout_base * sizeof *layouts,
+                   layouts + layout_base, nl * sizeof *layouts, copy);
+    FERRY_TRY(launch_gather(fn, copy, items_dev + item_base * sizeof *items,
+                            layouts_dev + layout_base * sizeof *layouts, ni));
+    FERRY_TRY(ferry__event_get(device, &ev));
+    FERRY_TRY_CU(("marking a gathered chunk"), cuEventRecord, ev, copy);
+    FERRY_TRY_CU(("ordering a chunk's copy after its gather"), cuStreamWaitEvent, dma, ev, 0);
+    ferry__event_put(device, ev);
+    ev = NULL;
+    FERRY_TRY_CU(("copying gathered bytes %llu..%llu to the host", (unsigned long long)lo, (unsigned long long)end),
+                 cuMemcpyAsync, (CUdeviceptr)(uintptr_t)(slab_base + lo), staging + lo, (size_t)(end - lo), dma);
+    lo = end;
+    item_base += ni;
+    layout_base += nl;
+  }
+cleanup:
+  if (ev) ferry__event_put(device, ev);
+  return st;
+}
+
+/* H2D from pageable memory: the CPU packs the small and strided sources into pinned `staging` (after waiting
+ * for the producer, since it reads them now) and one DMA moves the packed range into the device slab. */
+static ferry_status pack_and_copy(const ferry__plan_input *pin, const ferry__plan_entry *e, const ferry__plan *plan,
+                                  const ferry_transfer_options *o, char *staging, char *slab_base, CUstream stream) {
+  ferry_status st = FERRY_OK;
+  size_t pack_bytes = (size_t)(plan->pack_end - plan->gather_bytes);
+  if (o->producer_event)
+    FERRY_TRY_CU(("waiting for producer_event before packing"), cuEventSynchronize, (CUevent)o->producer_event);
+  ferry__gather_item *items = malloc(plan->n_pack_items * sizeof *items +
+                                     plan->n_pack_layouts * sizeof(ferry__gather_layout) + 1);
+  if (!items)
+    return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating the pack list (%zu items)", plan->n_pack_items);
+  ferry__gather_layout *layouts = (ferry__gather_layout *)(items + plan->n_pack_items);
+  size_t ni, nl;
+  uint64_t dst = (uint64_t)(uintptr_t)staging - plan->gather_bytes;
+  st = ferry__plan_gather_items(pin, e, FERRY__PACK, dst, items, layouts, &ni, &nl);
+  for (size_t k = 0; st == FERRY_OK && k < ni; k++) ferry__gather_item_run_host(&items[k], layouts);
+  free(items);
+  if (st != FERRY_OK) return st;
+  FERRY_TRY_CU(("copying %zu packed bytes to the device", pack_bytes), cuMemcpyHtoDAsync,
+               (CUdeviceptr)(uintptr_t)(slab_base + plan->gather_bytes), staging, pack_bytes, stream);
 cleanup:
   return st;
 }
@@ -245,8 +356,9 @@ static ferry_status submit(const ferry_tensor *in, size_t count, const ferry_tra
   /* Everything the cleanup path looks at is declared and initialised before the first jump to it. */
   ferry_transfer *t = NULL;
   bool entered = false, queued = false;
-  CUstream stream = NULL;
+  CUstream stream = NULL, dma_stream = NULL;
   CUdeviceptr scratch_dev = 0;
+  size_t work = 0;
   ferry_slab *slab = NULL, *staging = NULL;
   int device = -1;
   scratch sc;
@@ -302,59 +414,55 @@ static ferry_status submit(const ferry_tensor *in, size_t count, const ferry_tra
   } else {
     FERRY_TRY(ferry__thread_stream(device, &stream));
   }
+  if (!h2d) FERRY_TRY(ferry__thread_dma_stream(device, &dma_stream));
 
-  size_t work = worklist_bytes(plan.n_items, plan.n_layouts);
   size_t pack_bytes = (size_t)(plan.pack_end - plan.gather_bytes);
   char *slab_base;
   if (!h2d) {
     /* The pinned slab carries the gather work list in its tail, past the outputs. */
+    work = worklist_bytes(plan.n_items, plan.n_items ? plan.n_layouts + PIPELINE_EXTRA_LAYOUTS : 0);
     FERRY_TRY(ferry__pool_take((size_t)plan.total + work, &slab));
   } else {
+    work = worklist_bytes(plan.n_items, plan.n_layouts);
     if (pack_bytes || work) FERRY_TRY(ferry__pool_take(pack_bytes + work, &staging));
   }
-  FERRY_TRY(order_after_producer(&o, device, stream));
+  FERRY_TRY(order_after_producer(&o, device, stream, dma_stream));
   queued = true; /* from here on, queued work may touch what we hold */
   if (h2d) FERRY_TRY(ferry__devmem_slab(device, (size_t)plan.total, stream, &slab));
   slab_base = slab->data;
 
-  if (plan.n_items) {
-    size_t staging_dev_bytes = h2d ? 0 : (size_t)plan.gather_bytes;
-    FERRY_TRY(ferry__devmem_alloc(device, staging_dev_bytes + work, stream, &scratch_dev));
-    char *list_host = h2d ? (char *)staging->data + pack_bytes : slab_base + plan.total;
-    ferry__gather_item *items = (ferry__gather_item *)list_host;
-    ferry__gather_layout *layouts = (ferry__gather_layout *)(list_host + plan.n_items * sizeof(ferry__gather_item));
-    size_t ni, nl;
-    uint64_t dst = h2d ? (uint64_t)(uintptr_t)slab_base : (uint64_t)scratch_dev;
-    FERRY_TRY(ferry__plan_gather_items(&pin, sc.entries, FERRY__GATHER, dst, items, layouts, &ni, &nl));
-    FERRY_TRY(launch_gather(device, stream, list_host, scratch_dev + staging_dev_bytes, ni, nl));
-    if (!h2d)
-      FERRY_TRY_CU(("copying %llu gathered bytes to the host", (unsigned long long)plan.gather_bytes), cuMemcpyAsync,
-                   (CUdeviceptr)(uintptr_t)slab_base, scratch_dev, (size_t)plan.gather_bytes, stream);
-    /* Stream-ordered: freed after the kernel and the DMA. On failure the cleanup path tries once more. */
-    FERRY_TRY_CU(("releasing the gather scratch"), cuMemFreeAsync, scratch_dev, stream);
-    scratch_dev = 0;
-  }
-  if (plan.n_pack) {
-    /* Pageable sources: the CPU reads them now, so it waits for the producer first. */
-    if (o.producer_event) FERRY_TRY_CU(("waiting for producer_event before packing"), cuEventSynchronize,
-                                       (CUevent)o.producer_event);
-    ferry__gather_item *items = malloc(plan.n_pack_items * sizeof *items + plan.n_pack_layouts *
-                                       sizeof(ferry__gather_layout) + 1);
-    if (!items) {
-      st = FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating the pack list (%zu items)", plan.n_pack_items);
-      goto cleanup;
+  if (!h2d) {
+    /* Large tensors need no kernel: their DMAs go first, on the second stream, beside the gather. */
+    FERRY_TRY(submit_dma(sc.entries, count, slab_base, dma_stream, o.flags, &sc, false));
+    if (plan.n_items) {
+      FERRY_TRY(ferry__devmem_alloc(device, (size_t)plan.gather_bytes + work, stream, &scratch_dev));
+      FERRY_TRY(d2h_gather(&pin, sc.entries, &plan, slab_base, slab_base + plan.total,
+                           scratch_dev + plan.gather_bytes, scratch_dev, device, stream, dma_stream));
     }
-    ferry__gather_layout *layouts = (ferry__gather_layout *)(items + plan.n_pack_items);
-    size_t ni, nl;
-    uint64_t dst = (uint64_t)(uintptr_t)staging->data - plan.gather_bytes;
-    st = ferry__plan_gather_items(&pin, sc.entries, FERRY__PACK, dst, items, layouts, &ni, &nl);
-    for (size_t k = 0; st == FERRY_OK && k < ni; k++) ferry__gather_item_run_host(&items[k], layouts);
-    free(items);
-    if (st != FERRY_OK) goto cleanup;
-    FERRY_TRY_CU(("copying %zu packed bytes to the device", pack_bytes), cuMemcpyHtoDAsync,
-                 (CUdeviceptr)(uintptr_t)(slab_base + plan.gather_bytes), staging->data, pack_bytes, stream);
+    /* Everything is ordered back onto the copy stream: the fence and the scratch's release follow it all. */
+    FERRY_TRY(join_streams(device, dma_stream, stream));
+    if (scratch_dev) {
+      FERRY_TRY_CU(("releasing the gather scratch"), cuMemFreeAsync, scratch_dev, stream);
+      scratch_dev = 0;
+    }
+  } else {
+    if (plan.n_items) {
+      /* Pinned sources the device can read: the kernel gathers them over PCIe straight into the device slab. */
+      FERRY_TRY(ferry__devmem_alloc(device, work, stream, &scratch_dev));
+      char *list_host = (char *)staging->data + pack_bytes;
+      ferry__gather_item *items = (ferry__gather_item *)list_host;
+      ferry__gather_layout *layouts = (ferry__gather_layout *)(list_host + plan.n_items * sizeof(ferry__gather_item));
+      size_t ni, nl;
+      FERRY_TRY(ferry__plan_gather_items(&pin, sc.entries, FERRY__GATHER, (uint64_t)(uintptr_t)slab_base, items,
+                                         layouts, &ni, &nl));
+      FERRY_TRY(upload_and_gather(device, stream, list_host, scratch_dev, ni, nl));
+      /* Stream-ordered: freed after the kernel. On failure the cleanup path tries once more. */
+      FERRY_TRY_CU(("releasing the gather work list"), cuMemFreeAsync, scratch_dev, stream);
+      scratch_dev = 0;
+    }
+    if (plan.n_pack) FERRY_TRY(pack_and_copy(&pin, sc.entries, &plan, &o, staging->data, slab_base, stream));
+    FERRY_TRY(submit_dma(sc.entries, count, slab_base, stream, o.flags, &sc, true));
   }
-  FERRY_TRY(submit_dma(sc.entries, count, slab_base, stream, o.flags, &sc, h2d));
   FERRY_TRY(ferry__fence_record(device, stream, &t->fence));
 
   /* The copies run; build the outputs meanwhile. */
@@ -384,11 +492,14 @@ static ferry_status submit(const ferry_tensor *in, size_t count, const ferry_tra
   return FERRY_OK;
 
 cleanup:
-  if (scratch_dev) (void)FERRY_CU(cuMemFreeAsync, scratch_dev, stream);
   if (queued) {
-    /* Copies may run into or out of what we hold: let the pools see them finish before reuse. */
+    /* Copies may run into or out of what we hold: let the pools see them finish before reuse. The second
+     * stream is joined first, so the scratch is freed (stream-ordered) only after the DMAs that read it. */
     ferry__fence *f = NULL;
     ferry_error saved = *ferry_last_error();
+    if (dma_stream && join_streams(device, dma_stream, stream) != FERRY_OK)
+      (void)FERRY_CU(cuStreamSynchronize, dma_stream);
+    if (scratch_dev) (void)FERRY_CU(cuMemFreeAsync, scratch_dev, stream);
     if (ferry__fence_record(device, stream, &f) != FERRY_OK) {
       (void)FERRY_CU(cuStreamSynchronize, stream);
       f = NULL;

@@ -88,6 +88,39 @@ TEST(fake_d2h_is_exact_and_returns_slab) {
   ASSERT_EQ(fake_live_devmem, 0); /* gather staging freed */
 }
 
+/* The D2H gather in several chunks (forced small): a strided tensor cut across chunk boundaries must come out
+ * exact, its layout repeated in each chunk's work list. */
+TEST(fake_d2h_pipeline_chunks_are_exact) {
+  fake_driver_use();
+  ASSERT_OK(ferry_init());
+  enum { SMALL = 50, ROWS = 300, COLS = 700 };
+  static uint16_t big[ROWS * COLS];
+  static unsigned char small[SMALL][777];
+  static int64_t big_shape[2] = {COLS, ROWS}, big_strides[2] = {1, COLS}, small_shape[SMALL];
+  ferry_tensor t[SMALL + 1];
+  for (int k = 0; k < ROWS * COLS; k++) big[k] = (uint16_t)(k * 2654435761u >> 7);
+  /* A transposed view: 700 x 300 uint16 (420 KB), gathered element by element in several 64 KiB items. */
+  t[0] = (ferry_tensor){big, {FERRY_DEVICE_CUDA, 0}, 2, {FERRY_DTYPE_UINT, 16, 1}, big_shape, big_strides, 0};
+  for (int i = 0; i < SMALL; i++) {
+    small_shape[i] = 300 + i * 9;
+    for (int k = 0; k < 777; k++) small[i][k] = (unsigned char)(i + k * 3);
+    t[i + 1] = (ferry_tensor){small[i], {FERRY_DEVICE_CUDA, 0}, 1, {FERRY_DTYPE_UINT, 8, 1}, &small_shape[i], NULL, 0};
+  }
+  ferry__pipeline_chunk_min = 100 << 10; /* about five chunks */
+  ferry_transfer_options o = options(FERRY_TRANSFER_BLOCKING);
+  o.gather_max_bytes = 0; /* default: everything here is gathered */
+  ferry_transfer *tr = NULL;
+  ASSERT_OK(ferry_transfer_d2h(t, SMALL + 1, &o, &tr));
+  const ferry_tensor *out = ferry_transfer_outputs(tr);
+  const uint16_t *g = out[0].data;
+  for (int c = 0; c < COLS; c++)
+    for (int r = 0; r < ROWS; r++)
+      if (g[c * ROWS + r] != big[r * COLS + c]) FAIL_AT("transposed element (%d, %d) differs", c, r);
+  for (int i = 0; i < SMALL; i++) ASSERT(memcmp(out[i + 1].data, small[i], (size_t)small_shape[i]) == 0);
+  ferry_transfer_release(tr);
+  ASSERT_EQ(fake_live_devmem, 0);
+}
+
 TEST(fake_h2d_is_exact_over_every_route) {
   fake_driver_use();
   ASSERT_OK(ferry_init());
@@ -122,6 +155,7 @@ static int fault_case(int h2d, const char *call, int nth) {
   ferry_tensor t[N];
   make_batch(t, h2d, pinned);
   ferry_transfer_options o = options(FERRY_TRANSFER_BLOCKING);
+  ferry__pipeline_chunk_min = 4096; /* several gather chunks, so every per-chunk call is faulted too */
   ferry_pool_stats before;
   ferry_pool_stats_get(&before);
   ferry__fault_arm(call, nth, CUDA_ERROR_LAUNCH_FAILED);
@@ -166,7 +200,7 @@ static int fault_case(int h2d, const char *call, int nth) {
 
 static void fault_every_use_of(int h2d, const char *const *calls, size_t ncalls) {
   for (size_t c = 0; c < ncalls; c++) {
-    for (int nth = 1; nth <= 16; nth++) {
+    for (int nth = 1; nth <= 48; nth++) {
       fflush(NULL);
       pid_t pid = fork();
       if (pid == 0) _exit(fault_case(h2d, calls[c], nth));

@@ -23,6 +23,7 @@
   X(no_driver_pool_calls_fail_cleanly)      \
   X(options_struct_size_checked)            \
   X(fake_d2h_is_exact_and_returns_slab)     \
+  X(fake_d2h_pipeline_chunks_are_exact)     \
   X(fake_h2d_is_exact_over_every_route)     \
   X(fault_at_every_d2h_call_is_clean)       \
   X(fault_at_every_h2d_call_is_clean)       \
