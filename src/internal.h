@@ -168,6 +168,7 @@ typedef enum ferry__route {
 typedef struct ferry__plan_entry {
   uint8_t route;
   uint8_t src_pinned;   /* H2D: source is pinned host memory the device can read */
+  uint8_t compact;      /* compact row-major (computed once; the layout and item passes reuse it) */
   uint64_t nbytes;      /* packed bytes */
   uint64_t offset;      /* offset of the packed output in the slab */
   const char *src;      /* data + byte_offset */

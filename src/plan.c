@@ -105,14 +105,18 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e,
   memset(&p, 0, sizeof p);
   uint64_t gmax = in->gather_max_bytes ? in->gather_max_bytes : ((uint64_t)1 << 20);
   size_t small = 0;
-  /* First pass: sizes, validation, and how many small tensors could share the kernel. */
+  /* Pass 1: sizes, validation, layout kind, and how many small tensors could share the kernel. Everything later
+   * passes need is kept in the entry, so each tensor descriptor is read once. */
   for (size_t i = 0; i < in->count; i++) {
     const ferry_tensor *t = &in->tensors[i];
-    memset(&e[i], 0, sizeof e[i]);
-    if (!in->is_ours[i]) {
-      e[i].route = FERRY__PASS;
-      continue;
-    }
+    ferry__plan_entry *x = &e[i];
+    x->route = FERRY__PASS;
+    x->src_pinned = 0;
+    x->compact = 1;
+    x->nbytes = 0;
+    x->offset = 0;
+    x->src = NULL;
+    if (!in->is_ours[i]) continue;
     uint64_t nb;
     ferry_status st = ferry_tensor_nbytes(t, &nb);
     if (st != FERRY_OK) {
@@ -120,74 +124,81 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e,
       memcpy(msg, ferry_last_error()->message, sizeof msg);
       return FERRY_ERR(st, "tensor %zu: %s", i, msg);
     }
-    e[i].nbytes = nb;
+    x->nbytes = nb;
     if (nb == 0) {
-      e[i].route = FERRY__EMPTY;
+      x->route = FERRY__EMPTY;
       continue;
     }
     if (!t->data && t->byte_offset == 0) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "tensor %zu: data is NULL but "
                                                           "the tensor holds %llu bytes", i, (unsigned long long)nb);
-    e[i].route = FERRY__DMA; /* provisional: the second pass decides */
-    e[i].src = (const char *)t->data + t->byte_offset;
-    e[i].src_pinned = in->pinned ? in->pinned[i] : 1;
-    if (ferry__tensor_is_compact(t) && nb <= gmax) small++;
+    x->route = FERRY__DMA; /* provisional: pass 2 decides */
+    x->src = (const char *)t->data + t->byte_offset;
+    x->src_pinned = in->pinned ? in->pinned[i] : 1;
+    x->compact = ferry__tensor_is_compact(t);
+    if (x->compact && nb <= gmax) small++;
   }
+  /* Pass 2: routes, and the aligned size of each route's region. */
+  uint64_t region[3] = {0, 0, 0}; /* gather, pack, DMA */
   for (size_t i = 0; i < in->count; i++) {
-    if (e[i].route == FERRY__PASS || e[i].route == FERRY__EMPTY) continue;
-    bool compact = ferry__tensor_is_compact(&in->tensors[i]);
-    bool batchable = compact && e[i].nbytes <= gmax && small >= 2;
-    if (compact && !batchable) {
-      e[i].route = FERRY__DMA;
-    } else if (in->h2d && !e[i].src_pinned) {
-      e[i].route = FERRY__PACK; /* the device cannot read pageable memory: the CPU packs it */
-      if (!compact) p.n_pack_layouts++;
-      p.n_pack_items += ferry__gather_items_for(e[i].nbytes);
+    ferry__plan_entry *x = &e[i];
+    if (x->route == FERRY__PASS) continue;
+    if (x->route == FERRY__EMPTY) {
+      p.n_copied++;
+      continue;
+    }
+    bool batchable = x->compact && x->nbytes <= gmax && small >= 2;
+    if (x->compact && !batchable) {
+      x->route = FERRY__DMA;
+    } else if (in->h2d && !x->src_pinned) {
+      x->route = FERRY__PACK; /* the device cannot read pageable memory: the CPU packs it */
+      if (!x->compact) p.n_pack_layouts++;
+      p.n_pack_items += ferry__gather_items_for(x->nbytes);
     } else if (!in->gather_ok) {
-      if (!compact)
+      if (!x->compact)
         return FERRY_ERR(FERRY_UNSUPPORTED, "tensor %zu is strided and the gather kernel is %s", i,
                          ferry__gather_available() ? "disabled (FERRY_TRANSFER_NO_GATHER)" : "not in this build");
-      e[i].route = FERRY__DMA;
+      x->route = FERRY__DMA;
     } else {
-      e[i].route = FERRY__GATHER;
-      if (!compact) {
-        ferry__gather_layout L;
+      x->route = FERRY__GATHER;
+      if (!x->compact) {
+        ferry__gather_layout L; /* fails early on a layout the kernel cannot walk */
         ferry_status st = ferry__gather_layout_of(&in->tensors[i], &L);
         if (st != FERRY_OK) return st;
         p.n_layouts++;
       }
-      p.n_items += ferry__gather_items_for(e[i].nbytes);
+      p.n_items += ferry__gather_items_for(x->nbytes);
     }
+    int r = x->route == FERRY__GATHER ? 0 : x->route == FERRY__PACK ? 1 : 2;
+    region[r] = align_up(region[r] + x->nbytes);
+    p.n_copied++;
+    if (r == 0) p.n_gather++;
+    else if (r == 1) p.n_pack++;
+    else p.n_dma++;
   }
-  /* Lay out the slab by route so each region is one contiguous range. */
-  uint64_t off = 0;
-  static const uint8_t order[3] = {FERRY__GATHER, FERRY__PACK, FERRY__DMA};
-  for (int k = 0; k < 3; k++) {
-    for (size_t i = 0; i < in->count; i++) {
-      if (e[i].route != order[k]) continue;
-      e[i].offset = off;
-      off = align_up(off + e[i].nbytes);
-      p.n_copied++;
-      if (order[k] == FERRY__GATHER) p.n_gather++;
-      else if (order[k] == FERRY__PACK) p.n_pack++;
-      else p.n_dma++;
-    }
-    if (order[k] == FERRY__GATHER) p.gather_bytes = off;
-    if (order[k] == FERRY__PACK) p.pack_end = off;
+  /* Pass 3: offsets. The slab is [gathered][packed][DMA], so each region is one contiguous range (one DMA for
+   * the gathered outputs, one for the packed ones); within a region, outputs keep the inputs' order. */
+  uint64_t cursor[3] = {0, region[0], region[0] + region[1]};
+  for (size_t i = 0; i < in->count; i++) {
+    ferry__plan_entry *x = &e[i];
+    int r = x->route == FERRY__GATHER ? 0 : x->route == FERRY__PACK ? 1 : x->route == FERRY__DMA ? 2 : -1;
+    if (r < 0) continue;
+    x->offset = cursor[r];
+    cursor[r] = align_up(cursor[r] + x->nbytes);
   }
-  for (size_t i = 0; i < in->count; i++)
-    if (e[i].route == FERRY__EMPTY) p.n_copied++;
-  p.total = off;
+  p.gather_bytes = region[0];
+  p.pack_end = region[0] + region[1];
+  p.total = region[0] + region[1] + region[2];
   *out = p;
   return FERRY_OK;
 }
 
 /* For a gathered entry: its layout index (or FERRY_GATHER_CONTIGUOUS) and element width, appending the layout
  * of a strided tensor to `layouts` at *nl. */
-static ferry_status entry_layout(const ferry_tensor *t, ferry__gather_layout *layouts, size_t *nl, uint32_t *layout,
-                                 uint64_t *eb) {
+static ferry_status entry_layout(const ferry_tensor *t, const ferry__plan_entry *e, ferry__gather_layout *layouts,
+                                 size_t *nl, uint32_t *layout, uint64_t *eb) {
   *layout = FERRY_GATHER_CONTIGUOUS;
   *eb = 1;
-  if (ferry__tensor_is_compact(t)) return FERRY_OK;
+  if (e->compact) return FERRY_OK;
   ferry_status st = ferry__gather_layout_of(t, &layouts[*nl]);
   if (st != FERRY_OK) return st;
   *eb = (uint64_t)(layouts[*nl].elem_bytes & 0xff);
@@ -230,7 +241,7 @@ ferry_status ferry__plan_gather_items_chunk(const ferry__plan_input *in, const f
     if (e[i].route != FERRY__GATHER) continue;
     uint32_t layout;
     uint64_t eb;
-    ferry_status st = entry_layout(&in->tensors[i], layouts, &nl, &layout, &eb);
+    ferry_status st = entry_layout(&in->tensors[i], &e[i], layouts, &nl, &layout, &eb);
     if (st != FERRY_OK) return st;
     uint64_t before = cur->done;
     cur->done += entry_items(&e[i], layout, eb, cur->done, chunk_bytes - covered, dst_base, items, &ni);
@@ -252,7 +263,7 @@ ferry_status ferry__plan_gather_items(const ferry__plan_input *in, const ferry__
     if (e[i].route != route) continue;
     uint32_t layout;
     uint64_t eb;
-    ferry_status st = entry_layout(&in->tensors[i], layouts, &nl, &layout, &eb);
+    ferry_status st = entry_layout(&in->tensors[i], &e[i], layouts, &nl, &layout, &eb);
     if (st != FERRY_OK) return st;
     (void)entry_items(&e[i], layout, eb, 0, UINT64_MAX, dst_base, items, &ni);
   }

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# h200_suite.sh — builds ferry on a GPU machine and runs the chosen parts of its GPU evidence: tests, sanitizers,
+# benchmarks. Every part logs to $RESULTS/<part>.log (CSV files beside it) and a failing part does not stop the
+# others; the exit status is non-zero when any part failed. Made for the lent H200, where one command should do
+# a whole run: `tools/h200_suite.sh all`, or name parts.
+#
+# usage: tools/h200_suite.sh [--results DIR] PART...
+#   parts: build tests memcheck racecheck synccheck overlap overlap1ms bandwidth python pybench ops opsmemcheck
+#          latency stress all
+# Environment: RESULTS (default ./h200-results), JOBS (default nproc), PYTHON (default python3).
+set -u
+here=$(cd "$(dirname "$0")/.." && pwd)
+RESULTS=${RESULTS:-$here/h200-results}
+if [ "${1:-}" = "--results" ]; then RESULTS=$2; shift 2; fi
+if [ $# -eq 0 ] || [ "$1" = "--help" ]; then sed -n '2,12p' "$0"; exit 0; fi
+JOBS=${JOBS:-$(nproc)}
+PYTHON=${PYTHON:-python3}
+mkdir -p "$RESULTS"
+build=$here/build-h200
+failed=()
+
+part() { # part NAME COMMAND...: runs the command with its output in $RESULTS/NAME.log, records a failure
+  local name=$1; shift
+  local t0=$(date +%s%N)
+  echo "== $name: $*" | tee -a "$RESULTS/suite.log"
+  ( cd "$here" && eval "$@" ) > "$RESULTS/$name.log" 2>&1
+  local rc=$?
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  echo "   $name: rc=$rc, ${ms} ms" | tee -a "$RESULTS/suite.log"
+  tail -n "${TAILN:-6}" "$RESULTS/$name.log" | sed 's/^/   | /' | tee -a "$RESULTS/suite.log"
+  [ $rc -eq 0 ] || failed+=("$name")
+}
+
+parts=("$@")
+[ "${parts[0]}" = all ] && parts=(build tests memcheck racecheck synccheck overlap overlap1ms bandwidth python pybench
+                                  ops opsmemcheck latency stress)
+for p in "${parts[@]}"; do
+  case $p in
+  build) part build "cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=\$(command -v $PYTHON) \
+           && cmake --build $build -j$JOBS && ctest --test-dir $build --output-on-failure" ;;
+  tests) part tests "$build/ferry info && $build/ferry_test_gpu" ;;
+  memcheck) part memcheck "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 \
+           $build/ferry_test_gpu round_trips mixed_dtypes_and_pass_through producer_event_is_waited_for \
+           producer_stream_is_waited_for pool_never_reuses_under_a_running_copy" ;;
+  racecheck) part racecheck "compute-sanitizer --tool racecheck --error-exitcode 1 $build/ferry_test_gpu round_trips" ;;
+  synccheck) part synccheck "compute-sanitizer --tool synccheck --error-exitcode 1 $build/ferry_test_gpu round_trips" ;;
+  overlap) part overlap "$build/ferry bench overlap --num-tensors 1 32 256 --output $RESULTS/overlap.csv \
+           --samples-output $RESULTS/overlap_samples.csv" ;;
+  overlap1ms) part overlap1ms "$build/ferry bench overlap --compute-ms 1 --num-tensors 1 32 256 \
+           --output $RESULTS/overlap_1ms.csv" ;;
+  bandwidth) TAILN=40 part bandwidth "$build/ferry bench bandwidth --output $RESULTS/bandwidth.csv" ;;
+  python) part python "PYTHONPATH=$build/python:\${PYTHONPATH:-} $PYTHON -m pytest -q tests/python" ;;
+  pybench) part pybench "PYTHONPATH=$build/python:\${PYTHONPATH:-} $PYTHON -m ferry.bench.overlap \
+           --num-tensors 1 32 256 --output $RESULTS/py_overlap.csv" ;;
+  ops) part ops "$build/ferry_test_ops_gpu" ;;
+  opsmemcheck) part opsmemcheck "compute-sanitizer --tool memcheck --error-exitcode 1 $build/ferry_test_ops_gpu" ;;
+  latency) TAILN=30 part latency "$build/ferry bench latency --output $RESULTS/latency.csv" ;;
+  stress) part stress "$build/ferry_stress" ;;
+  *) echo "unknown part '$p' (see --help)"; exit 2 ;;
+  esac
+done
+echo "failed parts: ${failed[*]:-none}" | tee -a "$RESULTS/suite.log"
+[ ${#failed[@]} -eq 0 ]
