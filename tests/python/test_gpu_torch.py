@@ -1,0 +1,287 @@
+"""GPU tests with torch (run on the H200; skipped without torch or CUDA).
+
+Byte-exact D2H and H2D for many dtypes and layouts, pinned outputs, pass-through identity, slab lifetime, producer
+ordering (with controls that must read stale data, so the ordering tests can fail), streams and events, the async
+handle, and a foreground thread launching compute while a background thread transfers.
+"""
+
+import gc
+import threading
+import time
+
+import ferry
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available() or ferry.device_count() == 0:
+    pytest.skip("needs a CUDA device and torch with CUDA", allow_module_level=True)
+
+DEV = torch.device("cuda", 0)
+SLEEP_CYCLES = 200_000_000  # ~0.1 s of torch.cuda._sleep on an H200: far longer than any copy here
+
+DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+          torch.float32, torch.float64, torch.complex64, torch.bool]
+
+
+def random_tensor(shape, dtype, seed=0, device=DEV):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    n = 1
+    for s in shape:
+        n *= s
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    raw = torch.randint(0, 256, (n * itemsize,), dtype=torch.uint8, generator=g)
+    if dtype is torch.bool:
+        raw = raw % 2
+    return raw.view(dtype).reshape(shape).to(device)
+
+
+def same_bytes(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
+        a.contiguous().view(torch.uint8).cpu() if a.numel() else a.cpu(),
+        b.contiguous().view(torch.uint8).cpu() if b.numel() else b.cpu())
+
+
+def in_use():
+    gc.collect()
+    return ferry.pool.stats()["bytes_in_use"]
+
+
+def test_torch_exposes_the_dlpack_exchange_api():
+    capsule = type(torch.empty(1)).__dlpack_c_exchange_api__
+    assert "dlpack_exchange_api" in repr(capsule)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_d2h_is_byte_exact_and_pinned(dtype):
+    tensors = [random_tensor(s, dtype, i) for i, s in enumerate([(1,), (7, 3), (2, 3, 5), (1 << 20,)])]
+    out = ferry.transfer_tensor_d2h(tensors, device="cuda:0")
+    for got, want in zip(out, tensors):
+        assert type(got) is torch.Tensor and got.device.type == "cpu"
+        assert got.is_pinned()
+        assert same_bytes(got, want)
+
+
+def test_d2h_strided_zero_size_and_zero_dim():
+    base = random_tensor((64, 48), torch.float32, 1)
+    inputs = [base.t(), base[::3, 1::2], base[:, 7], base.t()[5:9], torch.empty(0, 4, device=DEV),
+              torch.tensor(3.25, device=DEV), torch.empty(3, 0, device=DEV, dtype=torch.int64)]
+    out = ferry.transfer_tensor_d2h(inputs)
+    for got, want in zip(out, inputs):
+        assert got.is_contiguous() and got.shape == want.shape and got.dtype == want.dtype
+        assert torch.equal(got, want.cpu())
+
+
+def test_d2h_many_small_tensors_exact():
+    tensors = [random_tensor((i % 61 + 1,), torch.uint8, i) for i in range(4096)]
+    out = ferry.transfer_tensor_d2h(tensors)
+    assert all(torch.equal(g, w.cpu()) for g, w in zip(out, tensors))
+
+
+def test_host_and_other_values_pass_through_as_the_same_objects():
+    host = torch.arange(5)
+    batch = {"gpu": random_tensor((8,), torch.float32), "host": host, "n": 3, "s": "x", "none": None,
+             "meta": {"k": [host]}}
+    out = ferry.transfer_tensor_d2h(batch)
+    assert out["host"] is host and out["meta"] is batch["meta"] and out["s"] is batch["s"]
+    assert out["gpu"].device.type == "cpu"
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_tensors_on_another_device_pass_through():
+    other = torch.ones(3, device="cuda:1")
+    out = ferry.transfer_tensor_d2h([other, torch.ones(2, device=DEV)], device=0)
+    assert out[0] is other and out[1].device.type == "cpu"
+
+
+def test_requires_grad_and_parameters_are_copied_detached():
+    p = torch.nn.Parameter(torch.randn(4, 4, device=DEV))
+    out = ferry.transfer_tensor_d2h([p, p * 2])
+    assert not out[0].requires_grad and torch.equal(out[0], p.detach().cpu())
+    assert torch.equal(out[1], (p * 2).detach().cpu())
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_h2d_is_byte_exact(pinned):
+    host = [random_tensor(s, d, i, device="cpu") for i, (s, d) in
+            enumerate([((5, 7), torch.float32), ((1 << 20,), torch.uint8), ((3,), torch.bfloat16),
+                       ((0, 2), torch.int32), ((4, 6), torch.float64)])]
+    if pinned:
+        host = [h.pin_memory() for h in host]
+    strided = host[0].t()
+    out = ferry.transfer_tensor_h2d(host + [strided], device=DEV)
+    for got, want in zip(out, host + [strided]):
+        assert got.device == DEV and got.shape == want.shape and got.dtype == want.dtype
+        assert torch.equal(got.cpu(), want)
+
+
+def test_h2d_passes_device_tensors_through():
+    g = torch.ones(2, device=DEV)
+    out = ferry.transfer_tensor_h2d([g, torch.zeros(3)])
+    assert out[0] is g and out[1].device == DEV
+
+
+def test_round_trip_d2h_then_h2d():
+    x = {"a": random_tensor((123, 45), torch.float16, 3), "b": [random_tensor((9,), torch.int64, 4)]}
+    back = ferry.transfer_tensor_h2d(ferry.transfer_tensor_d2h(x))
+    assert torch.equal(back["a"], x["a"]) and torch.equal(back["b"][0], x["b"][0])
+
+
+# ---- slab lifetime -----------------------------------------------------------------------------------------------
+
+
+def test_slab_returns_to_the_pool_with_the_last_output_and_is_reused():
+    assert in_use() == 0
+    a, b = ferry.transfer_tensor_d2h([random_tensor((1 << 20,), torch.uint8), random_tensor((100,), torch.float32)])
+    held = in_use()
+    assert held > 0
+    del a
+    assert in_use() == held
+    where = b.data_ptr()
+    del b
+    assert in_use() == 0
+    hits = ferry.pool.stats()["hits"]
+    c, _ = ferry.transfer_tensor_d2h([random_tensor((1 << 20,), torch.uint8), random_tensor((100,), torch.float32)])
+    assert ferry.pool.stats()["hits"] == hits + 1
+    assert abs(c.data_ptr() - where) < held  # the same slab again
+
+
+def test_kept_outputs_are_never_overwritten():
+    kept = [ferry.transfer_tensor_d2h(torch.full((1 << 16,), i, dtype=torch.int32, device=DEV)) for i in range(16)]
+    assert len({k.data_ptr() for k in kept}) == 16
+    for i, k in enumerate(kept):
+        assert torch.equal(k, torch.full((1 << 16,), i, dtype=torch.int32))
+
+
+# ---- ordering ------------------------------------------------------------------------------------------------------
+
+
+def slow_fill(x, value, stream=None):
+    """Writes `value` into x on `stream` (current if None) after ~0.1 s of GPU sleep."""
+    with torch.cuda.stream(stream or torch.cuda.current_stream()):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        x.fill_(value)
+
+
+def test_copies_wait_for_the_current_stream():
+    x = torch.zeros(1 << 20, dtype=torch.int32, device=DEV)
+    torch.cuda.synchronize()
+    slow_fill(x, 7)
+    out = ferry.transfer_tensor_d2h(x)
+    assert bool((out == 7).all())
+
+
+def test_copies_wait_for_producer_event_and_a_stale_event_reads_stale_data():
+    x = torch.zeros(1 << 20, dtype=torch.int32, device=DEV)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    before = torch.cuda.Event()
+    before.record(side)  # control: readiness marked before the write
+    slow_fill(x, 3, side)
+    stale = ferry.transfer_tensor_d2h(x, producer_event=before)
+    assert bool((stale == 0).all()), "control: the copy did not run ahead of the producer"
+    after = torch.cuda.Event()
+    after.record(side)
+    out = ferry.transfer_tensor_d2h(x, producer_event=after)
+    assert bool((out == 3).all())
+    torch.cuda.synchronize()
+
+
+def test_current_stream_of_the_calling_thread_is_what_orders():
+    """Work on a non-current stream is not waited for (SPDL's contract): pass producer_event for it."""
+    x = torch.zeros(1 << 20, dtype=torch.int32, device=DEV)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    slow_fill(x, 5, side)
+    stale = ferry.transfer_tensor_d2h(x)
+    assert bool((stale == 0).all()), "control: a non-current stream was waited for"
+    torch.cuda.current_stream().wait_stream(side)
+    assert bool((ferry.transfer_tensor_d2h(x) == 5).all())
+
+
+def test_explicit_streams():
+    x = random_tensor((1000,), torch.float32, 8)
+    for stream in (torch.cuda.Stream(), torch.cuda.current_stream(), torch.cuda.default_stream(),
+                   torch.cuda.Stream().cuda_stream):
+        assert torch.equal(ferry.transfer_tensor_d2h(x, device=DEV, stream=stream), x.cpu())
+    with pytest.raises(ValueError, match="without device"):
+        ferry.transfer_tensor_d2h(x, stream=torch.cuda.Stream())
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_stream_on_another_device_raises_value_error():
+    with pytest.raises(ValueError, match="cuda:1"):
+        ferry.transfer_tensor_d2h(torch.ones(2, device=DEV), device=0, stream=torch.cuda.Stream(device=1))
+
+
+def test_unavailable_device_raises_runtime_error():
+    n = torch.cuda.device_count()
+    with pytest.raises(RuntimeError, match=f"cuda:{n}"):
+        ferry.transfer_tensor_d2h(torch.ones(2, device=DEV), device=n)
+
+
+def test_cuda_without_index_means_torchs_current_device():
+    x = random_tensor((10,), torch.int16, 9)
+    assert torch.equal(ferry.transfer_tensor_d2h(x, device="cuda"), x.cpu())
+    assert torch.equal(ferry.transfer_tensor_d2h(x, device=torch.device("cuda")), x.cpu())
+
+
+# ---- async handle and threads --------------------------------------------------------------------------------------
+
+
+def test_async_handle_is_not_done_while_the_producer_runs():
+    x = torch.zeros(1 << 20, dtype=torch.int32, device=DEV)
+    torch.cuda.synchronize()
+    slow_fill(x, 9)
+    handle = ferry.transfer_tensor_d2h_async({"x": x})
+    assert not handle.done()
+    out = handle.wait()
+    assert handle.done() and handle.wait() is out
+    assert bool((out["x"] == 9).all())
+
+
+def test_foreground_compute_proceeds_during_a_background_transfer():
+    """The background thread spends its time in ferry with the GIL released; the foreground keeps launching."""
+    batch = [random_tensor((64 << 20,), torch.uint8, i) for i in range(4)]  # 256 MiB: ~5 ms per transfer
+    a = torch.randn(256, 256, device=DEV)
+    window = {}
+
+    def background():
+        window["start"] = time.perf_counter()
+        for _ in range(20):
+            ferry.transfer_tensor_d2h(batch)
+        window["end"] = time.perf_counter()
+
+    ferry.transfer_tensor_d2h(batch)  # warm: pool pinned
+    stamps = []
+    worker = threading.Thread(target=background)
+    worker.start()
+    while worker.is_alive():
+        torch.mm(a, a)
+        stamps.append(time.perf_counter())
+    worker.join()
+    inside = [s for s in stamps if window["start"] <= s <= window["end"]]
+    duration = window["end"] - window["start"]
+    assert duration > 0.02
+    # Launching a 256^3 mm costs ~10 us; a thread starved by a held GIL would manage a handful in the window.
+    assert len(inside) > 200, f"only {len(inside)} foreground launches in {duration * 1e3:.1f} ms"
+    torch.cuda.synchronize()
+
+
+def test_transfers_from_many_threads_are_exact():
+    errors = []
+
+    def work(seed):
+        try:
+            for i in range(30):
+                t = random_tensor((seed + 1, i + 17), torch.float32, seed * 1000 + i)
+                out = ferry.transfer_tensor_d2h({"t": t}, producer_event=None)
+                assert same_bytes(out["t"], t)
+        except Exception as e:  # collected and reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
