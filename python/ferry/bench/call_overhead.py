@@ -1,0 +1,221 @@
+"""End-to-end D2H from Python, and the call overhead of a small transfer: ferry against the raw copy and PyTorch.
+
+Two experiments, in one run on one device:
+
+1. ``e2e``: a payload (default 64 MiB of uint8) split into N tensors (default 1, 256, 4096), copied to the host and
+   returned as torch CPU tensors. Methods:
+     - ``raw copy``: one ``copy_`` of a single contiguous tensor of the whole payload into a preallocated pinned
+       buffer on a side stream, then synchronize: the physical limit, the reference for the ratios;
+     - ``ferry``: ``ferry.transfer_tensor_d2h(tensors)``, outputs built and returned;
+     - ``ferry submit`` / ``ferry wait``: the same through ``transfer_tensor_d2h_async``, split into the call
+       (walk, submit, torch outputs built while the copies run) and ``wait()``;
+     - ``torch to(cpu)``: the seed's reference, ``[t.to("cpu", non_blocking=True) ...]`` on a dedicated stream
+       that waits for the current stream, then synchronize.
+2. ``small``: one small tensor (default 1 KiB) per call: ferry against torch ``to(cpu)`` on a dedicated stream.
+
+Every timing is wall time around the whole call (outputs included) after ``torch.cuda.synchronize()``; medians of
+``--repeats`` (p10 and p90 too). The CSV has one row per (experiment, tensor count, method); a compact table is
+printed last. Without CUDA it says so and exits 0.
+
+Usage::
+
+    python -m ferry.bench.call_overhead --output call_overhead.csv
+"""
+
+import argparse
+import csv
+import os
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+
+SCHEMA_VERSION = 1
+FIELDS = ["schema_version", "created_utc", "device_name", "torch_version", "ferry_version", "experiment",
+          "total_bytes", "num_tensors", "method", "repeats", "median_ms", "p10_ms", "p90_ms", "gb_per_s",
+          "ratio", "ratio_to"]
+TARGETS = {1: 1.05, 256: 1.2, 4096: 2.0}  # issue 3: ferry / raw copy, end to end
+SMALL_TARGET = 1.5                        # issue 3: ferry / torch for one small tensor
+
+
+def _positive_int(value):
+    parsed = int(value)
+    if parsed <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return parsed
+
+
+def _parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--output", default="call_overhead.csv", help="CSV output path (default: %(default)s).")
+    p.add_argument("--device", default="cuda:0", help="CUDA device (default: %(default)s).")
+    p.add_argument("--total-mib", type=_positive_int, default=64, help="Payload of the e2e experiment in MiB.")
+    p.add_argument("--num-tensors", type=_positive_int, nargs="+", default=[1, 256, 4096],
+                   help="Tensor counts of the e2e experiment (default: 1 256 4096).")
+    p.add_argument("--repeats", type=_positive_int, default=30, help="Timed repeats per case (median reported).")
+    p.add_argument("--warmup", type=int, default=5, help="Untimed repeats first (pool, caches, streams).")
+    p.add_argument("--small-bytes", type=_positive_int, default=1024, help="Size of the small tensor.")
+    p.add_argument("--small-calls", type=_positive_int, default=2000, help="Timed calls of the small experiment.")
+    return p.parse_args(argv)
+
+
+def _percentiles(samples_ms):
+    ordered = sorted(samples_ms)
+
+    def at(q):
+        return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+    return statistics.median(ordered), at(0.10), at(0.90)
+
+
+def _time(fn, repeats, warmup, sync):
+    """Wall times in ms of fn() (whose result is dropped at once), each after a full device synchronize."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter_ns()
+        out = fn()
+        end = time.perf_counter_ns()
+        del out
+        samples.append((end - start) / 1e6)
+    return samples
+
+
+def _split(total_bytes, n, device, torch):
+    size, rest = divmod(total_bytes, n)
+    return [torch.randint(0, 256, (size + (i < rest),), dtype=torch.uint8, device=device) for i in range(n)]
+
+
+def main(argv=None):
+    args = _parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("call_overhead: torch is not installed; this benchmark compares against PyTorch. Nothing to do.")
+        return 0
+    import ferry
+
+    if not torch.cuda.is_available() or ferry.device_count() == 0:
+        print("call_overhead: no CUDA device here; this benchmark needs a GPU. Nothing to do.")
+        return 0
+    device = torch.device(args.device)
+    if device.type != "cuda":
+        raise ValueError(f"Expected a CUDA device, but received {device}.")
+    torch.cuda.set_device(device)
+    sync = torch.cuda.synchronize
+    created = datetime.now(timezone.utc).isoformat()
+    meta = dict(schema_version=SCHEMA_VERSION, created_utc=created, device_name=torch.cuda.get_device_name(device),
+                torch_version=torch.__version__, ferry_version=ferry.__version__)
+    rows = []
+
+    def record(experiment, total, n, method, samples, ratio_to=None, reference_ms=None):
+        median, p10, p90 = _percentiles(samples)
+        row = dict(meta, experiment=experiment, total_bytes=total, num_tensors=n, method=method,
+                   repeats=len(samples), median_ms=round(median, 5), p10_ms=round(p10, 5), p90_ms=round(p90, 5),
+                   gb_per_s=round(total / (median * 1e6), 3) if median > 0 else 0.0,
+                   ratio=round(median / reference_ms, 4) if reference_ms else "", ratio_to=ratio_to or "")
+        rows.append(row)
+        print(f"  {experiment:<5} n={n:<5} {method:<14} median {median:8.3f} ms  p10 {p10:8.3f}  p90 {p90:8.3f}",
+              file=sys.stderr)
+        return median
+
+    side = torch.cuda.Stream(device)
+
+    def torch_to_cpu(tensors):
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            out = [t.to("cpu", non_blocking=True) for t in tensors]
+        side.synchronize()
+        return out
+
+    # ---- 1. end to end ----
+    total = args.total_mib << 20
+    whole = torch.randint(0, 256, (total,), dtype=torch.uint8, device=device)
+    pinned = torch.empty(total, dtype=torch.uint8, pin_memory=True)
+
+    def raw_copy():
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            pinned.copy_(whole, non_blocking=True)
+        side.synchronize()
+
+    print(f"D2H {args.total_mib} MiB from Python on {meta['device_name']}", file=sys.stderr)
+    raw_ms = record("e2e", total, 1, "raw copy", _time(raw_copy, args.repeats, args.warmup, sync))
+    for n in args.num_tensors:
+        tensors = _split(total, n, device, torch)
+        sync()
+        check = ferry.transfer_tensor_d2h(tensors)
+        if not all(torch.equal(a, b.cpu()) for a, b in zip(check, tensors)):
+            raise RuntimeError(f"ferry returned wrong bytes for {n} tensors")
+        del check
+        record("e2e", total, n, "ferry", _time(lambda: ferry.transfer_tensor_d2h(tensors), args.repeats,
+                                               args.warmup, sync), "raw copy", raw_ms)
+        submit, wait = [], []
+        for i in range(args.warmup + args.repeats):
+            sync()
+            t0 = time.perf_counter_ns()
+            handle = ferry.transfer_tensor_d2h_async(tensors)
+            t1 = time.perf_counter_ns()
+            out = handle.wait()
+            t2 = time.perf_counter_ns()
+            del out, handle
+            if i >= args.warmup:
+                submit.append((t1 - t0) / 1e6)
+                wait.append((t2 - t1) / 1e6)
+        record("e2e", total, n, "ferry submit", submit, "raw copy", raw_ms)
+        record("e2e", total, n, "ferry wait", wait, "raw copy", raw_ms)
+        record("e2e", total, n, "torch to(cpu)", _time(lambda: torch_to_cpu(tensors), args.repeats, args.warmup,
+                                                       sync), "raw copy", raw_ms)
+        del tensors
+    del whole, pinned
+
+    # ---- 2. one small tensor ----
+    small = torch.randint(0, 256, (args.small_bytes,), dtype=torch.uint8, device=device)
+    print(f"one {args.small_bytes}-byte tensor per call", file=sys.stderr)
+    repeats = args.small_calls
+    torch_ms = record("small", args.small_bytes, 1, "torch to(cpu)",
+                      _time(lambda: torch_to_cpu([small]), repeats, 100, sync))
+    record("small", args.small_bytes, 1, "ferry", _time(lambda: ferry.transfer_tensor_d2h([small]), repeats, 100,
+                                                         sync), "torch to(cpu)", torch_ms)
+    record("small", args.small_bytes, 1, "ferry bare", _time(lambda: ferry.transfer_tensor_d2h(small), repeats, 100,
+                                                              sync), "torch to(cpu)", torch_ms)
+
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    with open(args.output, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+    _print_table(rows, args)
+    print(f"\nCSV: {args.output}")
+    return 0
+
+
+def _print_table(rows, args):
+    def median(experiment, n, method):
+        for r in rows:
+            if r["experiment"] == experiment and r["num_tensors"] == n and r["method"] == method:
+                return r["median_ms"]
+        return float("nan")
+
+    raw = median("e2e", 1, "raw copy")
+    print(f"\nD2H {args.total_mib} MiB from Python, end to end, medians of {args.repeats} (raw copy {raw:.3f} ms)")
+    print(f"{'tensors':>7}  {'ferry':>9}  {'x raw':>6}  {'target':>6}  {'submit':>8}  {'wait':>8}  "
+          f"{'torch':>9}  {'x raw':>6}  {'torch/ferry':>11}")
+    for n in args.num_tensors:
+        f, t = median("e2e", n, "ferry"), median("e2e", n, "torch to(cpu)")
+        target = TARGETS.get(n)
+        verdict = "" if target is None else (f"<={target:.2f}" + (" ok" if f / raw <= target else " MISS"))
+        print(f"{n:>7}  {f:7.3f}ms  {f / raw:5.2f}x  {verdict:>6}  {median('e2e', n, 'ferry submit'):6.3f}ms  "
+              f"{median('e2e', n, 'ferry wait'):6.3f}ms  {t:7.3f}ms  {t / raw:5.2f}x  {t / f:10.2f}x")
+    t, f, b = (median("small", args.small_bytes, m) for m in ("torch to(cpu)", "ferry", "ferry bare"))
+    ok = "ok" if f / t <= SMALL_TARGET else "MISS"
+    print(f"\none {args.small_bytes}-byte tensor: torch to(cpu) {t * 1e3:.1f} us, ferry [t] {f * 1e3:.1f} us "
+          f"({f / t:.2f}x, target <={SMALL_TARGET} {ok}), ferry t {b * 1e3:.1f} us ({b / t:.2f}x)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
