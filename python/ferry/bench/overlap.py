@@ -1,0 +1,509 @@
+"""Overlap of D2H transfers with foreground CUDA compute: ferry against PyTorch ``to(cpu)``.
+
+A port of SPDL's ``benchmark_transfer_overlap.py`` (the seed), with the same command line, defaults, validation,
+randomized schedules and CSV schema, comparing ``ferry.transfer_tensor_d2h`` with the seed's reference method.
+
+The point of a background D2H transfer is that it hides under foreground GPU work. A persistent worker thread
+owns the transfers (ferry's cached copy stream, or a dedicated torch stream for the reference); the foreground
+thread owns a compute stream running ``torch.mm`` on square float32 matrices, calibrated to a target duration.
+Every timed block runs four cases in a shuffled order: compute only, transfer only, serialized (transfer, then
+compute) and concurrent (both released together from a CPU barrier; the CPU launch skew between the two threads
+is recorded). From each block's paired samples: speedup = serialized / concurrent, hidden time = serialized -
+concurrent, and overlap efficiency = hidden / min(compute, transfer). Medians are reported with percentile
+bootstrap 95% confidence intervals. Source tensors are created and validated (exact results) before timing;
+warmup blocks prime pinned pools and allocators.
+
+Usage::
+
+    python -m ferry.bench.overlap --output /tmp/overlap.csv --num-tensors 1 32 256
+    python -m ferry.bench.overlap --output /tmp/overlap.csv --compute-ms 1   # transfer longer than compute
+
+Without CUDA (or without torch) it says so and exits 0.
+"""
+
+import argparse
+import csv
+import os
+import random
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, fields
+from datetime import datetime, timezone
+
+import numpy as np
+
+_SCHEMA_VERSION = 1
+_METHOD_NATIVE = "PyTorch to(cpu)"
+_METHOD_FERRY = "ferry"
+_BARRIER_TIMEOUT_S = 30
+
+
+# ---- records (their field order is the CSV schema, identical to the seed's) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchmarkConfig:
+    total_mib: tuple
+    num_tensors: tuple
+    matrix_size: int
+    compute_target_ms: float
+    compute_iterations: "int | None"
+    num_warmup: int
+    num_runs: int
+    bootstrap_resamples: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class OverlapSample:
+    """The four schedules of one randomized block, for one method."""
+
+    trial: int
+    schedule_order: str
+    compute_only_ms: float
+    transfer_only_ms: float
+    serialized_ms: float
+    concurrent_ms: float
+    cpu_launch_skew_ms: float
+
+    @property
+    def speedup(self) -> float:
+        return self.serialized_ms / self.concurrent_ms
+
+    @property
+    def hidden_ms(self) -> float:
+        return self.serialized_ms - self.concurrent_ms
+
+    @property
+    def estimated_overlap_efficiency(self) -> float:
+        """Hidden time over what could have been hidden; timed separately, so noise can leave [0, 1]."""
+        potential = min(self.compute_only_ms, self.transfer_only_ms)
+        return self.hidden_ms / potential if potential > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class BenchmarkSummary:
+    schema_version: int
+    created_utc: str
+    device_name: str
+    device_capability: str
+    torch_version: str
+    cuda_version: str
+    seed: int
+    schedule_seed: int
+    bootstrap_seed: int
+    bootstrap_resamples: int
+    num_warmup: int
+    num_runs: int
+    total_bytes: int
+    num_tensors: int
+    dtype: str
+    matrix_size: int
+    compute_target_ms: float
+    compute_iterations: int
+    method: str
+    compute_median_ms: float
+    compute_p95_ms: float
+    transfer_median_ms: float
+    transfer_p95_ms: float
+    transfer_gb_per_s: float
+    serialized_median_ms: float
+    serialized_p95_ms: float
+    concurrent_median_ms: float
+    concurrent_p95_ms: float
+    speedup_median: float
+    speedup_ci_lower: float
+    speedup_ci_upper: float
+    hidden_median_ms: float
+    estimated_overlap_efficiency_median: float
+    estimated_overlap_efficiency_ci_lower: float
+    estimated_overlap_efficiency_ci_upper: float
+    cpu_launch_skew_p95_ms: float
+
+
+@dataclass(frozen=True)
+class RawSampleRecord:
+    schema_version: int
+    created_utc: str
+    seed: int
+    schedule_seed: int
+    total_bytes: int
+    num_tensors: int
+    method: str
+    trial: int
+    schedule_order: str
+    compute_only_ms: float
+    transfer_only_ms: float
+    serialized_ms: float
+    concurrent_ms: float
+    speedup: float
+    hidden_ms: float
+    estimated_overlap_efficiency: float
+    cpu_launch_skew_ms: float
+
+
+# ---- statistics ------------------------------------------------------------------------------------------------------
+
+
+def _percentile(values, q):
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
+
+
+def _bootstrap_median_ci(values, *, seed, num_resamples):
+    """Percentile-bootstrap 95% interval of the median."""
+    data = np.asarray(values, dtype=np.float64)
+    picks = np.random.default_rng(seed).integers(0, len(data), size=(num_resamples, len(data)))
+    medians = np.median(data[picks], axis=1)
+    return float(np.percentile(medians, 2.5)), float(np.percentile(medians, 97.5))
+
+
+def _ms(start_ns, end_ns):
+    return (end_ns - start_ns) / 1e6
+
+
+# ---- the experiment --------------------------------------------------------------------------------------------------
+
+
+class _Runner:
+    """The worker thread, the compute closure and the four timed schedules."""
+
+    def __init__(self, torch, device, executor, run_compute):
+        self.torch, self.device, self.executor, self.run_compute = torch, device, executor, run_compute
+
+    def submit(self, transfer, barrier=None):
+        """Runs one transfer on the worker; the future's result is (output, start_ns)."""
+
+        def work():
+            self.torch.cuda.set_device(self.device)
+            if barrier is not None:
+                barrier.wait(timeout=_BARRIER_TIMEOUT_S)
+            started = time.perf_counter_ns()
+            return transfer(), started
+
+        return self.executor.submit(work)
+
+    def compute_only(self):
+        start = time.perf_counter_ns()
+        self.run_compute()
+        return _ms(start, time.perf_counter_ns())
+
+    def transfer_only(self, transfer):
+        start = time.perf_counter_ns()
+        result = self.submit(transfer).result()
+        end = time.perf_counter_ns()
+        del result
+        return _ms(start, end)
+
+    def serialized(self, transfer):
+        start = time.perf_counter_ns()
+        result = self.submit(transfer).result()
+        self.run_compute()
+        end = time.perf_counter_ns()
+        del result
+        return _ms(start, end)
+
+    def concurrent(self, transfer):
+        barrier = threading.Barrier(2)
+        start = time.perf_counter_ns()
+        future = self.submit(transfer, barrier)
+        barrier.wait(timeout=_BARRIER_TIMEOUT_S)
+        compute_started = time.perf_counter_ns()
+        self.run_compute()
+        _, transfer_started = future.result()
+        end = time.perf_counter_ns()
+        skew = _ms(min(compute_started, transfer_started), max(compute_started, transfer_started))
+        return _ms(start, end), skew
+
+
+def _calibrate(run_compute_n, target_ms):
+    """Iterations of the foreground matmul that take about target_ms (up to four rounds of three samples)."""
+    iterations = 1
+    for _ in range(4):
+        samples = []
+        for _ in range(3):
+            start = time.perf_counter_ns()
+            run_compute_n(iterations)
+            samples.append(_ms(start, time.perf_counter_ns()))
+        measured = _percentile(samples, 50)
+        estimate = max(1, min(100_000, round(iterations * target_ms / max(measured, 0.001))))
+        if estimate == iterations:
+            break
+        iterations = estimate
+    return iterations
+
+
+def _source_tensors(torch, total_bytes, num_tensors, device):
+    if num_tensors > total_bytes:
+        raise ValueError(f"Cannot split {total_bytes} bytes into {num_tensors} nonempty tensors.")
+    size, rest = divmod(total_bytes, num_tensors)
+    return [torch.randint(0, 256, (size + (i < rest),), dtype=torch.uint8, device=device)
+            for i in range(num_tensors)]
+
+
+def _collect(runner, methods, *, num_warmup, num_runs, seed):
+    """Warmup blocks, then num_runs randomized blocks; returns {method: [OverlapSample]}."""
+    for _ in range(num_warmup):
+        runner.run_compute()
+        for transfer in methods.values():
+            runner.transfer_only(transfer)
+            runner.concurrent(transfer)
+    rng = random.Random(seed)
+    cases = [("compute", "")] + [(m, s) for m in methods for s in ("transfer", "serialized", "concurrent")]
+    samples = {m: [] for m in methods}
+    for trial in range(num_runs):
+        order = list(cases)
+        rng.shuffle(order)
+        label = "|".join(m if m == "compute" else f"{m}:{s}" for m, s in order)
+        compute_ms = 0.0
+        results = {m: {"transfer": 0.0, "serialized": 0.0, "concurrent": 0.0, "skew": 0.0} for m in methods}
+        for method, schedule in order:
+            if method == "compute":
+                compute_ms = runner.compute_only()
+            elif schedule == "transfer":
+                results[method]["transfer"] = runner.transfer_only(methods[method])
+            elif schedule == "serialized":
+                results[method]["serialized"] = runner.serialized(methods[method])
+            else:
+                results[method]["concurrent"], results[method]["skew"] = runner.concurrent(methods[method])
+        for method, r in results.items():
+            samples[method].append(OverlapSample(trial, label, compute_ms, r["transfer"], r["serialized"],
+                                                 r["concurrent"], r["skew"]))
+    return samples
+
+
+def _summarize(torch, samples, *, created, device, config, total_bytes, num_tensors, iterations, method,
+               schedule_seed, bootstrap_seed):
+    def col(name):
+        return [getattr(s, name) for s in samples]
+
+    speedup_ci = _bootstrap_median_ci(col("speedup"), seed=bootstrap_seed, num_resamples=config.bootstrap_resamples)
+    efficiency_ci = _bootstrap_median_ci(col("estimated_overlap_efficiency"), seed=bootstrap_seed + 1,
+                                         num_resamples=config.bootstrap_resamples)
+    transfer_median = _percentile(col("transfer_only_ms"), 50)
+    major, minor = torch.cuda.get_device_capability(device)
+    return BenchmarkSummary(
+        schema_version=_SCHEMA_VERSION, created_utc=created, device_name=torch.cuda.get_device_name(device),
+        device_capability=f"{major}.{minor}", torch_version=str(torch.__version__),
+        cuda_version=str(torch.version.cuda or "unknown"), seed=config.seed, schedule_seed=schedule_seed,
+        bootstrap_seed=bootstrap_seed, bootstrap_resamples=config.bootstrap_resamples, num_warmup=config.num_warmup,
+        num_runs=config.num_runs, total_bytes=total_bytes, num_tensors=num_tensors, dtype="torch.uint8",
+        matrix_size=config.matrix_size, compute_target_ms=config.compute_target_ms, compute_iterations=iterations,
+        method=method,
+        compute_median_ms=_percentile(col("compute_only_ms"), 50),
+        compute_p95_ms=_percentile(col("compute_only_ms"), 95),
+        transfer_median_ms=transfer_median, transfer_p95_ms=_percentile(col("transfer_only_ms"), 95),
+        transfer_gb_per_s=total_bytes / (transfer_median * 1_000_000),
+        serialized_median_ms=_percentile(col("serialized_ms"), 50),
+        serialized_p95_ms=_percentile(col("serialized_ms"), 95),
+        concurrent_median_ms=_percentile(col("concurrent_ms"), 50),
+        concurrent_p95_ms=_percentile(col("concurrent_ms"), 95),
+        speedup_median=_percentile(col("speedup"), 50), speedup_ci_lower=speedup_ci[0],
+        speedup_ci_upper=speedup_ci[1], hidden_median_ms=_percentile(col("hidden_ms"), 50),
+        estimated_overlap_efficiency_median=_percentile(col("estimated_overlap_efficiency"), 50),
+        estimated_overlap_efficiency_ci_lower=efficiency_ci[0],
+        estimated_overlap_efficiency_ci_upper=efficiency_ci[1],
+        cpu_launch_skew_p95_ms=_percentile(col("cpu_launch_skew_ms"), 95))
+
+
+def _print_row(s):
+    print(f"  {s.method:<6} compute={s.compute_median_ms:7.3f} ms  transfer={s.transfer_median_ms:7.3f} ms  "
+          f"serialized={s.serialized_median_ms:7.3f} ms  concurrent={s.concurrent_median_ms:7.3f} ms  "
+          f"speedup={s.speedup_median:5.2f}x  estimated_overlap={s.estimated_overlap_efficiency_median * 100:6.1f}%")
+
+
+def _write_csv(records, path, record_type):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    names = [f.name for f in fields(record_type)]
+    with open(path, "w", encoding="utf-8", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=names)
+        writer.writeheader()
+        for r in records:
+            writer.writerow({n: getattr(r, n) for n in names})
+
+
+def _run(torch, ferry, config, device):
+    torch.manual_seed(config.seed)
+    torch.cuda.set_device(device)
+    device = torch.device("cuda", torch.cuda.current_device())
+    n = config.matrix_size
+    left, right = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    product = torch.empty_like(left)
+    compute_stream = torch.cuda.Stream(device=device)
+    compute_stream.wait_stream(torch.cuda.current_stream(device))
+
+    def run_compute_n(iterations):
+        with torch.cuda.stream(compute_stream):
+            for _ in range(iterations):
+                torch.mm(left, right, out=product)
+        compute_stream.synchronize()
+        return product
+
+    run_compute_n(1)
+    iterations = config.compute_iterations or _calibrate(run_compute_n, config.compute_target_ms)
+
+    def run_compute():
+        return run_compute_n(iterations)
+
+    run_compute()
+    if not torch.isfinite(product).all().item():
+        raise RuntimeError("Foreground matrix multiplication produced non-finite output.")
+
+    created = datetime.now(timezone.utc).isoformat()
+    scenarios = [(mib << 20, count) for mib in config.total_mib for count in config.num_tensors]
+    random.Random(config.seed).shuffle(scenarios)
+    summaries, raw = [], []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-d2h-benchmark") as executor:
+        runner = _Runner(torch, device, executor, run_compute)
+        for index, (total_bytes, count) in enumerate(scenarios):
+            print(f"\n{total_bytes / (1 << 20):.0f} MiB in {count} tensor(s), {iterations} compute iteration(s)")
+            tensors = _source_tensors(torch, total_bytes, count, device)
+            torch.cuda.synchronize(device)
+            native_stream = torch.cuda.Stream(device=device)
+
+            def native(tensors=tensors, stream=native_stream):
+                producer = torch.cuda.current_stream(tensors[0].device)
+                if producer != stream:
+                    stream.wait_stream(producer)
+                with torch.cuda.stream(stream):
+                    out = [t.to("cpu", non_blocking=True) for t in tensors]
+                stream.synchronize()
+                return out
+
+            def with_ferry(tensors=tensors):
+                return ferry.transfer_tensor_d2h(tensors, device=device)
+
+            methods = {_METHOD_NATIVE: native, _METHOD_FERRY: with_ferry}
+            expected = [t.cpu() for t in tensors]
+            for transfer in methods.values():  # validate exact results, priming each method on the worker
+                output, _ = runner.submit(transfer).result()
+                for got, want in zip(output, expected, strict=True):
+                    torch.testing.assert_close(got, want, rtol=0, atol=0)
+                del output
+            del expected
+            scenario_seed = config.seed + index * 1009
+            per_method = _collect(runner, methods, num_warmup=config.num_warmup, num_runs=config.num_runs,
+                                  seed=scenario_seed)
+            for method_index, (method, samples) in enumerate(per_method.items()):
+                bootstrap_seed = scenario_seed + method_index * 17
+                summary = _summarize(torch, samples, created=created, device=device, config=config,
+                                     total_bytes=total_bytes, num_tensors=count, iterations=iterations,
+                                     method=method, schedule_seed=scenario_seed, bootstrap_seed=bootstrap_seed)
+                summaries.append(summary)
+                _print_row(summary)
+                raw.extend(RawSampleRecord(
+                    schema_version=_SCHEMA_VERSION, created_utc=created, seed=config.seed,
+                    schedule_seed=scenario_seed, total_bytes=total_bytes, num_tensors=count, method=method,
+                    trial=s.trial, schedule_order=s.schedule_order, compute_only_ms=s.compute_only_ms,
+                    transfer_only_ms=s.transfer_only_ms, serialized_ms=s.serialized_ms,
+                    concurrent_ms=s.concurrent_ms, speedup=s.speedup, hidden_ms=s.hidden_ms,
+                    estimated_overlap_efficiency=s.estimated_overlap_efficiency,
+                    cpu_launch_skew_ms=s.cpu_launch_skew_ms) for s in samples)
+            del tensors
+    return summaries, raw
+
+
+def _print_table(summaries):
+    print("\nTensors  Method           Compute    Transfer  Serialized  Concurrent  Paired speedup (95% CI)   "
+          "Overlap (95% CI)        Skew p95")
+    for s in sorted(summaries, key=lambda s: (s.total_bytes, s.num_tensors, s.method)):
+        print(f"{s.num_tensors:>7}  {s.method:<15} {s.compute_median_ms:7.3f} ms {s.transfer_median_ms:7.3f} ms "
+              f"{s.serialized_median_ms:8.3f} ms {s.concurrent_median_ms:8.3f} ms  "
+              f"{s.speedup_median:5.3f}x [{s.speedup_ci_lower:5.3f}, {s.speedup_ci_upper:5.3f}]  "
+              f"{s.estimated_overlap_efficiency_median * 100:5.1f}% [{s.estimated_overlap_efficiency_ci_lower * 100:5.1f}, "
+              f"{s.estimated_overlap_efficiency_ci_upper * 100:5.1f}]  {s.cpu_launch_skew_p95_ms:6.3f} ms")
+
+
+# ---- command line (names, defaults and validation as the seed's) ------------------------------------------------
+
+
+def _positive_int(value):
+    parsed = int(value)
+    if parsed <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return parsed
+
+
+def _non_negative_int(value):
+    parsed = int(value)
+    if parsed < 0:
+        raise argparse.ArgumentTypeError("must be non-negative")
+    return parsed
+
+
+def _at_least_two_int(value):
+    parsed = int(value)
+    if parsed < 2:
+        raise argparse.ArgumentTypeError("must be at least 2")
+    return parsed
+
+
+def _positive_float(value):
+    parsed = float(value)
+    if parsed <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return parsed
+
+
+def _parse_args(argv):
+    p = argparse.ArgumentParser(description="Benchmark overlap between D2H transfer and CUDA compute "
+                                            "(ferry against PyTorch to(cpu)).")
+    p.add_argument("--output", type=os.path.realpath, required=True, help="Summary CSV output path.")
+    p.add_argument("--samples-output", type=os.path.realpath, help="Optional per-trial CSV output path.")
+    p.add_argument("--device", default="cuda:0", help="CUDA device to use.")
+    p.add_argument("--total-mib", type=_positive_int, nargs="+", default=[64],
+                   help="Fixed total payload sizes in MiB.")
+    p.add_argument("--num-tensors", type=_positive_int, nargs="+", default=[1, 32],
+                   help="Tensor counts to test for each fixed payload size.")
+    p.add_argument("--matrix-size", type=_positive_int, default=2048,
+                   help="Square float32 matrix size for foreground torch.mm work.")
+    p.add_argument("--compute-ms", type=_positive_float, default=8.0,
+                   help="Independent target duration used to calibrate foreground compute.")
+    p.add_argument("--compute-iterations", type=_positive_int,
+                   help="Skip calibration and use this many torch.mm calls per sample.")
+    p.add_argument("--num-warmup", type=_non_negative_int, default=5, help="Warmup blocks per scenario.")
+    p.add_argument("--num-runs", type=_at_least_two_int, default=30,
+                   help="Paired randomized timing blocks per scenario.")
+    p.add_argument("--bootstrap-resamples", type=_positive_int, default=2000,
+                   help="Bootstrap resamples for paired median confidence intervals.")
+    p.add_argument("--seed", type=int, default=0, help="Randomization seed.")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = _parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("overlap: torch is not installed; the foreground work and the reference method need it. "
+              "Nothing to do.")
+        return 0
+    import ferry
+
+    if not torch.cuda.is_available() or ferry.device_count() == 0:
+        print("overlap: CUDA is not available; this benchmark needs a GPU. Nothing to do.")
+        return 0
+    device = torch.device(args.device)
+    if device.type != "cuda":
+        raise ValueError(f"Expected a CUDA device, but received {device}.")
+    config = BenchmarkConfig(
+        total_mib=tuple(args.total_mib), num_tensors=tuple(args.num_tensors), matrix_size=args.matrix_size,
+        compute_target_ms=args.compute_ms, compute_iterations=args.compute_iterations, num_warmup=args.num_warmup,
+        num_runs=args.num_runs, bootstrap_resamples=args.bootstrap_resamples, seed=args.seed)
+    print("D2H transfer / foreground CUDA compute overlap benchmark")
+    print(f"Device: {torch.cuda.get_device_name(device)}")
+    print(f"ferry {ferry.__version__} against PyTorch to(cpu) (a naive reference); compare overlap within each "
+          "method.")
+    summaries, raw = _run(torch, ferry, config, device)
+    _write_csv(summaries, args.output, BenchmarkSummary)
+    _print_table(summaries)
+    print(f"\nSummary saved to: {args.output}")
+    if args.samples_output:
+        _write_csv(raw, args.samples_output, RawSampleRecord)
+        print(f"Raw samples saved to: {args.samples_output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
