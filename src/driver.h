@@ -57,7 +57,33 @@ typedef CUresult (*ferry__batch_v13_fn)(CUdeviceptr *, CUdeviceptr *, size_t *, 
   X(cuModuleUnload, (CUmodule))                                                                               \
   X(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))                                              \
   X(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,        \
-                     CUstream, void **, void **))
+                     CUstream, void **, void **))                                                              \
+  /* operators (src/ops/): context-independent libraries, launches, graphs; all present since CUDA 12.0 */    \
+  X(cuCtxGetCurrent, (CUcontext *))                                                                           \
+  X(cuLibraryLoadData, (CUlibrary *, const void *, CUjit_option *, void **, unsigned int, CUlibraryOption *,  \
+                        void **, unsigned int))                                                               \
+  X(cuLibraryUnload, (CUlibrary))                                                                             \
+  X(cuLibraryGetKernel, (CUkernel *, CUlibrary, const char *))                                                \
+  X(cuKernelGetFunction, (CUfunction *, CUkernel))                                                            \
+  X(cuFuncSetAttribute, (CUfunction, CUfunction_attribute, int))                                              \
+  X(cuFuncGetAttribute, (int *, CUfunction_attribute, CUfunction))                                           \
+  X(cuStreamBeginCapture, (CUstream, CUstreamCaptureMode))                                                    \
+  X(cuStreamEndCapture, (CUstream, CUgraph *))                                                                \
+  /* the 12.0 ABI's cuStreamGetCaptureInfo (no edge data): status, id, graph, dependencies, their count */      \
+  X(cuStreamGetCaptureInfo, (CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *, const CUgraphNode **, \
+                             size_t *))                                                                       \
+  X(cuGraphNodeGetType, (CUgraphNode, CUgraphNodeType *))                                                     \
+  X(cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long))                                \
+  X(cuGraphLaunch, (CUgraphExec, CUstream))                                                                   \
+  X(cuGraphExecKernelNodeSetParams, (CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *))              \
+  X(cuGraphDestroy, (CUgraph))                                                                                \
+  X(cuGraphExecDestroy, (CUgraphExec))                                                                        \
+  /* for the operator tests and benchmarks: plain allocations, synchronous copies, event timing */             \
+  X(cuMemAlloc, (CUdeviceptr *, size_t))                                                                      \
+  X(cuMemFree, (CUdeviceptr))                                                                                 \
+  X(cuMemcpyHtoD, (CUdeviceptr, const void *, size_t))                                                        \
+  X(cuMemcpyDtoH, (void *, CUdeviceptr, size_t))                                                              \
+  X(cuEventElapsedTime, (float *, CUevent, CUevent))
 
 typedef struct ferry__driver {
 #define FERRY_DRIVER_FIELD_GEN(name, args) CUresult(*name) args;

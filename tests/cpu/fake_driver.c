@@ -103,6 +103,9 @@ static CUresult f_batch(CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t c, CUm
   return CUDA_SUCCESS;
 }
 
+/* Operator runtime entries (libraries, launches of GEMM kernels, graphs), defined at the end of this file. */
+static void fake_ops_fill(ferry__driver *d);
+
 void fake_driver_use(void) {
   static ferry__driver d;
   d.cuInit = f_init; d.cuDriverGetVersion = f_version; d.cuGetErrorName = f_err_name; d.cuGetErrorString = f_err_name;
@@ -117,5 +120,116 @@ void fake_driver_use(void) {
   d.cuMemcpyHtoDAsync = f_htod; d.cuPointerGetAttribute = f_ptr; d.cuModuleLoadData = f_mload;
   d.cuModuleUnload = f_munload; d.cuModuleGetFunction = f_mget; d.cuLaunchKernel = f_launch;
   d.cuMemcpyBatchAsync_v13 = f_batch; d.version = 13000;
+  fake_ops_fill(&d);
   ferry__driver_install(&d);
+}
+
+/* ---- operator runtime: libraries, GEMM launches, stream capture and graphs ------------------------------------ */
+/* A library is a malloc'd token; its kernel's function is fake_gemm_function, whose launches are recorded (grid,
+ * block, shared memory, the parameter bytes) instead of run. Capture on one stream at a time: each recorded
+ * launch becomes a node; instantiation copies the nodes, node updates rewrite the copy, replays count. */
+static char fake_gemm_function;
+int fake_live_libraries, fake_live_graphs, fake_live_execs, fake_launches, fake_replays;
+fake_launch_record fake_last_launch;
+
+typedef struct fake_graph { int n; fake_launch_record nodes[FAKE_MAX_NODES]; } fake_graph;
+static CUstream capture_stream;
+static fake_graph *capture_graph;
+
+static CUresult f_ctx_current(CUcontext *c) { *c = NULL; return CUDA_SUCCESS; }
+/* The fake device is an sm_90 for the operator runtime; every other attribute reads as before. */
+static CUresult f_attr_ops(int *v, CUdevice_attribute a, CUdevice dev) {
+  if (a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) { *v = 9; return CUDA_SUCCESS; }
+  if (a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) { *v = 0; return CUDA_SUCCESS; }
+  return f_attr(v, a, dev);
+}
+static CUresult f_lib_load(CUlibrary *l, const void *code, CUjit_option *o, void **ov, unsigned no, CUlibraryOption *lo,
+                           void **lov, unsigned nlo) {
+  (void)o; (void)ov; (void)no; (void)lo; (void)lov; (void)nlo;
+  if (memcmp(code, "\x7f" "ELF", 4) != 0) return CUDA_ERROR_INVALID_IMAGE;
+  *l = malloc(1);
+  fake_live_libraries++;
+  return CUDA_SUCCESS;
+}
+static CUresult f_lib_unload(CUlibrary l) { free(l); fake_live_libraries--; return CUDA_SUCCESS; }
+static CUresult f_lib_kernel(CUkernel *k, CUlibrary l, const char *name) { (void)name; *k = (CUkernel)l; return CUDA_SUCCESS; }
+static CUresult f_kernel_fn(CUfunction *f, CUkernel k) { (void)k; *f = (CUfunction)&fake_gemm_function; return CUDA_SUCCESS; }
+static CUresult f_fn_set(CUfunction f, CUfunction_attribute a, int v) { (void)f; (void)a; (void)v; return CUDA_SUCCESS; }
+static CUresult f_fn_get(int *v, CUfunction_attribute a, CUfunction f) { (void)a; (void)f; *v = 0; return CUDA_SUCCESS; }
+static CUresult f_launch_any(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                             unsigned sh, CUstream s, void **params, void **extra) {
+  if (f != (CUfunction)&fake_gemm_function) return f_launch(f, gx, gy, gz, bx, by, bz, sh, s, params, extra);
+  fake_launch_record r = {gx, gz, bx, sh, {0}};
+  memcpy(r.params, params[0], sizeof r.params);
+  fake_last_launch = r;
+  fake_launches++;
+  if (capture_graph && s == capture_stream) {
+    if (capture_graph->n == FAKE_MAX_NODES) return CUDA_ERROR_OUT_OF_MEMORY;
+    capture_graph->nodes[capture_graph->n++] = r;
+  }
+  return CUDA_SUCCESS;
+}
+static CUresult f_begin(CUstream s, CUstreamCaptureMode m) {
+  (void)m;
+  if (capture_graph) return CUDA_ERROR_ILLEGAL_STATE;
+  capture_graph = calloc(1, sizeof *capture_graph);
+  capture_stream = s;
+  fake_live_graphs++;
+  return CUDA_SUCCESS;
+}
+static CUresult f_end(CUstream s, CUgraph *g) {
+  if (!capture_graph || s != capture_stream) return CUDA_ERROR_ILLEGAL_STATE;
+  *g = (CUgraph)capture_graph;
+  capture_graph = NULL;
+  return CUDA_SUCCESS;
+}
+/* Nodes are named by their 1-based index, so a recorded node handle says which launch it was. */
+static CUgraphNode fake_node_handle;
+static CUresult f_capinfo(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g, const CUgraphNode **deps,
+                          size_t *n) {
+  if (!capture_graph || s != capture_stream) { *st = CU_STREAM_CAPTURE_STATUS_NONE; return CUDA_SUCCESS; }
+  *st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  *id = 1;
+  *g = (CUgraph)capture_graph;
+  fake_node_handle = (CUgraphNode)(uintptr_t)capture_graph->n;
+  *deps = &fake_node_handle;
+  *n = capture_graph->n ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+static CUresult f_node_type(CUgraphNode n, CUgraphNodeType *t) { (void)n; *t = CU_GRAPH_NODE_TYPE_KERNEL; return CUDA_SUCCESS; }
+static CUresult f_instantiate(CUgraphExec *e, CUgraph g, unsigned long long f) {
+  (void)f;
+  fake_graph *copy = malloc(sizeof *copy);
+  *copy = *(fake_graph *)g;
+  *e = (CUgraphExec)copy;
+  fake_live_execs++;
+  return CUDA_SUCCESS;
+}
+static CUresult f_graph_launch(CUgraphExec e, CUstream s) { (void)e; (void)s; fake_replays++; return CUDA_SUCCESS; }
+static CUresult f_exec_set(CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS *p) {
+  fake_graph *g = (fake_graph *)e;
+  int i = (int)(uintptr_t)n - 1;
+  if (i < 0 || i >= g->n || p->func != (CUfunction)&fake_gemm_function) return CUDA_ERROR_INVALID_VALUE;
+  fake_launch_record r = {p->gridDimX, p->gridDimZ, p->blockDimX, p->sharedMemBytes, {0}};
+  memcpy(r.params, p->kernelParams[0], sizeof r.params);
+  g->nodes[i] = r;
+  return CUDA_SUCCESS;
+}
+static CUresult f_graph_destroy(CUgraph g) { free(g); fake_live_graphs--; return CUDA_SUCCESS; }
+static CUresult f_exec_destroy(CUgraphExec e) { free(e); fake_live_execs--; return CUDA_SUCCESS; }
+
+const fake_launch_record *fake_exec_node(void *exec, int index) {
+  fake_graph *g = exec;
+  return index >= 0 && index < g->n ? &g->nodes[index] : NULL;
+}
+
+static void fake_ops_fill(ferry__driver *d) {
+  d->cuDeviceGetAttribute = f_attr_ops;
+  d->cuCtxGetCurrent = f_ctx_current; d->cuLibraryLoadData = f_lib_load; d->cuLibraryUnload = f_lib_unload;
+  d->cuLibraryGetKernel = f_lib_kernel; d->cuKernelGetFunction = f_kernel_fn; d->cuFuncSetAttribute = f_fn_set;
+  d->cuFuncGetAttribute = f_fn_get; d->cuLaunchKernel = f_launch_any; d->cuStreamBeginCapture = f_begin;
+  d->cuStreamEndCapture = f_end; d->cuStreamGetCaptureInfo = f_capinfo; d->cuGraphNodeGetType = f_node_type;
+  d->cuGraphInstantiateWithFlags = f_instantiate; d->cuGraphLaunch = f_graph_launch;
+  d->cuGraphExecKernelNodeSetParams = f_exec_set; d->cuGraphDestroy = f_graph_destroy;
+  d->cuGraphExecDestroy = f_exec_destroy;
 }

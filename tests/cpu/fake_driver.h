@@ -4,4 +4,14 @@
 #include "internal.h"
 void fake_driver_use(void);
 extern int fake_live_events, fake_live_streams, fake_live_devmem, fake_registered;
+/* Operator runtime (see the end of fake_driver.c): live libraries, graphs and instances; launches of GEMM kernels
+ * are recorded, not run. */
+#define FAKE_MAX_NODES 64
+typedef struct fake_launch_record {
+  unsigned grid_x, grid_z, block, smem;
+  unsigned char params[FERRY_OP_PARAMS_MAX];
+} fake_launch_record;
+extern int fake_live_libraries, fake_live_graphs, fake_live_execs, fake_launches, fake_replays;
+extern fake_launch_record fake_last_launch;
+const fake_launch_record *fake_exec_node(void *exec, int index);
 #endif

@@ -1,0 +1,70 @@
+# ops.cmake — the operator runtime's part of the build (included from CMakeLists.txt after the core targets):
+# its sources in libferry, the GEMM kernel sources embedded as text for NVRTC, its CPU and GPU tests, the latency
+# benchmark in the ferry CLI, and `ferry_check_kernels` (nvcc resource report of every kernel design).
+
+set(ferry_kernel_texts gemm_params.cuh gemm_common.cuh gemm_simt.cu gemm_mma.cu)
+set(ferry_kernel_text_sources)
+foreach(f ${ferry_kernel_texts})
+  string(REGEX REPLACE "\\.(cuh|cu)$" "" sym ${f})
+  set(out ${CMAKE_CURRENT_BINARY_DIR}/kernel_text_${sym}.c)
+  add_custom_command(OUTPUT ${out}
+    COMMAND ${CMAKE_COMMAND} -DINPUT=${CMAKE_CURRENT_SOURCE_DIR}/src/kernels/${f} -DOUTPUT=${out}
+            -DSYMBOL=ferry__kernel_${sym} -P ${CMAKE_CURRENT_SOURCE_DIR}/cmake/embed.cmake
+    DEPENDS src/kernels/${f} cmake/embed.cmake COMMENT "embedding src/kernels/${f}")
+  list(APPEND ferry_kernel_text_sources ${out})
+endforeach()
+
+target_sources(ferry_objects PRIVATE
+  src/rtc.c src/ops/args.c src/ops/registry.c src/ops/supports.c src/ops/target.c src/ops/source.c
+  src/ops/compile.c src/ops/cache.c src/ops/artifact.c src/ops/run.c src/ops/graph.c src/ops/sha256.c
+  ${ferry_kernel_text_sources})
+
+if(FERRY_BUILD_TOOLS)
+  target_sources(ferry_cli PRIVATE bench/latency.c)
+endif()
+
+if(FERRY_BUILD_TESTS)
+  # The toolkit's NVRTC, when this machine has one: then the compile tests must run, not skip.
+  find_library(FERRY_NVRTC_LIBRARY NAMES nvrtc HINTS ENV CUDA_HOME /usr/local/cuda PATH_SUFFIXES lib64 lib)
+  add_executable(ferry_test_ops tests/cpu/runner.c tests/cpu/fake_driver.c tests/cpu/test_ops_args.c
+    tests/cpu/test_ops_find.c tests/cpu/test_ops_compile.c tests/cpu/test_ops_cache.c tests/cpu/test_ops_faults.c)
+  target_compile_definitions(ferry_test_ops PRIVATE TEST_LIST_HEADER="test_list_ops.h")
+  target_include_directories(ferry_test_ops PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops tests/cpu)
+  target_link_libraries(ferry_test_ops PRIVATE ferry_static)
+  add_test(NAME ops COMMAND ferry_test_ops)
+  if(FERRY_NVRTC_LIBRARY)
+    set_tests_properties(ops PROPERTIES ENVIRONMENT "FERRY_REQUIRE_NVRTC=1")
+  endif()
+
+  add_executable(ferry_test_ops_gpu tests/gpu/test_ops_gpu.c)
+  target_include_directories(ferry_test_ops_gpu PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops)
+  target_link_libraries(ferry_test_ops_gpu PRIVATE ferry_static m)
+endif()
+
+# nvcc's view of every built-in design (registers, spills, shared memory): `cmake --build B --target
+# ferry_check_kernels`. The same sources NVRTC compiles at run time, with the defaults of their macros varied.
+if(FERRY_NVCC)
+  set(check_cmds)
+  foreach(design "128;256;32;2;4;3;8" "128;128;32;2;2;4;8" "64;64;32;2;2;3;8" "64;64;32;2;2;2;1")
+    list(GET design 0 bm)
+    list(GET design 1 bn)
+    list(GET design 2 bk)
+    list(GET design 3 wm)
+    list(GET design 4 wn)
+    list(GET design 5 st)
+    list(GET design 6 vec)
+    foreach(majors "-DFERRY_A_ROW=1 -DFERRY_B_ROW=1" "-DFERRY_A_ROW=0 -DFERRY_B_ROW=0")
+      separate_arguments(maj UNIX_COMMAND "${majors}")
+      list(APPEND check_cmds COMMAND ${CMAKE_COMMAND} -E echo "gemm_mma ${bm}x${bn}x${bk} s${st} vec${vec} ${majors}"
+        COMMAND ${FERRY_NVCC} -arch=sm_90 -cubin -o ${CMAKE_CURRENT_BINARY_DIR}/check_mma.cubin -Xptxas -v
+                -DFERRY_BM=${bm} -DFERRY_BN=${bn} -DFERRY_BK=${bk} -DFERRY_WARPS_M=${wm} -DFERRY_WARPS_N=${wn}
+                -DFERRY_STAGES=${st} -DFERRY_VEC=${vec} ${maj} ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels/gemm_mma.cu)
+    endforeach()
+  endforeach()
+  add_custom_target(ferry_check_kernels ${check_cmds}
+    COMMAND ${CMAKE_COMMAND} -E echo "gemm_simt"
+    COMMAND ${FERRY_NVCC} -arch=sm_90 -cubin -o ${CMAKE_CURRENT_BINARY_DIR}/check_simt.cubin -Xptxas -v
+            ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels/gemm_simt.cu
+    WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels VERBATIM
+    COMMENT "nvcc -Xptxas -v over ferry's GEMM designs")
+endif()

@@ -1,0 +1,221 @@
+/* args.c — GEMM arguments: every check once, at construction, into a compact problem descriptor.
+ *
+ * A launch must not re-derive what the arguments mean, so ferry_gemm_args_init turns three DLPack-style views
+ * into integers: extents, leading dimensions, batch strides, the types and majors packed in one `kind` word,
+ * and the alignment each operand offers to vector loads. Support checks and launches then read those fields only.
+ */
+#include "ops.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char *ferry_scalar_name(ferry_scalar scalar) {
+  switch (scalar) {
+  case FERRY_F16: return "fp16";
+  case FERRY_BF16: return "bf16";
+  case FERRY_F32: return "fp32";
+  default: return "?";
+  }
+}
+
+static int scalar_bytes(int s) { return s == FERRY_F32 ? 4 : 2; }
+
+/* The largest power of two, up to 16, dividing every value (0 divides by anything). */
+static uint8_t align_of(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t v = a | b | c | 16u;
+  return (uint8_t)(v & (~v + 1));
+}
+
+/* What init learns about one operand: a rows×cols matrix, possibly batched. */
+typedef struct operand {
+  int64_t batch, rows, cols;
+  int64_t ld, batch_stride;
+  int major;
+  int type;
+  int batched; /* rank 3 */
+  uintptr_t addr;
+} operand;
+
+static const char *dtype_text(ferry_dtype d, char *buf, size_t size) {
+  static const char *codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+  const char *code = d.code < sizeof codes / sizeof codes[0] ? codes[d.code] : "code";
+  if (d.lanes == 1) snprintf(buf, size, "%s%u", code, d.bits);
+  else snprintf(buf, size, "%s%ux%u", code, d.bits, d.lanes);
+  return buf;
+}
+
+/* Reads tensor `t` as operand `name` (rows named `rn`, columns `cn`); `is_out` requires a layout whose elements
+ * do not overlap, since the kernel writes it. */
+static ferry_status read_operand(const char *name, const ferry_tensor *t, const char *rn, const char *cn,
+                                 int is_out, operand *o) {
+  char dt[32];
+  if (!t) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s is NULL", name);
+  if (t->ndim != 2 && t->ndim != 3)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s has rank %d; expected 2 (%s×%s) or 3 (l×%s×%s)", name,
+                     (int)t->ndim, rn, cn, rn, cn);
+  if (!t->shape) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: shape is NULL", name);
+  if (t->dtype.lanes != 1) goto bad_type;
+  if (t->dtype.code == FERRY_DTYPE_FLOAT && t->dtype.bits == 16) o->type = FERRY_F16;
+  else if (t->dtype.code == FERRY_DTYPE_FLOAT && t->dtype.bits == 32) o->type = FERRY_F32;
+  else if (t->dtype.code == FERRY_DTYPE_BFLOAT && t->dtype.bits == 16) o->type = FERRY_BF16;
+  else goto bad_type;
+  if (t->device.device_type != FERRY_DEVICE_CUDA && t->device.device_type != FERRY_DEVICE_CUDA_MANAGED)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s is in memory of device type %d, not on a CUDA device "
+                     "(FERRY_DEVICE_CUDA or CUDA_MANAGED)", name, (int)t->device.device_type);
+  if (t->device.device_id < 0 || t->device.device_id >= FERRY_MAX_DEVICES)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: device index %d is out of range", name,
+                     (int)t->device.device_id);
+  int b = t->ndim == 3;
+  o->batched = b;
+  o->batch = b ? t->shape[0] : 1;
+  o->rows = t->shape[b];
+  o->cols = t->shape[b + 1];
+  if (o->batch < 0 || o->rows < 0 || o->cols < 0)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s has a negative dimension (batch %lld, %lld×%lld)",
+                     name, (long long)o->batch, (long long)o->rows, (long long)o->cols);
+  if (o->batch > INT32_MAX || o->rows > INT32_MAX || o->cols > INT32_MAX)
+    return FERRY_ERR(FERRY_OVERFLOW, "operand %s: shape (%lld, %lld, %lld) has an extent past 2^31-1", name,
+                     (long long)o->batch, (long long)o->rows, (long long)o->cols);
+  int64_t sb, sr, sc;
+  if (t->strides) {
+    sb = b ? t->strides[0] : 0;
+    sr = t->strides[b];
+    sc = t->strides[b + 1];
+    if (sb < 0 || sr < 0 || sc < 0)
+      return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s has a negative stride (%lld, %lld, %lld); ferry's GEMMs "
+                       "take non-negative strides", name, (long long)sb, (long long)sr, (long long)sc);
+  } else {
+    sc = 1;
+    sr = o->cols;
+    sb = o->rows * o->cols; /* both ≤ 2^31-1: no overflow */
+  }
+  /* The major mode: which dimension is contiguous. A dimension of extent 1 may have any stride, so a vector can
+   * be either; prefer the mode whose contiguous dimension is the longer one (wider loads). */
+  int row_ok = o->cols <= 1 || sc == 1;
+  int col_ok = o->rows <= 1 || sr == 1;
+  if (row_ok && (o->cols > 1 || o->rows <= 1 || !col_ok)) {
+    o->major = FERRY_ROW_MAJOR;
+    o->ld = o->rows <= 1 ? (o->cols > 1 ? o->cols : 1) : sr;
+  } else if (col_ok) {
+    o->major = FERRY_COL_MAJOR;
+    o->ld = o->cols <= 1 ? (o->rows > 1 ? o->rows : 1) : sc;
+  } else {
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s (%lld×%lld) has strides (%lld, %lld): neither row-major "
+                     "(column stride 1) nor column-major (row stride 1); make it contiguous in one dimension",
+                     name, (long long)o->rows, (long long)o->cols, (long long)sr, (long long)sc);
+  }
+  if (is_out) {
+    int64_t inner = o->major == FERRY_ROW_MAJOR ? o->cols : o->rows;
+    int64_t outer = o->major == FERRY_ROW_MAJOR ? o->rows : o->cols;
+    if (outer > 1 && o->ld < inner)
+      return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s (%lld×%lld, %s-major) has leading dimension %lld < %lld: "
+                       "its elements overlap, and it is written", name, (long long)o->rows, (long long)o->cols,
+                       o->major == FERRY_ROW_MAJOR ? "row" : "column", (long long)o->ld, (long long)inner);
+    __int128 footprint = (__int128)o->ld * (outer > 1 ? outer - 1 : 0) + inner;
+    if (o->batch > 1 && (__int128)sb < footprint)
+      return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: batch stride %lld is smaller than one matrix (%lld "
+                       "elements): its batches overlap, and it is written", name, (long long)sb,
+                       (long long)footprint);
+  }
+  o->batch_stride = o->batch > 1 ? sb : 0;
+  /* The largest element offset, and in bytes, must fit in 63 bits (a kernel adds them to a pointer). */
+  __int128 last = 0;
+  if (o->batch > 0 && o->rows > 0 && o->cols > 0)
+    last = (__int128)(o->batch - 1) * o->batch_stride + (__int128)(o->rows - 1) * sr +
+           (__int128)(o->cols - 1) * sc;
+  if (last * scalar_bytes(o->type) + (__int128)t->byte_offset > INT64_MAX ||
+      (__int128)o->ld * scalar_bytes(o->type) > INT64_MAX)
+    return FERRY_ERR(FERRY_OVERFLOW, "operand %s: the offset of its last element passes 2^63 bytes (strides %lld, "
+                     "%lld, %lld)", name, (long long)sb, (long long)sr, (long long)sc);
+  if (!t->data && o->batch && o->rows && o->cols)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: data is NULL but the tensor has elements", name);
+  o->addr = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
+  return FERRY_OK;
+bad_type:
+  return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: dtype %s is not a GEMM type (fp16, bf16 or fp32)", name,
+                   dtype_text(t->dtype, dt, sizeof dt));
+}
+
+ferry_status ferry_gemm_args_init(ferry_gemm_args *args, const ferry_tensor *A, const ferry_tensor *B,
+                                  const ferry_tensor *out, ferry_scalar accumulator) {
+  ferry_status st = FERRY_OK;
+  operand a, b, c;
+  if (!args) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_gemm_args_init: args is NULL");
+  FERRY_TRY(read_operand("A", A, "m", "k", 0, &a));
+  FERRY_TRY(read_operand("B", B, "k", "n", 0, &b));
+  FERRY_TRY(read_operand("out", out, "m", "n", 1, &c));
+  if (accumulator != FERRY_F32 && accumulator != FERRY_F16)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "accumulator type %d is not fp32 (%d) or fp16 (%d)", (int)accumulator,
+                     FERRY_F32, FERRY_F16);
+  if (a.rows != c.rows || b.cols != c.cols || a.cols != b.rows)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "shapes do not chain: A is %lld×%lld, B %lld×%lld, out %lld×%lld "
+                     "(need A m×k, B k×n, out m×n)", (long long)a.rows, (long long)a.cols, (long long)b.rows,
+                     (long long)b.cols, (long long)c.rows, (long long)c.cols);
+  if ((a.batched || b.batched) && !c.batched)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s has a batch of %lld but out has rank 2; give out a batch "
+                     "dimension", a.batched ? "A" : "B", (long long)(a.batched ? a.batch : b.batch));
+  if ((a.batched && a.batch != c.batch && a.batch != 1) || (b.batched && b.batch != c.batch && b.batch != 1))
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "batch sizes differ: A %lld, B %lld, out %lld (each must equal out's, "
+                     "or be 1 to broadcast)", (long long)(a.batched ? a.batch : 1),
+                     (long long)(b.batched ? b.batch : 1), (long long)c.batch);
+  if (A->device.device_id != out->device.device_id || B->device.device_id != out->device.device_id)
+    return FERRY_ERR(FERRY_DEVICE_MISMATCH, "operands are on different devices: A on cuda:%d, B on cuda:%d, out "
+                     "on cuda:%d", (int)A->device.device_id, (int)B->device.device_id, (int)out->device.device_id);
+  ferry_gemm_args r;
+  memset(&r, 0, sizeof r);
+  r.struct_size = sizeof r;
+  r.alpha = 1.0f;
+  r.beta = 0.0f;
+  r.a = (const void *)a.addr;
+  r.b = (const void *)b.addr;
+  r.out = (void *)c.addr;
+  ferry_gemm_problem *p = &r.problem;
+  p->m = (int32_t)c.rows;
+  p->n = (int32_t)c.cols;
+  p->k = (int32_t)a.cols;
+  p->l = (int32_t)c.batch;
+  p->lda = a.ld;
+  p->ldb = b.ld;
+  p->ldc = c.ld;
+  p->batch_a = a.batch == c.batch ? a.batch_stride : 0;
+  p->batch_b = b.batch == c.batch ? b.batch_stride : 0;
+  p->batch_c = c.batch_stride;
+  p->a_type = (uint8_t)a.type;
+  p->b_type = (uint8_t)b.type;
+  p->out_type = (uint8_t)c.type;
+  p->acc_type = (uint8_t)accumulator;
+  p->a_major = (uint8_t)a.major;
+  p->b_major = (uint8_t)b.major;
+  p->out_major = (uint8_t)c.major;
+  p->kind = FERRY_GEMM_KIND(a.type, b.type, c.type, accumulator, a.major, b.major, c.major);
+  p->device = out->device.device_id;
+  p->a_align = align_of(a.addr, (uint64_t)a.ld * scalar_bytes(a.type), (uint64_t)p->batch_a * scalar_bytes(a.type));
+  p->b_align = align_of(b.addr, (uint64_t)b.ld * scalar_bytes(b.type), (uint64_t)p->batch_b * scalar_bytes(b.type));
+  p->out_align = align_of(c.addr, (uint64_t)c.ld * scalar_bytes(c.type), (uint64_t)p->batch_c * scalar_bytes(c.type));
+  *args = r;
+cleanup:
+  return st;
+}
+
+ferry_status ferry_gemm_args_set_data(ferry_gemm_args *args, const void *a, const void *b, void *out) {
+  if (!args || args->struct_size != sizeof *args)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_gemm_args_set_data: args is NULL or was not initialised by "
+                     "ferry_gemm_args_init");
+  ferry_gemm_problem *p = &args->problem;
+  if (a) {
+    args->a = a;
+    p->a_align = align_of((uintptr_t)a, (uint64_t)p->lda * scalar_bytes(p->a_type),
+                          (uint64_t)p->batch_a * scalar_bytes(p->a_type));
+  }
+  if (b) {
+    args->b = b;
+    p->b_align = align_of((uintptr_t)b, (uint64_t)p->ldb * scalar_bytes(p->b_type),
+                          (uint64_t)p->batch_b * scalar_bytes(p->b_type));
+  }
+  if (out) {
+    args->out = out;
+    p->out_align = align_of((uintptr_t)out, (uint64_t)p->ldc * scalar_bytes(p->out_type),
+                            (uint64_t)p->batch_c * scalar_bytes(p->out_type));
+  }
+  return FERRY_OK;
+}

@@ -1,0 +1,418 @@
+/* artifact.c — compiled artifacts: creation and reference counting, loading into the driver (once per process
+ * as a context-independent library, once per device as a function), and the file format shared by the disk
+ * cache and export/import.
+ *
+ * The file is a fixed 128-byte header (magic, format version, header size, the compile key, the payload's length
+ * and SHA-256) followed by the payload: a 128-byte record naming the operator (name, source digest, kind, target)
+ * and the cubin. A reader trusts nothing it has not verified: every length against the file's, the hash against
+ * the content, the record against what it expects, and the cubin's ELF magic, before any byte reaches the driver.
+ */
+#include "ops.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- lifetime ---------------------------------------------------------------------------------------------- */
+
+ferry_status ferry__artifact_new(const ferry_op *op, uint32_t kind, int sm, const uint8_t key[32],
+                                 unsigned char *cubin, size_t cubin_size, ferry_artifact **out) {
+  ferry_artifact *a = calloc(1, sizeof *a);
+  if (!a) {
+    free(cubin);
+    return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating an artifact of operator %s", op->info.name);
+  }
+  atomic_init(&a->refs, 1);
+  a->op = op;
+  a->kind = kind;
+  a->sm = sm;
+  if (key) memcpy(a->key, key, 32);
+  a->cubin = cubin;
+  a->cubin_size = cubin_size;
+  a->tile_m = (uint32_t)op->info.tile_m;
+  a->tile_n = (uint32_t)op->info.tile_n;
+  a->threads = (uint32_t)op->info.threads;
+  a->smem = ferry__design_smem(op, kind);
+  pthread_mutex_init(&a->lock, NULL);
+  *out = a;
+  return FERRY_OK;
+}
+
+ferry_artifact *ferry_artifact_retain(ferry_artifact *artifact) {
+  if (artifact) atomic_fetch_add_explicit(&artifact->refs, 1, memory_order_relaxed);
+  return artifact;
+}
+
+void ferry_artifact_release(ferry_artifact *artifact) {
+  if (!artifact || atomic_fetch_sub_explicit(&artifact->refs, 1, memory_order_acq_rel) != 1) return;
+  /* Unloading waits for nothing: the driver keeps a library alive while launched work still needs it. */
+  if (artifact->library) (void)FERRY_CU(cuLibraryUnload, artifact->library);
+  pthread_mutex_destroy(&artifact->lock);
+  free(artifact->cubin);
+  free(artifact);
+}
+
+const ferry_op *ferry_artifact_op(const ferry_artifact *artifact) { return artifact ? artifact->op : NULL; }
+int ferry_artifact_target_sm(const ferry_artifact *artifact) { return artifact ? artifact->sm : 0; }
+uint32_t ferry_artifact_kind(const ferry_artifact *artifact) { return artifact ? artifact->kind : 0; }
+
+const void *ferry_artifact_cubin(const ferry_artifact *artifact, size_t *out_size) {
+  if (out_size) *out_size = artifact ? artifact->cubin_size : 0;
+  return artifact ? artifact->cubin : NULL;
+}
+
+/* ---- loading ----------------------------------------------------------------------------------------------- */
+
+/* Under art->lock. */
+static ferry_status load_locked(ferry_artifact *art) {
+  ferry_status st = FERRY_OK;
+  CUlibrary lib = NULL;
+  CUkernel kernel = NULL;
+  if (art->library) return FERRY_OK;
+  FERRY_TRY_CU(("loading operator %s (sm_%d, %zu-byte cubin)", art->op->info.name, art->sm, art->cubin_size),
+               cuLibraryLoadData, &lib, art->cubin, NULL, NULL, 0, NULL, NULL, 0);
+  FERRY_TRY_CU(("finding kernel %s of operator %s", art->op->entry, art->op->info.name), cuLibraryGetKernel,
+               &kernel, lib, art->op->entry);
+  art->library = lib;
+  art->kernel = kernel;
+  lib = NULL;
+cleanup:
+  if (lib) (void)FERRY_CU(cuLibraryUnload, lib);
+  return st;
+}
+
+ferry_status ferry__artifact_load(ferry_artifact *art) {
+  pthread_mutex_lock(&art->lock);
+  ferry_status st = load_locked(art);
+  pthread_mutex_unlock(&art->lock);
+  return st;
+}
+
+/* A cubin for sm_XY runs on sm_XZ with Z >= Y (same major, same or newer minor), nowhere else. */
+static int runs_on(int cubin_sm, int device_sm) {
+  return cubin_sm / 10 == device_sm / 10 && device_sm % 10 >= cubin_sm % 10;
+}
+
+ferry_status ferry__artifact_function(ferry_artifact *art, int device, CUfunction *out) {
+  ferry_status st = FERRY_OK;
+  int entered = 0, sm = 0;
+  pthread_mutex_lock(&art->lock);
+  CUfunction f = atomic_load_explicit(&art->fn[device], memory_order_acquire);
+  if (f) goto cleanup;
+  FERRY_TRY((ferry_status)ferry__driver_load());
+  FERRY_TRY(ferry__device_sm(device, &sm));
+  if (!runs_on(art->sm, sm)) {
+    st = FERRY_ERR(FERRY_INVALID_ARGUMENT, "the artifact of operator %s was compiled for sm_%d; cuda:%d is sm_%d "
+                   "(compile it for that device)", art->op->info.name, art->sm, device, sm);
+    goto cleanup;
+  }
+  FERRY_TRY(load_locked(art));
+  FERRY_TRY(ferry__ctx_enter(device));
+  entered = 1;
+  FERRY_TRY_CU(("getting operator %s's kernel on cuda:%d", art->op->info.name, device), cuKernelGetFunction, &f,
+               art->kernel);
+  if (art->smem > 48u * 1024u)
+    FERRY_TRY_CU(("allowing operator %s %u bytes of shared memory on cuda:%d", art->op->info.name, art->smem,
+                  device), cuFuncSetAttribute, f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)art->smem);
+  atomic_store_explicit(&art->fn[device], f, memory_order_release);
+cleanup:
+  if (entered) ferry__ctx_leave();
+  pthread_mutex_unlock(&art->lock);
+  if (st == FERRY_OK) *out = f;
+  return st;
+}
+
+/* ---- the file format --------------------------------------------------------------------------------------- */
+
+static void put32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get32(const unsigned char *p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+  return v;
+}
+static uint64_t get64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* Offsets in the header and in the meta record. */
+enum { H_MAGIC = 0, H_VERSION = 8, H_HEADER = 12, H_KEY = 16, H_PAYLOAD = 48, H_SHA = 56, H_END = 88 };
+enum { M_NAME = 0, M_DIGEST = 64, M_KIND = 96, M_SM = 100, M_CUBIN = 104, M_END = 112 };
+
+ferry_status ferry__art_encode(const ferry_artifact *art, unsigned char **out, size_t *out_size) {
+  size_t payload = FERRY__ART_META + art->cubin_size;
+  size_t total = FERRY__ART_HEADER + payload;
+  unsigned char *f = calloc(1, total);
+  if (!f) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "encoding an artifact of %zu bytes", total);
+  unsigned char *m = f + FERRY__ART_HEADER;
+  snprintf((char *)m + M_NAME, 64, "%s", art->op->info.name);
+  memcpy(m + M_DIGEST, art->op->digest, 32);
+  put32(m + M_KIND, art->kind);
+  put32(m + M_SM, (uint32_t)art->sm);
+  put64(m + M_CUBIN, art->cubin_size);
+  memcpy(m + FERRY__ART_META, art->cubin, art->cubin_size);
+  memcpy(f + H_MAGIC, FERRY__ART_MAGIC, 8);
+  put32(f + H_VERSION, FERRY__ART_VERSION);
+  put32(f + H_HEADER, FERRY__ART_HEADER);
+  memcpy(f + H_KEY, art->key, 32);
+  put64(f + H_PAYLOAD, payload);
+  ferry__sha256_of(m, payload, f + H_SHA);
+  *out = f;
+  *out_size = total;
+  return FERRY_OK;
+}
+
+static int all_zero(const unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i]) return 0;
+  return 1;
+}
+
+/* A kind whose fields are all valid codes (types 1..3, accumulator fp32 or fp16, no stray bits). */
+static int kind_valid(uint32_t kind) {
+  uint32_t a = kind & 3u, b = (kind >> 2) & 3u, o = (kind >> 4) & 3u, acc = (kind >> 6) & 3u;
+  return a && b && o && (acc == FERRY_F32 || acc == FERRY_F16) && (kind >> 11) == 0;
+}
+
+int ferry__art_verify(const unsigned char *file, size_t size, const uint8_t *expect_key, ferry__art_meta *meta,
+                      uint8_t key[32], size_t *cubin_offset, char *why, size_t why_size) {
+  uint8_t sha[32];
+  if (size < FERRY__ART_HEADER) {
+    snprintf(why, why_size, "truncated: %zu bytes, shorter than the %u-byte header", size, FERRY__ART_HEADER);
+    return 0;
+  }
+  if (memcmp(file + H_MAGIC, FERRY__ART_MAGIC, 8) != 0) {
+    snprintf(why, why_size, "not a ferry artifact (bad magic)");
+    return 0;
+  }
+  uint32_t version = get32(file + H_VERSION);
+  if (version != FERRY__ART_VERSION) {
+    snprintf(why, why_size, "format version %u; this ferry reads version %u", version, FERRY__ART_VERSION);
+    return 0;
+  }
+  if (get32(file + H_HEADER) != FERRY__ART_HEADER || !all_zero(file + H_END, FERRY__ART_HEADER - H_END)) {
+    snprintf(why, why_size, "malformed header (size %u)", get32(file + H_HEADER));
+    return 0;
+  }
+  uint64_t payload = get64(file + H_PAYLOAD);
+  if (payload != size - FERRY__ART_HEADER) {
+    snprintf(why, why_size, "truncated or extended: the header announces %llu payload bytes, the file holds %zu",
+             (unsigned long long)payload, size - FERRY__ART_HEADER);
+    return 0;
+  }
+  if (payload <= FERRY__ART_META) {
+    snprintf(why, why_size, "no cubin: payload of %llu bytes", (unsigned long long)payload);
+    return 0;
+  }
+  const unsigned char *m = file + FERRY__ART_HEADER;
+  ferry__sha256_of(m, (size_t)payload, sha);
+  if (memcmp(sha, file + H_SHA, 32) != 0) {
+    snprintf(why, why_size, "damaged: the content does not match its SHA-256");
+    return 0;
+  }
+  if (expect_key && memcmp(expect_key, file + H_KEY, 32) != 0) {
+    snprintf(why, why_size, "it holds another compile's key");
+    return 0;
+  }
+  uint64_t cubin = get64(m + M_CUBIN);
+  if (memchr(m + M_NAME, '\0', 64) == NULL || m[M_NAME] == '\0' || cubin != payload - FERRY__ART_META ||
+      !all_zero(m + M_END, FERRY__ART_META - M_END) || !kind_valid(get32(m + M_KIND))) {
+    snprintf(why, why_size, "malformed operator record");
+    return 0;
+  }
+  if (memcmp(m + FERRY__ART_META, "\x7f" "ELF", 4) != 0) {
+    snprintf(why, why_size, "the payload is not a cubin (no ELF magic)");
+    return 0;
+  }
+  memcpy(meta->op_name, m + M_NAME, 64);
+  memcpy(meta->op_digest, m + M_DIGEST, 32);
+  meta->kind = get32(m + M_KIND);
+  meta->sm = (int32_t)get32(m + M_SM);
+  meta->cubin_size = cubin;
+  memcpy(key, file + H_KEY, 32);
+  *cubin_offset = FERRY__ART_HEADER + FERRY__ART_META;
+  return 1;
+}
+
+/* ---- files ------------------------------------------------------------------------------------------------- */
+
+ferry_status ferry__read_file(const char *path, int require_owner, unsigned char **out, size_t *out_size,
+                              int *missing) {
+  ferry_status st = FERRY_OK;
+  unsigned char *buf = NULL;
+  struct stat sb;
+  if (missing) *missing = 0;
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT && missing) {
+      *missing = 1;
+      return FERRY_IO_ERROR;
+    }
+    return ferry__call_error(FERRY_IO_ERROR, "open", __FILE__, __LINE__, "cannot open %s: %s%s", path,
+                             strerror(errno), errno == ELOOP ? " (a symbolic link; refused)" : "");
+  }
+  if (fstat(fd, &sb) != 0) {
+    st = ferry__call_error(FERRY_IO_ERROR, "fstat", __FILE__, __LINE__, "cannot stat %s: %s", path, strerror(errno));
+    goto cleanup;
+  }
+  if (!S_ISREG(sb.st_mode) || (require_owner && sb.st_uid != geteuid()) || sb.st_size > (off_t)FERRY__ART_MAX) {
+    st = ferry__call_error(FERRY_IO_ERROR, "fstat", __FILE__, __LINE__, "refusing %s: %s", path,
+                           !S_ISREG(sb.st_mode) ? "not a regular file"
+                           : sb.st_size > (off_t)FERRY__ART_MAX ? "larger than any artifact (64 MiB)"
+                                                                : "owned by another user");
+    goto cleanup;
+  }
+  size_t size = (size_t)sb.st_size, got = 0;
+  buf = malloc(size ? size : 1);
+  if (!buf) {
+    st = FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "reading %s (%zu bytes)", path, size);
+    goto cleanup;
+  }
+  while (got < size) {
+    ssize_t r = read(fd, buf + got, size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      st = ferry__call_error(FERRY_IO_ERROR, "read", __FILE__, __LINE__, "reading %s: %s", path,
+                             r < 0 ? strerror(errno) : "the file shrank while being read");
+      goto cleanup;
+    }
+    got += (size_t)r;
+  }
+  *out = buf;
+  *out_size = size;
+  buf = NULL;
+cleanup:
+  free(buf);
+  close(fd);
+  return st;
+}
+
+static _Atomic unsigned tmp_counter;
+
+ferry_status ferry__write_atomic(const char *path, const void *data, size_t size, int mode) {
+  ferry_status st = FERRY_OK;
+  char tmp[4200], dir[4096];
+  const char *slash = strrchr(path, '/');
+  size_t dir_len = slash ? (size_t)(slash - path) : 0;
+  if (dir_len >= sizeof dir || strlen(path) + 40 >= sizeof tmp)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "path too long: %.80s...", path);
+  if (slash) {
+    memcpy(dir, path, dir_len);
+    dir[dir_len] = '\0';
+    if (dir_len == 0) snprintf(dir, sizeof dir, "/");
+  } else {
+    snprintf(dir, sizeof dir, ".");
+  }
+  /* The temporary file lives beside the target, so the rename is within one file system and atomic. */
+  snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld.%u", dir, slash ? slash + 1 : path, (long)getpid(),
+           atomic_fetch_add(&tmp_counter, 1));
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (fd < 0)
+    return ferry__call_error(FERRY_IO_ERROR, "open", __FILE__, __LINE__, "cannot create %s: %s", tmp, strerror(errno));
+  const unsigned char *p = data;
+  size_t done = 0;
+  while (done < size) {
+    ssize_t w = write(fd, p + done, size - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      st = ferry__call_error(FERRY_IO_ERROR, "write", __FILE__, __LINE__, "writing %s: %s", tmp,
+                             w < 0 ? strerror(errno) : "no progress");
+      goto cleanup;
+    }
+    done += (size_t)w;
+  }
+  if (fsync(fd) != 0) {
+    st = ferry__call_error(FERRY_IO_ERROR, "fsync", __FILE__, __LINE__, "flushing %s: %s", tmp, strerror(errno));
+    goto cleanup;
+  }
+  if (close(fd) != 0) {
+    fd = -1;
+    st = ferry__call_error(FERRY_IO_ERROR, "close", __FILE__, __LINE__, "closing %s: %s", tmp, strerror(errno));
+    goto cleanup;
+  }
+  fd = -1;
+  if (rename(tmp, path) != 0) {
+    st = ferry__call_error(FERRY_IO_ERROR, "rename", __FILE__, __LINE__, "renaming %s to %s: %s", tmp, path,
+                           strerror(errno));
+    goto cleanup;
+  }
+  /* Make the rename itself durable; a failure here loses nothing already visible, so it is not reported. */
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)fsync(dfd);
+    close(dfd);
+  }
+cleanup:
+  if (fd >= 0) close(fd);
+  if (st != FERRY_OK) unlink(tmp);
+  return st;
+}
+
+/* ---- export and import ------------------------------------------------------------------------------------- */
+
+ferry_status ferry_artifact_export(const ferry_artifact *artifact, const char *path) {
+  ferry_status st = FERRY_OK;
+  unsigned char *file = NULL;
+  size_t size = 0;
+  if (!artifact || !path || !*path)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_artifact_export: artifact or path is NULL or empty");
+  FERRY_TRY(ferry__art_encode(artifact, &file, &size));
+  FERRY_TRY(ferry__write_atomic(path, file, size, 0644));
+cleanup:
+  free(file);
+  return st;
+}
+
+ferry_status ferry_artifact_import(const char *path, ferry_artifact **out) {
+  ferry_status st = FERRY_OK;
+  unsigned char *file = NULL, *cubin = NULL;
+  size_t size = 0, offset = 0;
+  ferry__art_meta meta;
+  uint8_t key[32];
+  char why[200];
+  ferry_artifact *art = NULL;
+  if (!path || !out) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_artifact_import: path or out is NULL");
+  FERRY_TRY(ferry__read_file(path, 0, &file, &size, NULL));
+  if (!ferry__art_verify(file, size, NULL, &meta, key, &offset, why, sizeof why)) {
+    st = FERRY_ERR(FERRY_BAD_ARTIFACT, "%s is not a usable artifact: %s", path, why);
+    goto cleanup;
+  }
+  const ferry_op *op = ferry_op_by_name(meta.op_name);
+  if (!op) {
+    st = FERRY_ERR(FERRY_BAD_ARTIFACT, "%s holds operator %s, which is not registered in this process", path,
+                   meta.op_name);
+    goto cleanup;
+  }
+  if (memcmp(op->digest, meta.op_digest, 32) != 0) {
+    st = FERRY_ERR(FERRY_BAD_ARTIFACT, "%s was compiled from another version of operator %s's source", path,
+                   meta.op_name);
+    goto cleanup;
+  }
+  cubin = malloc((size_t)meta.cubin_size);
+  if (!cubin) {
+    st = FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "importing %s", path);
+    goto cleanup;
+  }
+  memcpy(cubin, file + offset, (size_t)meta.cubin_size);
+  st = ferry__artifact_new(op, meta.kind, meta.sm, key, cubin, (size_t)meta.cubin_size, &art);
+  cubin = NULL; /* owned (or freed) by ferry__artifact_new */
+  if (st != FERRY_OK) goto cleanup;
+  ferry__memo_insert(art);
+  *out = art;
+  art = NULL;
+cleanup:
+  ferry_artifact_release(art);
+  free(cubin);
+  free(file);
+  return st;
+}

@@ -1,0 +1,225 @@
+/* ops.h — private: what the operator runtime's files share (src/ops/). Nothing here is part of the API.
+ *
+ * The pieces, one file each:
+ *   args.c      ferry_gemm_args: validation once, the compact problem descriptor
+ *   registry.c  ferry's own operators (their designs and constraints), registration of others, discovery
+ *   supports.c  the support check: integer compares, a reason formatted only on failure
+ *   target.c    the compile target (FERRY_ARCH or the device) and each device's capability
+ *   source.c    an operator's full CUDA source and NVRTC options for one kind and target, and the cache key
+ *   compile.c   compile once: memo, disk cache, NVRTC
+ *   cache.c     the disk cache: a private directory, verified files, atomic writes
+ *   artifact.c  artifacts: the file format, export/import, loading into the driver, per-device functions
+ *   run.c       the launch path
+ *   graph.c     capture, replay and in-place update of captured runs
+ *   sha256.c    SHA-256 for keys and content checks
+ */
+#ifndef FERRY_OPS_H
+#define FERRY_OPS_H
+
+#include "internal.h"
+#include "rtc.h"
+
+/* ---- SHA-256 (sha256.c) ---------------------------------------------------------------------------------- */
+
+typedef struct ferry__sha256 {
+  uint32_t h[8];
+  uint64_t bytes;
+  uint8_t buf[64];
+  size_t fill;
+} ferry__sha256;
+
+void ferry__sha256_init(ferry__sha256 *s);
+void ferry__sha256_update(ferry__sha256 *s, const void *data, size_t n);
+void ferry__sha256_final(ferry__sha256 *s, uint8_t out[32]);
+void ferry__sha256_of(const void *data, size_t n, uint8_t out[32]);
+void ferry__hex(const uint8_t *bytes, size_t n, char *out); /* out holds 2n+1 */
+
+/* ---- operators (registry.c) ------------------------------------------------------------------------------ */
+
+typedef enum ferry__family { FERRY__SIMT = 1, FERRY__MMA = 2, FERRY__CUSTOM = 3 } ferry__family;
+
+/* A built-in design: tile, warps, pipeline depth and the global-load width in elements (8: 16-byte cp.async; 1:
+ * element loads that accept any alignment). Mirrors the FERRY_* macros of src/kernels/gemm_mma.cu. */
+typedef struct ferry__design {
+  int bm, bn, bk, warps_m, warps_n, stages, vec;
+} ferry__design;
+
+#define FERRY__MEMO_SLOTS 256 /* artifacts memoised per operator (kinds × targets); a power of two */
+
+struct ferry_op {
+  ferry_op_info info;
+  ferry__family family;
+  ferry__design design;
+  const char *kernel_text;       /* the operator's CUDA source (embedded text, or the registered copy) */
+  size_t kernel_size;
+  const char *entry;
+  char *defines;                 /* the design as #define lines (built-ins); "" for registered operators */
+  char **options;                /* extra NVRTC options, n_options of them */
+  int n_options;
+  ferry_op_supports_fn supports; /* registered operators only */
+  ferry_op_params_fn params;
+  uint32_t params_size;          /* bytes of the kernel's parameter */
+  void *user;
+  uint8_t digest[32];            /* SHA-256 of the text, defines, options and entry: what an artifact was made from */
+  pthread_mutex_t lock;          /* serialises compiles of this operator and memo inserts */
+  _Atomic(ferry_artifact *) memo[FERRY__MEMO_SLOTS];
+};
+
+/* Registers ferry's own operators once; every public entry point that looks at the registry calls it. */
+void ferry__registry_init(void);
+
+/* Dynamic shared memory a built-in design needs for `kind` (the majors decide the tile layouts). */
+uint32_t ferry__design_smem(const ferry_op *op, uint32_t kind);
+
+/* ---- support checks (supports.c) ------------------------------------------------------------------------- */
+
+/* 1 when op's metadata (and a registered operator's callback, given a buffer) accepts the problem. */
+int ferry__supports_fast(const ferry_op *op, const ferry_gemm_args *args);
+
+/* Writes the first reason op does not support args (or "" when it does) and returns 0 / 1 as above. */
+int ferry__supports_reason(const ferry_op *op, const ferry_gemm_args *args, char *reason, size_t size);
+
+/* Checks struct_size and NULLs of the public entry points; records FERRY_INVALID_ARGUMENT naming `fn`. */
+ferry_status ferry__check_op_args(const char *fn, const ferry_op *op, const ferry_gemm_args *args);
+
+/* ---- targets (target.c) ---------------------------------------------------------------------------------- */
+
+/* The capability of `device` (90 for sm_90), read once per device into ferry__device_sm_cache (0: not yet read).
+ * The driver must be loaded. */
+extern _Atomic int ferry__device_sm_cache[FERRY_MAX_DEVICES];
+ferry_status ferry__device_sm(int device, int *out_sm);
+
+/* Loads the driver without disturbing the calling thread's last error; 1 when a device is usable. */
+int ferry__driver_quiet(void);
+
+/* ---- sources and keys (source.c) ------------------------------------------------------------------------- */
+
+/* The full source for `kind` (macros, parameter struct, shared helpers, kernel), malloc'd; the caller frees. */
+ferry_status ferry__op_source(const ferry_op *op, uint32_t kind, int sm, char **out, size_t *out_size);
+
+/* The NVRTC options for `sm`, in a caller array of at least 4 + op->n_options entries; `arch` (32 bytes) holds
+ * the architecture option's text. Returns the count. */
+int ferry__op_options(const ferry_op *op, int sm, char arch[32], const char **opts);
+
+/* The cache key: SHA-256 of source, options, target, NVRTC version and driver version. */
+void ferry__compile_key(const char *source, size_t size, const char *const *opts, int n_opts, int sm,
+                        int nvrtc_version, int driver_version, uint8_t key[32]);
+
+/* The embedded kernel texts (generated by CMake from src/kernels/). */
+extern const unsigned char ferry__kernel_gemm_params[], ferry__kernel_gemm_common[], ferry__kernel_gemm_simt[],
+    ferry__kernel_gemm_mma[];
+extern const size_t ferry__kernel_gemm_params_size, ferry__kernel_gemm_common_size, ferry__kernel_gemm_simt_size,
+    ferry__kernel_gemm_mma_size;
+
+/* ---- artifacts (artifact.c) ------------------------------------------------------------------------------ */
+
+struct ferry_artifact {
+  atomic_int refs;
+  const ferry_op *op;
+  uint32_t kind;
+  int32_t sm;
+  uint8_t key[32];               /* the compile key (all zero for an import) */
+  unsigned char *cubin;
+  size_t cubin_size;
+  /* the launch layout, fixed at creation: grid = (ceil(m/tile_m)*ceil(n/tile_n), 1, l), block = threads */
+  uint32_t tile_m, tile_n, threads, smem;
+  pthread_mutex_t lock;          /* loading: the library and per-device functions */
+  CUlibrary library;
+  CUkernel kernel;
+  _Atomic(CUfunction) fn[FERRY_MAX_DEVICES];
+};
+
+/* A new artifact (one reference) owning `cubin` (malloc'd; freed on failure too). */
+ferry_status ferry__artifact_new(const ferry_op *op, uint32_t kind, int sm, const uint8_t key[32],
+                                 unsigned char *cubin, size_t cubin_size, ferry_artifact **out);
+
+/* Loads the library into the driver when a device is present (context-independent; no context needed). */
+ferry_status ferry__artifact_load(ferry_artifact *art);
+
+/* The kernel's function in `device`'s primary context, made once (loading the library if needed, raising the
+ * dynamic shared-memory limit). The slow path of a run; takes the artifact's lock. */
+ferry_status ferry__artifact_function(ferry_artifact *art, int device, CUfunction *out);
+
+/* The artifact file format, shared by the disk cache and export/import. */
+#define FERRY__ART_MAGIC "FERRYART"
+#define FERRY__ART_VERSION 1u
+#define FERRY__ART_HEADER 128u           /* bytes before the payload */
+#define FERRY__ART_META 128u             /* payload: meta record, then the cubin */
+#define FERRY__ART_MAX (64u << 20)       /* larger files are refused unread */
+
+typedef struct ferry__art_meta {
+  char op_name[64];
+  uint8_t op_digest[32];
+  uint32_t kind;
+  int32_t sm;
+  uint64_t cubin_size;
+} ferry__art_meta;
+
+/* Encodes header + payload for `art` into a malloc'd buffer. */
+ferry_status ferry__art_encode(const ferry_artifact *art, unsigned char **out, size_t *out_size);
+
+/* Verifies a whole file image; on success fills `meta`, the key and where the cubin is. On failure writes why into
+ * `why` and returns 0. `expect_key` (may be NULL) must equal the recorded key. */
+int ferry__art_verify(const unsigned char *file, size_t size, const uint8_t *expect_key, ferry__art_meta *meta,
+                      uint8_t key[32], size_t *cubin_offset, char *why, size_t why_size);
+
+/* Reads a whole regular file (no symlinks, at most FERRY__ART_MAX bytes) into a malloc'd buffer. Returns
+ * FERRY_OK, or FERRY_IO_ERROR with `what` and errno in the message; `missing` (may be NULL) is set to 1 when the
+ * file simply does not exist (no error recorded then). */
+ferry_status ferry__read_file(const char *path, int require_owner, unsigned char **out, size_t *out_size,
+                              int *missing);
+
+/* Writes `data` to `path` atomically: a temporary file (O_EXCL, `mode`) in the same directory, written, fsync'd,
+ * renamed over `path`. Nothing is left behind on failure. */
+ferry_status ferry__write_atomic(const char *path, const void *data, size_t size, int mode);
+
+/* ---- memo (compile.c) ------------------------------------------------------------------------------------ */
+
+/* The memoised artifact of (op, kind, sm), borrowed (no reference taken), or NULL. Lock-free. */
+ferry_artifact *ferry__memo_lookup(const ferry_op *op, uint32_t kind, int sm);
+
+/* Memoises `art` (taking a reference) unless the slot of its (kind, sm) is already taken. */
+void ferry__memo_insert(ferry_artifact *art);
+
+/* ---- disk cache (cache.c) -------------------------------------------------------------------------------- */
+
+/* The cached cubin for `key` made from `op`/`kind`/`sm`, verified, or NULL (a bad file is removed and counted).
+ * Never an error: a cache that cannot be used is a miss. */
+int ferry__cache_load(const ferry_op *op, uint32_t kind, int sm, const uint8_t key[32], unsigned char **cubin,
+                      size_t *cubin_size);
+
+/* Stores an artifact's file under its key; failures are counted, never reported. */
+void ferry__cache_store(const ferry_artifact *art);
+
+/* The cache directory when usable (created 0700 if missing), else 0 with a note in the stats. */
+int ferry__cache_dir(char *out, size_t size);
+
+void ferry__stats_add_compile(double seconds);
+void ferry__stats_memo(int hit);
+
+/* ---- launching (run.c) ----------------------------------------------------------------------------------- */
+
+/* Everything one launch needs, filled on the caller's stack. */
+typedef struct ferry__launch {
+  CUfunction fn;
+  unsigned grid_x, grid_z, threads, smem;
+  void *param_ptrs[1];
+  _Alignas(16) unsigned char params[FERRY_OP_PARAMS_MAX];
+} ferry__launch;
+
+/* The artifact to use for a run (`art` itself, or the memo's, compiled on first need), checked against args
+ * unless `flags` has FERRY_ASSUME_SUPPORTED. */
+ferry_status ferry__run_artifact(const ferry_op *op, const ferry_gemm_args *args, ferry_artifact *art,
+                                 uint32_t flags, ferry_artifact **out);
+
+/* Fills `l` for args with `art`'s kernel on args' device (making the function on first use). Returns FERRY_OK;
+ * l->grid_x is 0 when there is nothing to launch. */
+ferry_status ferry__launch_prepare(ferry_artifact *art, const ferry_gemm_args *args, ferry__launch *l);
+
+/* Submits a prepared launch on `stream`, with the device's primary context current around it if needed. */
+ferry_status ferry__launch_submit(const ferry__launch *l, int device, CUstream stream);
+
+/* For the CPU tests: the instantiated graph (NULL before ferry_graph_end), to inspect what an update wrote. */
+CUgraphExec ferry__test_graph_exec(const ferry_graph *graph);
+
+#endif

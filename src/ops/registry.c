@@ -1,0 +1,372 @@
+/* registry.c — the operators: ferry's own GEMM designs, operators registered by users, and discovery.
+ *
+ * An operator is a kernel design with its constraints; it is specialised at compile time to a problem's kind
+ * (types and majors), so one operator covers all the layouts its metadata accepts. The registry only grows:
+ * operators live for the process, so the pointers handed out never dangle. Built-ins are registered on first use.
+ */
+#include "ops.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
+static ferry_op **ops;
+static size_t n_ops, cap_ops;
+
+/* ---- designs ----------------------------------------------------------------------------------------------- */
+
+uint32_t ferry__design_smem(const ferry_op *op, uint32_t kind) {
+  if (op->family != FERRY__MMA) return op->info.smem_bytes;
+  const ferry__design *d = &op->design;
+  int a_row = ((kind >> 8) & 1u) == FERRY_ROW_MAJOR, b_row = ((kind >> 9) & 1u) == FERRY_ROW_MAJOR;
+  /* gemm_mma.cu: tiles in the operands' orientation, rows padded by 8 elements, 2 bytes each */
+  uint32_t a = a_row ? (uint32_t)(d->bm * (d->bk + 8)) : (uint32_t)(d->bk * (d->bm + 8));
+  uint32_t b = b_row ? (uint32_t)(d->bk * (d->bn + 8)) : (uint32_t)(d->bn * (d->bk + 8));
+  return (uint32_t)d->stages * (a + b) * 2u;
+}
+
+static void op_digest(ferry_op *op) {
+  ferry__sha256 s;
+  ferry__sha256_init(&s);
+  ferry__sha256_update(&s, op->defines, strlen(op->defines) + 1);
+  ferry__sha256_update(&s, op->kernel_text, op->kernel_size);
+  ferry__sha256_update(&s, "", 1);
+  ferry__sha256_update(&s, op->entry, strlen(op->entry) + 1);
+  for (int i = 0; i < op->n_options; i++) ferry__sha256_update(&s, op->options[i], strlen(op->options[i]) + 1);
+  ferry__sha256_final(&s, op->digest);
+}
+
+static ferry_op *op_alloc(void) {
+  ferry_op *op = calloc(1, sizeof *op);
+  if (op) pthread_mutex_init(&op->lock, NULL);
+  return op;
+}
+
+/* Appends under the registry lock; fails only for lack of memory. */
+static int append(ferry_op *op) {
+  if (n_ops == cap_ops) {
+    size_t cap = cap_ops ? cap_ops * 2 : 32;
+    ferry_op **grown = realloc(ops, cap * sizeof *grown);
+    if (!grown) return 0;
+    ops = grown;
+    cap_ops = cap;
+  }
+  ops[n_ops++] = op;
+  return 1;
+}
+
+/* A built-in tensor-core operator for fp16 or bf16 operands. */
+static void add_mma(int in_type, int bm, int bn, int bk, int warps_m, int warps_n, int stages, int vec) {
+  ferry_op *op = op_alloc();
+  char name[96], defines[256];
+  if (!op) return;
+  const char *t = in_type == FERRY_F16 ? "f16" : "bf16";
+  if (vec == 8) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d", t, bm, bn, bk, stages);
+  else snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d_align%d", t, bm, bn, bk, stages, 2 * vec);
+  snprintf(defines, sizeof defines, "#define FERRY_BM %d\n#define FERRY_BN %d\n#define FERRY_BK %d\n"
+           "#define FERRY_WARPS_M %d\n#define FERRY_WARPS_N %d\n#define FERRY_STAGES %d\n#define FERRY_VEC %d\n",
+           bm, bn, bk, warps_m, warps_n, stages, vec);
+  op->family = FERRY__MMA;
+  op->design = (ferry__design){bm, bn, bk, warps_m, warps_n, stages, vec};
+  op->info.name = strdup(name);
+  op->defines = strdup(defines);
+  op->info.instruction = "mma.sync.m16n8k16";
+  op->info.tile_m = bm;
+  op->info.tile_n = bn;
+  op->info.tile_k = bk;
+  op->info.stages = stages;
+  op->info.threads = warps_m * warps_n * 32;
+  op->info.min_sm = 80; /* cp.async, bf16 mma */
+  op->info.a_types = op->info.b_types = FERRY_SCALAR_BIT(in_type);
+  op->info.out_types = FERRY_SCALARS_FLOAT;
+  op->info.acc_types = FERRY_SCALAR_BIT(FERRY_F32) | (in_type == FERRY_F16 ? FERRY_SCALAR_BIT(FERRY_F16) : 0);
+  op->info.a_majors = op->info.b_majors = op->info.out_majors = FERRY_MAJORS_ANY;
+  op->info.a_align = op->info.b_align = (uint32_t)(2 * vec);
+  op->info.out_align = 1;
+  op->info.div_m = op->info.div_n = op->info.div_k = 1;
+  op->info.builtin = 1;
+  op->kernel_text = (const char *)ferry__kernel_gemm_mma;
+  op->kernel_size = ferry__kernel_gemm_mma_size;
+  op->entry = "ferry_gemm_mma";
+  op->params_size = sizeof(ferry_gemm_params);
+  for (uint32_t kind = 0; kind < 4; kind++) { /* the largest over the four A/B major combinations */
+    uint32_t bytes = ferry__design_smem(op, kind << 8);
+    if (bytes > op->info.smem_bytes) op->info.smem_bytes = bytes;
+  }
+  if (!op->info.name || !op->defines) return; /* out of memory at start-up: the operator is simply absent */
+  op_digest(op);
+  append(op);
+}
+
+static void add_simt(void) {
+  ferry_op *op = op_alloc();
+  if (!op) return;
+  op->family = FERRY__SIMT;
+  op->design = (ferry__design){64, 64, 16, 0, 0, 1, 1};
+  op->info.name = "gemm_simt_64x64x16";
+  op->info.instruction = "simt.fma";
+  op->info.tile_m = 64;
+  op->info.tile_n = 64;
+  op->info.tile_k = 16;
+  op->info.stages = 1;
+  op->info.threads = 256;
+  op->info.smem_bytes = 0; /* static shared memory only */
+  op->info.min_sm = 75;
+  op->info.a_types = op->info.b_types = op->info.out_types = FERRY_SCALARS_FLOAT;
+  op->info.acc_types = FERRY_SCALAR_BIT(FERRY_F32);
+  op->info.a_majors = op->info.b_majors = op->info.out_majors = FERRY_MAJORS_ANY;
+  op->info.a_align = op->info.b_align = op->info.out_align = 1;
+  op->info.div_m = op->info.div_n = op->info.div_k = 1;
+  op->info.builtin = 1;
+  op->defines = strdup("");
+  op->kernel_text = (const char *)ferry__kernel_gemm_simt;
+  op->kernel_size = ferry__kernel_gemm_simt_size;
+  op->entry = "ferry_gemm_simt";
+  op->params_size = sizeof(ferry_gemm_params);
+  if (!op->defines) return;
+  op_digest(op);
+  append(op);
+}
+
+static void register_builtins(void) {
+  pthread_mutex_lock(&registry_lock);
+  static const int types[2] = {FERRY_F16, FERRY_BF16};
+  for (int i = 0; i < 2; i++) {
+    add_mma(types[i], 128, 256, 32, 2, 4, 3, 8); /* large problems: 8 warps of 64×64 */
+    add_mma(types[i], 128, 128, 32, 2, 2, 4, 8); /* 4 warps of 64×64, two blocks per SM */
+    add_mma(types[i], 64, 64, 32, 2, 2, 3, 8);   /* small problems: more blocks */
+    add_mma(types[i], 64, 64, 32, 2, 2, 2, 1);   /* any alignment: element loads */
+  }
+  add_simt();
+  pthread_mutex_unlock(&registry_lock);
+}
+
+void ferry__registry_init(void) { pthread_once(&builtins_once, register_builtins); }
+
+/* ---- lookup ------------------------------------------------------------------------------------------------ */
+
+const ferry_op_info *ferry_op_get_info(const ferry_op *op) { return op ? &op->info : NULL; }
+
+size_t ferry_ops_count(void) {
+  ferry__registry_init();
+  pthread_mutex_lock(&registry_lock);
+  size_t n = n_ops;
+  pthread_mutex_unlock(&registry_lock);
+  return n;
+}
+
+const ferry_op *ferry_ops_get(size_t index) {
+  ferry__registry_init();
+  pthread_mutex_lock(&registry_lock);
+  const ferry_op *op = index < n_ops ? ops[index] : NULL;
+  pthread_mutex_unlock(&registry_lock);
+  return op;
+}
+
+const ferry_op *ferry_op_by_name(const char *name) {
+  const ferry_op *found = NULL;
+  if (!name) return NULL;
+  ferry__registry_init();
+  pthread_mutex_lock(&registry_lock);
+  for (size_t i = 0; i < n_ops && !found; i++)
+    if (strcmp(ops[i]->info.name, name) == 0) found = ops[i];
+  pthread_mutex_unlock(&registry_lock);
+  return found;
+}
+
+/* ---- discovery --------------------------------------------------------------------------------------------- */
+
+typedef struct candidate {
+  const ferry_op *op;
+  int rank;         /* 0 tensor-core built-ins, 1 registered, 2 any-alignment tensor-core, 3 SIMT */
+  double cost;      /* a rough time estimate for the problem on the target */
+  size_t order;     /* registration order: ties keep it */
+} candidate;
+
+/* Multiprocessors of the usual chip of a target (the device may be absent: find works on a forced target). */
+static int sms_of(int sm) {
+  switch (sm) {
+  case 90: return 132;
+  case 80: return 108;
+  case 86: return 84;
+  case 89: return 128;
+  case 100: return 148;
+  default: return 100;
+  }
+}
+
+/* Waves of blocks × the time of one wave, which grows with the blocks sharing a multiprocessor and with each
+ * block's tile (its multiply-adds plus the loads of its A and B panels). */
+static double cost_of(const ferry_op *op, const ferry_gemm_problem *p, int sm) {
+  double tiles = (double)((p->m + op->info.tile_m - 1) / op->info.tile_m) *
+                 (double)((p->n + op->info.tile_n - 1) / op->info.tile_n) * (double)p->l;
+  int per_sm = op->family == FERRY__MMA ? (op->info.threads >= 256 ? 1 : op->info.tile_m >= 128 ? 2 : 4) : 1;
+  double slots = (double)sms_of(sm) * per_sm;
+  double waves = tiles > 0 ? (double)(long long)((tiles + slots - 1) / slots) : 0;
+  double sharing = tiles / sms_of(sm) < per_sm ? (tiles / sms_of(sm) < 1 ? 1 : tiles / sms_of(sm)) : per_sm;
+  double tile_cost = (double)op->info.tile_m * op->info.tile_n + 64.0 * (op->info.tile_m + op->info.tile_n);
+  return waves * sharing * tile_cost;
+}
+
+static int rank_of(const ferry_op *op) {
+  if (op->family == FERRY__MMA) return op->design.vec == 8 ? 0 : 2;
+  if (op->family == FERRY__CUSTOM) return 1;
+  return 3;
+}
+
+static int cmp_candidate(const void *x, const void *y) {
+  const candidate *a = x, *b = y;
+  if (a->rank != b->rank) return a->rank - b->rank;
+  if (a->cost != b->cost) return a->cost < b->cost ? -1 : 1;
+  return a->order < b->order ? -1 : a->order > b->order;
+}
+
+ferry_status ferry_ops_find(const ferry_gemm_args *args, int target_sm, ferry_op_filter_fn filter,
+                            void *filter_user, const ferry_op **out_ops, size_t capacity, size_t *out_count) {
+  ferry_status st = FERRY_OK;
+  candidate *c = NULL;
+  if (!args || args->struct_size != sizeof *args)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_ops_find: args is NULL or was not initialised by "
+                     "ferry_gemm_args_init");
+  if (!out_count || (capacity && !out_ops))
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_ops_find: out_count is NULL, or out_ops is NULL with capacity "
+                     "%zu", capacity);
+  if (target_sm == 0) FERRY_TRY(ferry_target_sm(args->problem.device, &target_sm));
+  if (target_sm < 0) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_ops_find: target_sm %d is negative", target_sm);
+  ferry__registry_init();
+  pthread_mutex_lock(&registry_lock);
+  size_t n = n_ops, found = 0;
+  c = malloc((n ? n : 1) * sizeof *c);
+  if (c) {
+    for (size_t i = 0; i < n; i++) {
+      const ferry_op *op = ops[i];
+      if (op->info.min_sm > target_sm || !ferry__supports_fast(op, args)) continue;
+      if (filter && !filter(&op->info, filter_user)) continue;
+      c[found++] = (candidate){op, rank_of(op), cost_of(op, &args->problem, target_sm), i};
+    }
+  }
+  pthread_mutex_unlock(&registry_lock);
+  if (!c) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "ferry_ops_find: no memory for %zu candidates", n);
+  qsort(c, found, sizeof *c, cmp_candidate);
+  for (size_t i = 0; i < found && i < capacity; i++) out_ops[i] = c[i].op;
+  *out_count = found;
+cleanup:
+  free(c);
+  return st;
+}
+
+/* ---- registration ------------------------------------------------------------------------------------------ */
+
+void ferry_op_desc_init(ferry_op_desc *desc) {
+  if (!desc) return;
+  memset(desc, 0, sizeof *desc);
+  desc->struct_size = sizeof *desc;
+  ferry_op_info *i = &desc->info;
+  i->instruction = "custom";
+  i->tile_m = i->tile_n = 64;
+  i->tile_k = 16;
+  i->stages = 1;
+  i->threads = 256;
+  i->min_sm = 75;
+  i->a_types = i->b_types = i->out_types = FERRY_SCALARS_FLOAT;
+  i->acc_types = FERRY_SCALAR_BIT(FERRY_F32);
+  i->a_majors = i->b_majors = i->out_majors = FERRY_MAJORS_ANY;
+  i->a_align = i->b_align = i->out_align = 1;
+  i->div_m = i->div_n = i->div_k = 1;
+}
+
+static int pow2_upto16(uint32_t v) { return v >= 1 && v <= 16 && (v & (v - 1)) == 0; }
+
+static void op_free(ferry_op *op) {
+  if (!op) return;
+  free((char *)op->info.name);
+  free((char *)op->info.instruction);
+  free((char *)op->kernel_text);
+  free((char *)op->entry);
+  free(op->defines);
+  for (int i = 0; i < op->n_options; i++) free(op->options[i]);
+  free(op->options);
+  pthread_mutex_destroy(&op->lock);
+  free(op);
+}
+
+ferry_status ferry_op_register(const ferry_op_desc *desc, const ferry_op **out) {
+  ferry_status st = FERRY_OK;
+  ferry_op *op = NULL;
+  if (!desc || desc->struct_size != sizeof *desc)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_op_register: desc is NULL or not set up by ferry_op_desc_init");
+  const ferry_op_info *in = &desc->info;
+  const char *name = in->name;
+  if (!name || !*name || strlen(name) >= 64)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_op_register: the name must be 1 to 63 characters");
+  if (!desc->source || !*desc->source || !desc->entry || !*desc->entry)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: source and entry are required", name);
+  if (!(in->a_types & FERRY_SCALARS_FLOAT) || !(in->b_types & FERRY_SCALARS_FLOAT) ||
+      !(in->out_types & FERRY_SCALARS_FLOAT) || !(in->acc_types & (FERRY_SCALAR_BIT(FERRY_F32) | FERRY_SCALAR_BIT(FERRY_F16))))
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: every type mask must accept at least one type (a 0x%x, "
+                     "b 0x%x, out 0x%x, acc 0x%x)", name, in->a_types, in->b_types, in->out_types, in->acc_types);
+  if (!(in->a_majors & FERRY_MAJORS_ANY) || !(in->b_majors & FERRY_MAJORS_ANY) || !(in->out_majors & FERRY_MAJORS_ANY))
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: every major mask must accept a major mode", name);
+  if (!pow2_upto16(in->a_align) || !pow2_upto16(in->b_align) || !pow2_upto16(in->out_align))
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: alignments (%u, %u, %u) must be powers of two from 1 to "
+                     "16 bytes", name, in->a_align, in->b_align, in->out_align);
+  if (in->div_m < 1 || in->div_n < 1 || in->div_k < 1 || in->tile_m < 1 || in->tile_n < 1 || in->threads < 1 ||
+      in->threads > 1024)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: tile (%d×%d), threads (%d, at most 1024) and "
+                     "divisibility (%u, %u, %u) must be positive", name, (int)in->tile_m, (int)in->tile_n,
+                     (int)in->threads, in->div_m, in->div_n, in->div_k);
+  if (desc->params && (desc->params_size < 1 || desc->params_size > FERRY_OP_PARAMS_MAX))
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: params_size %u must be 1..%d", name, desc->params_size,
+                     FERRY_OP_PARAMS_MAX);
+  if (desc->n_options < 0 || (desc->n_options > 0 && !desc->options) || desc->n_options > 64)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: %d options (at most 64, with an array)", name,
+                     (int)desc->n_options);
+  op = op_alloc();
+  if (!op) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "registering operator %s", name);
+  op->info = *in;
+  op->info.builtin = 0;
+  op->family = FERRY__CUSTOM;
+  op->info.name = strdup(name);
+  op->info.instruction = strdup(in->instruction ? in->instruction : "custom");
+  op->kernel_text = strdup(desc->source);
+  op->kernel_size = strlen(desc->source);
+  op->entry = strdup(desc->entry);
+  op->defines = strdup("");
+  op->options = desc->n_options ? calloc((size_t)desc->n_options, sizeof *op->options) : NULL;
+  int ok = op->info.name && op->info.instruction && op->kernel_text && op->entry && op->defines &&
+           (!desc->n_options || op->options);
+  for (int i = 0; ok && i < desc->n_options; i++) {
+    ok = desc->options[i] && (op->options[i] = strdup(desc->options[i])) != NULL;
+    op->n_options = i + 1;
+  }
+  if (!ok) {
+    st = FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: out of memory, or a NULL option", name);
+    goto cleanup;
+  }
+  op->supports = desc->supports;
+  op->params = desc->params;
+  op->params_size = desc->params ? desc->params_size : (uint32_t)sizeof(ferry_gemm_params);
+  op->user = desc->user;
+  op_digest(op);
+  ferry__registry_init();
+  pthread_mutex_lock(&registry_lock);
+  int duplicate = 0;
+  for (size_t i = 0; i < n_ops; i++) duplicate |= strcmp(ops[i]->info.name, name) == 0;
+  int appended = !duplicate && append(op);
+  pthread_mutex_unlock(&registry_lock);
+  if (duplicate) {
+    st = FERRY_ERR(FERRY_INVALID_ARGUMENT, "an operator named %s is already registered", name);
+    goto cleanup;
+  }
+  if (!appended) {
+    st = FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "registering operator %s: the registry cannot grow", name);
+    goto cleanup;
+  }
+  if (out) *out = op;
+  op = NULL;
+cleanup:
+  op_free(op);
+  return st;
+}

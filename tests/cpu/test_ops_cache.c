@@ -1,0 +1,383 @@
+/* The disk cache and artifact files: hits, misses, every kind of bad file (rejected, removed, rebuilt — never
+ * loaded), concurrent writers, directory permissions, export and import. */
+#include "test_ops.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+/* The one cache file of the test's cache home (fails if there is not exactly one). */
+static void the_file(const char *home, char *path, size_t size) {
+  char dir[400];
+  snprintf(dir, sizeof dir, "%s/ferry", home);
+  DIR *d = opendir(dir);
+  ASSERT(d != NULL);
+  int found = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, size, "%.300s/%.255s", dir, e->d_name);
+    found++;
+  }
+  closedir(d);
+  if (found != 1) FAIL_AT("expected one file in %s, found %d", dir, found);
+}
+
+static ferry_artifact *compile_tiny(const ferry_op *op, int type) {
+  ferry_gemm_args args;
+  test_args(&args, type, FERRY_F32, 8, 8, 8);
+  ferry_artifact *art = NULL;
+  ASSERT_OK(ferry_op_compile_for(op, &args, 90, &art));
+  return art;
+}
+
+static ferry_cache_stats stats(void) {
+  ferry_cache_stats s;
+  ferry_cache_stats_get(&s);
+  return s;
+}
+
+/* Compiles once (a miss, written), clears the memo: the next compile reads the file. */
+static const ferry_op *prepared(const char *name, const char *home, char *path, size_t size) {
+  const ferry_op *op = tiny_op(name);
+  ferry_artifact_release(compile_tiny(op, FERRY_F32));
+  ferry_ops_clear_memo();
+  the_file(home, path, size);
+  return op;
+}
+
+static void patch_file(const char *path, long offset, const void *bytes, size_t n) {
+  int fd = open(path, O_WRONLY);
+  ASSERT(fd >= 0);
+  ASSERT(pwrite(fd, bytes, n, offset) == (ssize_t)n);
+  close(fd);
+}
+
+/* After a bad file: it was rejected (not loaded), compiled again, and replaced by a good one. */
+static void expect_rejected_and_rebuilt(const ferry_op *op, const char *home, const char *why) {
+  ferry_cache_stats before = stats();
+  ferry_artifact *art = compile_tiny(op, FERRY_F32);
+  ferry_cache_stats after = stats();
+  ASSERT_EQ(after.disk_rejected, before.disk_rejected + 1);
+  ASSERT_EQ(after.compiles, before.compiles + 1);
+  ASSERT_EQ(after.disk_writes, before.disk_writes + 1);
+  ASSERT_STR_CONTAINS(after.disk_note, why);
+  size_t size = 0;
+  const unsigned char *cubin = ferry_artifact_cubin(art, &size);
+  ASSERT(!memcmp(cubin, "\x7f" "ELF", 4));
+  ferry_artifact_release(art);
+  ferry_ops_clear_memo();
+  char path[600];
+  the_file(home, path, sizeof path);
+  ferry_artifact_release(compile_tiny(op, FERRY_F32)); /* the rebuilt file verifies */
+  ASSERT_EQ(stats().disk_hits, after.disk_hits + 1);
+}
+
+TEST(cache_hit_after_miss) {
+  if (!test_have_nvrtc()) return;
+  char home[300], path[600];
+  test_cache_home(home, sizeof home, "hit");
+  const ferry_op *op = tiny_op("tiny_hit");
+  ferry_artifact_release(compile_tiny(op, FERRY_F32));
+  ferry_cache_stats s = stats();
+  ASSERT_EQ(s.disk_misses, 1);
+  ASSERT_EQ(s.disk_writes, 1);
+  ASSERT_EQ(s.compiles, 1);
+  ASSERT_EQ(s.disk_enabled, 1);
+  the_file(home, path, sizeof path);
+  struct stat sb;
+  ASSERT(stat(path, &sb) == 0);
+  ASSERT_EQ(sb.st_mode & 0777, 0600);
+  char dir[400];
+  snprintf(dir, sizeof dir, "%s/ferry", home);
+  ASSERT(stat(dir, &sb) == 0);
+  ASSERT_EQ(sb.st_mode & 0777, 0700);
+  ASSERT_STR_CONTAINS(s.disk_dir, dir);
+  ferry_ops_clear_memo();
+  ferry_artifact_release(compile_tiny(op, FERRY_F32));
+  s = stats();
+  ASSERT_EQ(s.disk_hits, 1);
+  ASSERT_EQ(s.compiles, 1);
+  test_rm_rf(home);
+}
+
+TEST(cache_rejects_flipped_byte) {
+  if (!test_have_nvrtc()) return;
+  char home[300], path[600];
+  test_cache_home(home, sizeof home, "flip");
+  const ferry_op *op = prepared("tiny_flip", home, path, sizeof path);
+  struct stat sb;
+  ASSERT(stat(path, &sb) == 0);
+  unsigned char b;
+  int fd = open(path, O_RDONLY);
+  ASSERT(pread(fd, &b, 1, sb.st_size - 100) == 1);
+  close(fd);
+  b ^= 0x10;
+  patch_file(path, sb.st_size - 100, &b, 1);
+  expect_rejected_and_rebuilt(op, home, "damaged");
+  test_rm_rf(home);
+}
+
+TEST(cache_rejects_truncation) {
+  if (!test_have_nvrtc()) return;
+  char home[300], path[600];
+  test_cache_home(home, sizeof home, "trunc");
+  const ferry_op *op = prepared("tiny_trunc", home, path, sizeof path);
+  struct stat sb;
+  ASSERT(stat(path, &sb) == 0);
+  ASSERT(truncate(path, sb.st_size / 2) == 0);
+  expect_rejected_and_rebuilt(op, home, "truncated");
+  ASSERT(truncate(path, 10) == 0); /* shorter than the header */
+  ferry_ops_clear_memo();
+  expect_rejected_and_rebuilt(op, home, "truncated");
+  test_rm_rf(home);
+}
+
+TEST(cache_rejects_wrong_version) {
+  if (!test_have_nvrtc()) return;
+  char home[300], path[600];
+  test_cache_home(home, sizeof home, "version");
+  const ferry_op *op = prepared("tiny_version", home, path, sizeof path);
+  const unsigned char v2[4] = {2, 0, 0, 0};
+  patch_file(path, 8, v2, 4);
+  expect_rejected_and_rebuilt(op, home, "format version 2");
+  patch_file(path, 0, "FERRYARX", 8);
+  ferry_ops_clear_memo();
+  expect_rejected_and_rebuilt(op, home, "bad magic");
+  test_rm_rf(home);
+}
+
+TEST(cache_rejects_wrong_key) {
+  if (!test_have_nvrtc()) return;
+  char home[300], path_a[600], path_b[600];
+  test_cache_home(home, sizeof home, "key");
+  const ferry_op *op = prepared("tiny_key", home, path_a, sizeof path_a);
+  /* Compile the f16 kind too, then move the f32 kind's file to the name (key) the f16 kind looks for. */
+  ferry_artifact_release(compile_tiny(op, FERRY_F16));
+  ferry_ops_clear_memo();
+  /* two files now; find the f16 one by elimination */
+  char dir[400];
+  snprintf(dir, sizeof dir, "%s/ferry", home);
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  path_b[0] = '\0';
+  while ((e = readdir(d)) != NULL) {
+    char p[1024];
+    snprintf(p, sizeof p, "%.400s/%.255s", dir, e->d_name);
+    if (e->d_name[0] != '.' && strcmp(p, path_a)) snprintf(path_b, sizeof path_b, "%.590s", p);
+  }
+  closedir(d);
+  ASSERT(path_b[0]);
+  ASSERT(rename(path_a, path_b) == 0); /* a valid file under another key's name */
+  ferry_cache_stats before = stats();
+  ferry_gemm_args args;
+  test_args(&args, FERRY_F16, FERRY_F32, 8, 8, 8);
+  ferry_artifact *art = NULL;
+  ASSERT_OK(ferry_op_compile_for(op, &args, 90, &art));
+  ferry_cache_stats after = stats();
+  ASSERT_EQ(after.disk_rejected, before.disk_rejected + 1);
+  ASSERT_STR_CONTAINS(after.disk_note, "another compile's key");
+  ASSERT_EQ(ferry_artifact_kind(art), args.problem.kind);
+  ferry_artifact_release(art);
+  test_rm_rf(home);
+}
+
+TEST(cache_concurrent_writers) {
+  if (!test_have_nvrtc()) return;
+  char home[300], path[600];
+  test_cache_home(home, sizeof home, "race");
+  const ferry_op *op = tiny_op("tiny_race");
+  ferry_artifact *art = compile_tiny(op, FERRY_F32);
+  the_file(home, path, sizeof path);
+  enum { WRITERS = 8, ROUNDS = 40 };
+  pid_t pids[WRITERS];
+  for (int w = 0; w < WRITERS; w++) {
+    pids[w] = fork();
+    ASSERT(pids[w] >= 0);
+    if (pids[w] == 0) {
+      /* Each writer stores the same key over and over while reading it back: a reader must only ever see a
+       * whole, valid file. */
+      int bad = 0;
+      for (int r = 0; r < ROUNDS; r++) {
+        ferry__cache_store(art);
+        unsigned char *cubin = NULL;
+        size_t size = 0;
+        if (ferry__cache_load(op, art->kind, 90, art->key, &cubin, &size)) free(cubin);
+        else bad++;
+      }
+      ferry_cache_stats s;
+      ferry_cache_stats_get(&s);
+      _exit(bad || s.disk_rejected || s.disk_write_failures ? 1 : 0);
+    }
+  }
+  int failed = 0;
+  for (int w = 0; w < WRITERS; w++) {
+    int status = 0;
+    waitpid(pids[w], &status, 0);
+    failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  ASSERT_EQ(failed, 0);
+  the_file(home, path, sizeof path); /* one file, no temporary left behind */
+  unsigned char *cubin = NULL;
+  size_t size = 0;
+  ASSERT(ferry__cache_load(op, art->kind, 90, art->key, &cubin, &size));
+  ASSERT_EQ(size, art->cubin_size);
+  ASSERT(!memcmp(cubin, art->cubin, size));
+  free(cubin);
+  ferry_artifact_release(art);
+  test_rm_rf(home);
+}
+
+TEST(cache_refuses_world_writable_dir) {
+  if (!test_have_nvrtc()) return;
+  char home[300], dir[400];
+  test_cache_home(home, sizeof home, "perm");
+  snprintf(dir, sizeof dir, "%s/ferry", home);
+  ASSERT(mkdir(home, 0700) == 0 && mkdir(dir, 0700) == 0 && chmod(dir, 0777) == 0);
+  ferry_artifact_release(compile_tiny(tiny_op("tiny_perm"), FERRY_F32)); /* still compiles */
+  ferry_cache_stats s = stats();
+  ASSERT_EQ(s.disk_enabled, 0);
+  ASSERT_EQ(s.disk_writes, 0);
+  ASSERT_STR_CONTAINS(s.disk_note, "writable by group or others (mode 777)");
+  ASSERT(chmod(dir, 0720) == 0);
+  ferry_ops_clear_memo();
+  ferry_artifact_release(compile_tiny(ferry_op_by_name("tiny_perm"), FERRY_F32));
+  ASSERT_EQ(stats().disk_writes, 0); /* group-writable is refused too */
+  ASSERT(chmod(dir, 0700) == 0);
+  ferry_ops_clear_memo();
+  ferry_artifact_release(compile_tiny(ferry_op_by_name("tiny_perm"), FERRY_F32));
+  ASSERT_EQ(stats().disk_writes, 1);
+  test_rm_rf(home);
+}
+
+TEST(cache_refuses_symlinked_dir) {
+  if (!test_have_nvrtc()) return;
+  char home[300], dir[400], real[400];
+  test_cache_home(home, sizeof home, "link");
+  snprintf(dir, sizeof dir, "%s/ferry", home);
+  snprintf(real, sizeof real, "%s/elsewhere", home);
+  ASSERT(mkdir(home, 0700) == 0 && mkdir(real, 0700) == 0 && symlink(real, dir) == 0);
+  ferry_artifact_release(compile_tiny(tiny_op("tiny_link"), FERRY_F32));
+  ferry_cache_stats s = stats();
+  ASSERT_EQ(s.disk_enabled, 0);
+  ASSERT_STR_CONTAINS(s.disk_note, "symbolic link");
+  DIR *d = opendir(real);
+  int files = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) files += e->d_name[0] != '.';
+  closedir(d);
+  ASSERT_EQ(files, 0); /* nothing was written through the link */
+  test_rm_rf(home);
+}
+
+TEST(cache_can_be_turned_off) {
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "off");
+  setenv("FERRY_DISK_CACHE", "0", 1);
+  ferry_artifact_release(compile_tiny(tiny_op("tiny_off"), FERRY_F32));
+  ferry_cache_stats s = stats();
+  ASSERT_EQ(s.disk_writes, 0);
+  ASSERT_STR_CONTAINS(s.disk_note, "FERRY_DISK_CACHE=0");
+  struct stat sb;
+  ASSERT(stat(home, &sb) != 0); /* not even created */
+  test_rm_rf(home);
+}
+
+TEST(export_import_round_trip) {
+  if (!test_have_nvrtc()) return;
+  char home[300], file[400];
+  test_cache_home(home, sizeof home, "export");
+  unsetenv("FERRY_ARCH");
+  fake_driver_use();
+  const ferry_op *op = tiny_op("tiny_export");
+  ferry_artifact *art = compile_tiny(op, FERRY_F32);
+  snprintf(file, sizeof file, "%s/exported.ferry", home);
+  ASSERT_OK(ferry_artifact_export(art, file));
+  ferry_ops_clear_memo();
+  ferry_artifact *back = NULL;
+  ASSERT_OK(ferry_artifact_import(file, &back));
+  ASSERT(back != art);
+  ASSERT(ferry_artifact_op(back) == op);
+  ASSERT_EQ(ferry_artifact_kind(back), ferry_artifact_kind(art));
+  ASSERT_EQ(ferry_artifact_target_sm(back), 90);
+  size_t a_size = 0, b_size = 0;
+  const void *a_cubin = ferry_artifact_cubin(art, &a_size), *b_cubin = ferry_artifact_cubin(back, &b_size);
+  ASSERT_EQ(a_size, b_size);
+  ASSERT(!memcmp(a_cubin, b_cubin, a_size));
+  /* the import is memoised: a run without an artifact uses it, without compiling */
+  ferry_cache_stats before = stats();
+  ferry_gemm_args args;
+  test_args(&args, FERRY_F32, FERRY_F32, 8, 8, 8);
+  ASSERT_OK(ferry_op_run(op, &args, NULL, back, 0));
+  ASSERT_OK(ferry_op_run(op, &args, NULL, NULL, 0));
+  ASSERT_EQ(stats().compiles, before.compiles);
+  ASSERT_EQ(fake_launches, 2);
+  ferry_artifact_release(back);
+  ferry_artifact_release(art);
+  ferry_ops_clear_memo();
+  ASSERT_EQ(fake_live_libraries, 0);
+  ASSERT_STATUS(ferry_artifact_export(NULL, file), FERRY_INVALID_ARGUMENT);
+  char nodir[500];
+  snprintf(nodir, sizeof nodir, "%s/missing/dir/x.ferry", home);
+  art = compile_tiny(op, FERRY_F32);
+  ASSERT_STATUS(ferry_artifact_export(art, nodir), FERRY_IO_ERROR);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "missing/dir");
+  ferry_artifact_release(art);
+  test_rm_rf(home);
+}
+
+/* Rewrites the file's content hash after patching its payload, so that only the record is wrong. */
+static void patch_payload(const char *path, long offset, const void *bytes, size_t n) {
+  unsigned char *file = NULL;
+  size_t size = 0;
+  ASSERT_OK(ferry__read_file(path, 0, &file, &size, NULL));
+  memcpy(file + offset, bytes, n);
+  ferry__sha256_of(file + FERRY__ART_HEADER, size - FERRY__ART_HEADER, file + 56);
+  FILE *f = fopen(path, "wb");
+  ASSERT(f && fwrite(file, 1, size, f) == size);
+  fclose(f);
+  free(file);
+}
+
+TEST(import_rejects_bad_files) {
+  if (!test_have_nvrtc()) return;
+  char home[300], file[400], link[400];
+  test_cache_home(home, sizeof home, "import");
+  const ferry_op *op = tiny_op("tiny_import");
+  ferry_artifact *art = compile_tiny(op, FERRY_F32), *back = NULL;
+  snprintf(file, sizeof file, "%s/a.ferry", home);
+  ASSERT_STATUS(ferry_artifact_import(file, &back), FERRY_IO_ERROR); /* missing */
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "a.ferry");
+  ASSERT_OK(ferry_artifact_export(art, file));
+  unsigned char b = 0xee;
+  patch_file(file, 400, &b, 1);
+  ASSERT_STATUS(ferry_artifact_import(file, &back), FERRY_BAD_ARTIFACT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "damaged");
+  ASSERT_OK(ferry_artifact_export(art, file));
+  ASSERT(truncate(file, 300) == 0);
+  ASSERT_STATUS(ferry_artifact_import(file, &back), FERRY_BAD_ARTIFACT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "truncated");
+  ASSERT_OK(ferry_artifact_export(art, file));
+  patch_payload(file, FERRY__ART_HEADER, "tiny_unknown", 12);
+  ASSERT_STATUS(ferry_artifact_import(file, &back), FERRY_BAD_ARTIFACT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "tiny_unknown, which is not registered");
+  ASSERT_OK(ferry_artifact_export(art, file));
+  patch_payload(file, FERRY__ART_HEADER + 64, "\x01\x02", 2); /* the operator's source digest */
+  ASSERT_STATUS(ferry_artifact_import(file, &back), FERRY_BAD_ARTIFACT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "another version of operator tiny_import");
+  ASSERT_OK(ferry_artifact_export(art, file));
+  patch_payload(file, FERRY__ART_HEADER + FERRY__ART_META, "MZ", 2); /* not a cubin */
+  ASSERT_STATUS(ferry_artifact_import(file, &back), FERRY_BAD_ARTIFACT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "ELF");
+  ASSERT_OK(ferry_artifact_export(art, file));
+  snprintf(link, sizeof link, "%s/link.ferry", home);
+  ASSERT(symlink(file, link) == 0);
+  ASSERT_STATUS(ferry_artifact_import(link, &back), FERRY_IO_ERROR);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "symbolic link");
+  ASSERT(back == NULL);
+  ASSERT_STATUS(ferry_artifact_import(NULL, &back), FERRY_INVALID_ARGUMENT);
+  ferry_artifact_release(art);
+  test_rm_rf(home);
+}

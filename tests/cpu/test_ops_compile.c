@@ -1,0 +1,363 @@
+/* Compilation with the real NVRTC (no GPU needed), the memo, and runs and graphs through the fake driver, which
+ * loads cubins as tokens and records launches instead of running them. */
+#include "test_ops.h"
+
+TEST(sha256_matches_the_standard_vectors) {
+  uint8_t out[32];
+  char hex[65];
+  ferry__sha256_of("abc", 3, out);
+  ferry__hex(out, 32, hex);
+  ASSERT(!strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+  ferry__sha256_of("", 0, out);
+  ferry__hex(out, 32, hex);
+  ASSERT(!strcmp(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
+  const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  ferry__sha256_of(two, strlen(two), out);
+  ferry__hex(out, 32, hex);
+  ASSERT(!strcmp(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"));
+  /* a million 'a', fed in uneven pieces through the streaming interface */
+  ferry__sha256 s;
+  ferry__sha256_init(&s);
+  char block[1000];
+  memset(block, 'a', sizeof block);
+  size_t fed = 0;
+  for (size_t piece = 1; fed < 1000000; piece = piece % 997 + 1) {
+    size_t n = 1000000 - fed < piece ? 1000000 - fed : piece;
+    ferry__sha256_update(&s, block, n);
+    fed += n;
+  }
+  ferry__sha256_final(&s, out);
+  ferry__hex(out, 32, hex);
+  ASSERT(!strcmp(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"));
+}
+
+TEST(compile_to_cubin_for_sm80_and_sm90) {
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "compile");
+  ferry_gemm_args args;
+  test_args(&args, FERRY_BF16, FERRY_BF16, 128, 128, 128);
+  const char *names[] = {"gemm_mma_bf16_64x64x32_s3", "gemm_simt_64x64x16"};
+  for (int i = 0; i < 2; i++)
+    for (int sm = 80; sm <= 90; sm += 10) {
+      ferry_artifact *art = NULL;
+      ASSERT_OK(ferry_op_compile_for(ferry_op_by_name(names[i]), &args, sm, &art));
+      size_t size = 0;
+      const unsigned char *cubin = ferry_artifact_cubin(art, &size);
+      ASSERT(size > 1000 && !memcmp(cubin, "\x7f" "ELF", 4));
+      ASSERT_EQ(ferry_artifact_target_sm(art), sm);
+      ASSERT_EQ(ferry_artifact_kind(art), args.problem.kind);
+      ASSERT(ferry_artifact_op(art) == ferry_op_by_name(names[i]));
+      ferry_artifact_release(art);
+    }
+  ferry_cache_stats st;
+  ferry_cache_stats_get(&st);
+  ASSERT_EQ(st.compiles, 4);
+  fprintf(stderr, "  4 NVRTC compiles in %.2f s\n", st.compile_seconds);
+  /* FERRY_ARCH picks the target of ferry_op_compile without a GPU */
+  setenv("FERRY_ARCH", "sm_80", 1);
+  ferry_artifact *art = NULL;
+  ASSERT_OK(ferry_op_compile(ferry_op_by_name(names[1]), &args, &art));
+  ASSERT_EQ(ferry_artifact_target_sm(art), 80);
+  ferry_artifact_release(art);
+  test_rm_rf(home);
+}
+
+TEST(compile_is_memoised) {
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "memo");
+  const ferry_op *op = tiny_op("tiny_memo");
+  ferry_gemm_args args;
+  test_args(&args, FERRY_F32, FERRY_F32, 8, 8, 8);
+  ferry_artifact *a = NULL, *b = NULL;
+  ASSERT_OK(ferry_op_compile_for(op, &args, 90, &a));
+  ASSERT_OK(ferry_op_compile_for(op, &args, 90, &b));
+  ASSERT(a == b); /* the same artifact, one more reference */
+  ferry_cache_stats st;
+  ferry_cache_stats_get(&st);
+  ASSERT_EQ(st.compiles, 1);
+  ASSERT_EQ(st.memo_hits, 1);
+  ferry_artifact_release(a);
+  ferry_artifact_release(b);
+  /* Another kind is another artifact. */
+  test_args(&args, FERRY_F16, FERRY_F32, 8, 8, 8);
+  ASSERT_OK(ferry_op_compile_for(op, &args, 90, &a));
+  ASSERT(a != b);
+  ferry_artifact_release(a);
+  /* Cleared memo: the disk serves the next compile, no NVRTC. */
+  ferry_ops_clear_memo();
+  test_args(&args, FERRY_F32, FERRY_F32, 8, 8, 8);
+  ASSERT_OK(ferry_op_compile_for(op, &args, 90, &a));
+  ferry_cache_stats_get(&st);
+  ASSERT_EQ(st.compiles, 2);
+  ASSERT_EQ(st.disk_hits, 1);
+  ferry_artifact_release(a);
+  ferry_artifact_release(NULL);
+  test_rm_rf(home);
+}
+
+TEST(compile_refuses_old_targets_and_unsupported_args) {
+  ferry_gemm_args args;
+  test_args(&args, FERRY_F16, FERRY_F16, 64, 64, 64);
+  ferry_artifact *art = NULL;
+  const ferry_op *mma = ferry_op_by_name("gemm_mma_f16_64x64x32_s3");
+  ASSERT_STATUS(ferry_op_compile_for(mma, &args, 75, &art), FERRY_UNSUPPORTED);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "needs sm_80 or newer; the target is sm_75");
+  const ferry_op *bf = ferry_op_by_name("gemm_mma_bf16_64x64x32_s3");
+  ASSERT_STATUS(ferry_op_compile_for(bf, &args, 90, &art), FERRY_UNSUPPORTED);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "operand A: expected bf16, got fp16");
+  ASSERT_STATUS(ferry_op_compile_for(mma, &args, 90, NULL), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_op_compile_for(NULL, &args, 90, &art), FERRY_INVALID_ARGUMENT);
+  ASSERT(art == NULL);
+  if (!test_have_nvrtc()) return;
+  ASSERT_STATUS(ferry_op_compile_for(mma, &args, 91, &art), FERRY_UNSUPPORTED); /* no such chip */
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "cannot compile for sm_91");
+}
+
+TEST(compile_error_reports_the_nvrtc_log) {
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "bad");
+  ferry_op_desc d;
+  ferry_op_desc_init(&d);
+  d.info.name = "broken";
+  d.source = "extern \"C\" __global__ void broken(ferry_gemm_params p) { undeclared_thing(p); }\n";
+  d.entry = "broken";
+  const ferry_op *op = NULL;
+  ASSERT_OK(ferry_op_register(&d, &op));
+  ferry_gemm_args args;
+  test_args(&args, FERRY_F32, FERRY_F32, 8, 8, 8);
+  ferry_artifact *art = NULL;
+  ASSERT_STATUS(ferry_op_compile_for(op, &args, 90, &art), FERRY_COMPILE_FAILED);
+  ASSERT(art == NULL);
+  ASSERT_STR_CONTAINS(ferry_last_error()->call, "nvrtcCompileProgram");
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "NVRTC_ERROR_COMPILATION");
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "undeclared_thing");
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "operator broken for sm_90");
+  test_rm_rf(home);
+}
+
+TEST(nvrtc_absent_is_a_clear_error) {
+  setenv("FERRY_NVRTC", "/nonexistent/libnvrtc.so", 1);
+  ferry_gemm_args args;
+  test_args(&args, FERRY_F32, FERRY_F32, 8, 8, 8);
+  ferry_artifact *art = NULL;
+  ASSERT_STATUS(ferry_op_compile_for(ferry_op_by_name("gemm_simt_64x64x16"), &args, 90, &art), FERRY_NO_COMPILER);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "/nonexistent/libnvrtc.so");
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "FERRY_NVRTC");
+}
+
+TEST(run_through_fake_driver_lays_out_the_launch) {
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "run");
+  unsetenv("FERRY_ARCH");
+  fake_driver_use();
+  ferry_gemm_args args;
+  test_args(&args, FERRY_F16, FERRY_F32, 129, 200, 72);
+  args.alpha = 2.0f;
+  args.beta = 0.5f;
+  const ferry_op *op = ferry_op_by_name("gemm_mma_f16_64x64x32_s3");
+  ASSERT_OK(ferry_op_supports(op, &args, NULL, 0));
+  ferry_artifact *art = NULL;
+  ASSERT_OK(ferry_op_compile(op, &args, &art));
+  ASSERT_EQ(fake_live_libraries, 1); /* loaded at compile: the fake device is the target, sm_90 */
+  void *stream = (void *)0x5100;
+  ASSERT_OK(ferry_op_run(op, &args, stream, art, FERRY_ASSUME_SUPPORTED));
+  ASSERT_EQ(fake_launches, 1);
+  ASSERT_EQ(fake_last_launch.grid_x, 3 * 4); /* ceil(129/64) × ceil(200/64) */
+  ASSERT_EQ(fake_last_launch.grid_z, 1);
+  ASSERT_EQ(fake_last_launch.block, 128);
+  ASSERT_EQ(fake_last_launch.smem, 3 * (64 * 40 + 32 * 72) * 2);
+  ferry_gemm_params p;
+  memcpy(&p, fake_last_launch.params, sizeof p);
+  ASSERT(p.a == args.a && p.b == args.b && p.out == args.out);
+  ASSERT_EQ(p.m, 129);
+  ASSERT_EQ(p.n, 200);
+  ASSERT_EQ(p.k, 72);
+  ASSERT_EQ(p.lda, 72);
+  ASSERT_EQ(p.ldb, 200);
+  ASSERT_EQ(p.ldc, 200);
+  ASSERT(p.alpha == 2.0f && p.beta == 0.5f);
+  ASSERT_EQ(p.kind, args.problem.kind);
+  /* the checked path launches the same */
+  ASSERT_OK(ferry_op_run(op, &args, stream, art, 0));
+  ASSERT_EQ(fake_launches, 2);
+  /* an empty problem launches nothing */
+  ferry_gemm_args empty;
+  test_args(&empty, FERRY_F16, FERRY_F32, 0, 200, 72);
+  ASSERT_OK(ferry_op_run(op, &empty, stream, art, 0));
+  ASSERT_EQ(fake_launches, 2);
+  ferry_artifact_release(art);
+  ferry_ops_clear_memo();
+  ASSERT_EQ(fake_live_libraries, 0);
+  test_rm_rf(home);
+}
+
+TEST(run_without_artifact_compiles_once) {
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "noart");
+  unsetenv("FERRY_ARCH");
+  fake_driver_use();
+  const ferry_op *op = tiny_op("tiny_noart");
+  ferry_gemm_args args;
+  test_args(&args, FERRY_F32, FERRY_F32, 100, 100, 8);
+  for (int i = 0; i < 50; i++) ASSERT_OK(ferry_op_run(op, &args, NULL, NULL, 0));
+  for (int i = 0; i < 50; i++) ASSERT_OK(ferry_op_run(op, &args, NULL, NULL, FERRY_ASSUME_SUPPORTED));
+  ASSERT_EQ(fake_launches, 100);
+  ASSERT_EQ(fake_last_launch.grid_x, 4 * 7); /* tiles of 32×16 */
+  ASSERT_EQ(fake_last_launch.block, 64);
+  ferry_cache_stats st;
+  ferry_cache_stats_get(&st);
+  ASSERT_EQ(st.compiles, 1);
+  ferry_ops_clear_memo();
+  ASSERT_EQ(fake_live_libraries, 0);
+  test_rm_rf(home);
+}
+
+TEST(run_checks_artifact_and_support) {
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "check");
+  unsetenv("FERRY_ARCH");
+  fake_driver_use();
+  const ferry_op *op = tiny_op("tiny_check");
+  ferry_gemm_args f32, f16;
+  test_args(&f32, FERRY_F32, FERRY_F32, 16, 16, 16);
+  test_args(&f16, FERRY_F16, FERRY_F32, 16, 16, 16);
+  ferry_artifact *art = NULL;
+  ASSERT_OK(ferry_op_compile(op, &f32, &art));
+  ASSERT_STATUS(ferry_op_run(op, &f16, NULL, art, 0), FERRY_INVALID_ARGUMENT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "compiled for problem kind");
+  const ferry_op *simt = ferry_op_by_name("gemm_simt_64x64x16");
+  ASSERT_STATUS(ferry_op_run(simt, &f32, NULL, art, 0), FERRY_INVALID_ARGUMENT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "the artifact is of operator tiny_check");
+  const ferry_op *bf = ferry_op_by_name("gemm_mma_bf16_64x64x32_s3");
+  ASSERT_STATUS(ferry_op_run(bf, &f32, NULL, NULL, 0), FERRY_UNSUPPORTED);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "operand A: expected bf16, got fp32");
+  ASSERT_STATUS(ferry_op_run(NULL, &f32, NULL, art, 0), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_op_run(op, NULL, NULL, art, 0), FERRY_INVALID_ARGUMENT);
+  ASSERT_EQ(fake_launches, 0);
+  ferry_artifact_release(art);
+  test_rm_rf(home);
+}
+
+TEST(graph_records_runs_and_updates_in_place) {
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "graph");
+  unsetenv("FERRY_ARCH");
+  fake_driver_use();
+  const ferry_op *op = tiny_op("tiny_graph");
+  ferry_gemm_args args[3];
+  for (int i = 0; i < 3; i++) {
+    test_args(&args[i], FERRY_F32, FERRY_F32, 64, 64, 64);
+    ASSERT_OK(ferry_gemm_args_set_data(&args[i], (void *)(uintptr_t)(0x100000 * (i + 1)), NULL, NULL));
+  }
+  ferry_artifact *art = NULL;
+  ASSERT_OK(ferry_op_compile(op, &args[0], &art));
+  ferry_graph *g = NULL;
+  ASSERT_STATUS(ferry_graph_begin(NULL, &g), FERRY_INVALID_ARGUMENT);
+  ASSERT_OK(ferry_graph_begin((void *)0x5200, &g));
+  size_t index = 99;
+  for (int i = 0; i < 3; i++) {
+    ASSERT_OK(ferry_graph_run(g, op, &args[i], art, FERRY_ASSUME_SUPPORTED, &index));
+    ASSERT_EQ(index, (size_t)i);
+  }
+  ASSERT_STATUS(ferry_graph_replay(g, NULL), FERRY_INVALID_ARGUMENT); /* not instantiated yet */
+  ASSERT_OK(ferry_graph_end(g));
+  ASSERT_EQ(ferry_graph_run_count(g), 3);
+  ASSERT_OK(ferry_graph_replay(g, NULL));
+  ASSERT_EQ(fake_replays, 1);
+  /* Run 1 gets new operands and a new size; the others keep theirs. */
+  ferry_gemm_args moved;
+  test_args(&moved, FERRY_F32, FERRY_F32, 100, 64, 64);
+  ASSERT_OK(ferry_gemm_args_set_data(&moved, (void *)0x777000, NULL, NULL));
+  ASSERT_OK(ferry_graph_update(g, 1, &moved));
+  const fake_launch_record *n0 = fake_exec_node(ferry__test_graph_exec(g), 0);
+  const fake_launch_record *n1 = fake_exec_node(ferry__test_graph_exec(g), 1);
+  ferry_gemm_params p0, p1;
+  memcpy(&p0, n0->params, sizeof p0);
+  memcpy(&p1, n1->params, sizeof p1);
+  ASSERT(p0.a == (const void *)0x100000);
+  ASSERT(p1.a == (const void *)0x777000);
+  ASSERT_EQ(p1.m, 100);
+  ASSERT_EQ(n1->grid_x, 4 * 4); /* ceil(100/32) × ceil(64/16) */
+  /* Updates are checked like runs. */
+  ferry_gemm_args other;
+  test_args(&other, FERRY_F16, FERRY_F32, 64, 64, 64);
+  ASSERT_STATUS(ferry_graph_update(g, 1, &other), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_graph_update(g, 7, &moved), FERRY_INVALID_ARGUMENT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "run 7 does not exist");
+  ferry_artifact_release(art); /* the graph holds its own references */
+  ferry_graph_destroy(g);
+  ferry_graph_destroy(NULL);
+  ASSERT_EQ(fake_live_graphs, 0);
+  ASSERT_EQ(fake_live_execs, 0);
+  ferry_ops_clear_memo();
+  ASSERT_EQ(fake_live_libraries, 0);
+  /* A graph destroyed while capturing ends the capture. */
+  ASSERT_OK(ferry_graph_begin((void *)0x5300, &g));
+  ferry_graph_destroy(g);
+  ASSERT_EQ(fake_live_graphs, 0);
+  test_rm_rf(home);
+}
+
+/* A registered operator with its own parameter struct. */
+typedef struct my_params { const void *x; float scale; int rows; } my_params;
+static void fill_my_params(const ferry_gemm_args *args, void *params, void *user) {
+  my_params *p = params;
+  p->x = args->a;
+  p->scale = *(const float *)user * args->alpha;
+  p->rows = (int)args->problem.m;
+}
+
+TEST(byo_kernel_end_to_end_on_fake_driver) {
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "byo");
+  unsetenv("FERRY_ARCH");
+  fake_driver_use();
+  static float scale = 3.0f;
+  ferry_op_desc d;
+  ferry_op_desc_init(&d);
+  d.info.name = "byo_scale";
+  d.info.instruction = "simt.custom";
+  d.info.tile_m = 128;
+  d.info.tile_n = 128;
+  d.info.threads = 128;
+  d.info.a_types = d.info.b_types = d.info.out_types = FERRY_SCALAR_BIT(FERRY_F32);
+  d.source = "struct my_params { const float *x; float scale; int rows; };\n"
+             "#ifndef BYO_UNROLL\n#error the option did not arrive\n#endif\n"
+             "extern \"C\" __global__ void byo_scale(my_params p) { (void)p; }\n";
+  d.entry = "byo_scale";
+  const char *opts[] = {"-DBYO_UNROLL=4"};
+  d.options = opts;
+  d.n_options = 1;
+  d.params = fill_my_params;
+  d.params_size = sizeof(my_params);
+  d.user = &scale;
+  const ferry_op *op = NULL;
+  ASSERT_OK(ferry_op_register(&d, &op));
+  ferry_gemm_args args;
+  test_args(&args, FERRY_F32, FERRY_F32, 300, 10, 5);
+  args.alpha = 2.0f;
+  const ferry_op *ops[16];
+  size_t n = 0;
+  ASSERT_OK(ferry_ops_find(&args, 0, NULL, NULL, ops, 16, &n));
+  ASSERT(n >= 1 && ops[0] == op);
+  ferry_artifact *art = NULL;
+  ASSERT_OK(ferry_op_compile(op, &args, &art));
+  ASSERT_OK(ferry_op_run(op, &args, NULL, art, 0));
+  ASSERT_EQ(fake_last_launch.grid_x, 3);
+  ASSERT_EQ(fake_last_launch.block, 128);
+  my_params p;
+  memcpy(&p, fake_last_launch.params, sizeof p);
+  ASSERT(p.x == args.a);
+  ASSERT(p.scale == 6.0f);
+  ASSERT_EQ(p.rows, 300);
+  ferry_artifact_release(art);
+  test_rm_rf(home);
+}

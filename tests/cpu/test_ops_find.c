@@ -1,0 +1,247 @@
+/* Discovery, support checks and targets, on a forced target (no GPU needed). */
+#include "test_ops.h"
+
+#include <time.h>
+
+static const ferry_op *find_first(const ferry_gemm_args *args, int sm) {
+  const ferry_op *ops[32];
+  size_t n = 0;
+  ASSERT_OK(ferry_ops_find(args, sm, NULL, NULL, ops, 32, &n));
+  return n ? ops[0] : NULL;
+}
+
+TEST(builtins_are_registered_with_metadata) {
+  size_t n = ferry_ops_count();
+  ASSERT(n >= 9);
+  const ferry_op *op = ferry_op_by_name("gemm_mma_bf16_128x128x32_s4");
+  ASSERT(op != NULL);
+  const ferry_op_info *i = ferry_op_get_info(op);
+  ASSERT(!strcmp(i->instruction, "mma.sync.m16n8k16"));
+  ASSERT_EQ(i->tile_m, 128);
+  ASSERT_EQ(i->tile_n, 128);
+  ASSERT_EQ(i->tile_k, 32);
+  ASSERT_EQ(i->stages, 4);
+  ASSERT_EQ(i->threads, 128);
+  ASSERT_EQ(i->min_sm, 80);
+  ASSERT_EQ(i->a_types, FERRY_SCALAR_BIT(FERRY_BF16));
+  ASSERT_EQ(i->a_align, 16);
+  ASSERT_EQ(i->smem_bytes, 4 * (128 * 40 + 128 * 40) * 2);
+  ASSERT_EQ(i->builtin, 1);
+  ASSERT(ferry_op_by_name("no such operator") == NULL);
+  ASSERT(ferry_ops_get(n) == NULL);
+  ASSERT(ferry_op_get_info(NULL) == NULL);
+}
+
+TEST(find_on_forced_target_orders_tensor_cores_first) {
+  ferry_gemm_args args;
+  test_args(&args, FERRY_F16, FERRY_F16, 128, 128, 128);
+  const ferry_op *ops[32];
+  size_t n = 0;
+  ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
+  ASSERT_EQ(n, 5); /* four f16 tensor-core designs and the SIMT one */
+  ASSERT(!strcmp(ferry_op_get_info(ops[0])->name, "gemm_mma_f16_64x64x32_s3")); /* 128³ wants small tiles */
+  ASSERT(!strcmp(ferry_op_get_info(ops[n - 1])->instruction, "simt.fma"));
+  for (size_t i = 0; i < n; i++) ASSERT_OK(ferry_op_supports(ops[i], &args, NULL, 0));
+  /* 4096² prefers the largest tile */
+  test_args(&args, FERRY_BF16, FERRY_BF16, 4096, 4096, 4096);
+  ASSERT(!strcmp(ferry_op_get_info(find_first(&args, 90))->name, "gemm_mma_bf16_128x256x32_s3"));
+  /* capacity smaller than the count: the count is still the total */
+  ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 1, &n));
+  ASSERT_EQ(n, 5);
+  ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, NULL, 0, &n));
+  ASSERT_EQ(n, 5);
+}
+
+TEST(find_respects_target_and_filter) {
+  ferry_gemm_args args;
+  test_args(&args, FERRY_F16, FERRY_F32, 64, 64, 64);
+  size_t n = 0;
+  const ferry_op *ops[32];
+  ASSERT_OK(ferry_ops_find(&args, 75, NULL, NULL, ops, 32, &n)); /* sm_75: no cp.async, only SIMT */
+  ASSERT_EQ(n, 1);
+  ASSERT(!strcmp(ferry_op_get_info(ops[0])->name, "gemm_simt_64x64x16"));
+  ASSERT_OK(ferry_ops_find(&args, 60, NULL, NULL, ops, 32, &n));
+  ASSERT_EQ(n, 0); /* none is not an error */
+  test_args(&args, FERRY_F32, FERRY_F32, 64, 64, 64);
+  ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
+  ASSERT_EQ(n, 1); /* fp32 operands: SIMT only */
+  ASSERT_STATUS(ferry_ops_find(NULL, 90, NULL, NULL, ops, 32, &n), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_ops_find(&args, 90, NULL, NULL, NULL, 3, &n), FERRY_INVALID_ARGUMENT);
+}
+
+static int only_128(const ferry_op_info *info, void *user) {
+  (void)user;
+  return info->tile_m == 128;
+}
+
+TEST(find_filter_keeps_what_it_says) {
+  ferry_gemm_args args;
+  test_args(&args, FERRY_BF16, FERRY_F32, 256, 256, 256);
+  const ferry_op *ops[32];
+  size_t n = 0;
+  ASSERT_OK(ferry_ops_find(&args, 90, only_128, NULL, ops, 32, &n));
+  ASSERT_EQ(n, 2);
+  for (size_t i = 0; i < n; i++) ASSERT_EQ(ferry_op_get_info(ops[i])->tile_m, 128);
+}
+
+TEST(unaligned_operands_route_to_the_any_alignment_design) {
+  ferry_gemm_args args;
+  test_args(&args, FERRY_F16, FERRY_F16, 127, 127, 127); /* ld 127 fp16 = 254 bytes */
+  const ferry_op *ops[32];
+  size_t n = 0;
+  ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
+  ASSERT_EQ(n, 2);
+  ASSERT(!strcmp(ferry_op_get_info(ops[0])->name, "gemm_mma_f16_64x64x32_s2_align2"));
+  char reason[256];
+  const ferry_op *aligned = ferry_op_by_name("gemm_mma_f16_64x64x32_s3");
+  ASSERT_STATUS(ferry_op_supports(aligned, &args, reason, sizeof reason), FERRY_UNSUPPORTED);
+  ASSERT_STR_CONTAINS(reason, "operand A: needs 16-byte alignment");
+  ASSERT_STR_CONTAINS(reason, "it has 2 (leading dimension 127)");
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "gemm_mma_f16_64x64x32_s3 does not support");
+}
+
+TEST(supports_reasons_name_operand_and_types) {
+  ferry_gemm_args args;
+  char reason[256];
+  test_args(&args, FERRY_F16, FERRY_F32, 64, 64, 64);
+  const ferry_op *bf = ferry_op_by_name("gemm_mma_bf16_64x64x32_s3");
+  ASSERT_STATUS(ferry_op_supports(bf, &args, reason, sizeof reason), FERRY_UNSUPPORTED);
+  ASSERT(!strcmp(reason, "operand A: expected bf16, got fp16"));
+  ASSERT_EQ(ferry_last_error()->status, FERRY_UNSUPPORTED);
+  /* fp16 accumulation: the fp16 designs take it, bf16 and SIMT do not */
+  test_matrix a, b, c;
+  test_matrix_make(&a, 0x1000, FERRY_BF16, 0, 64, 64, 0, 0);
+  test_matrix_make(&b, 0x2000, FERRY_BF16, 0, 64, 64, 0, 0);
+  test_matrix_make(&c, 0x3000, FERRY_BF16, 0, 64, 64, 0, 0);
+  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F16));
+  ASSERT_STATUS(ferry_op_supports(bf, &args, reason, sizeof reason), FERRY_UNSUPPORTED);
+  ASSERT(!strcmp(reason, "accumulator: expected fp32, got fp16"));
+  ASSERT_STATUS(ferry_op_supports(ferry_op_by_name("gemm_simt_64x64x16"), &args, reason, 8), FERRY_UNSUPPORTED);
+  ASSERT_EQ(strlen(reason), 7); /* truncated to the buffer, NUL-terminated */
+  /* a mixed pair: the SIMT design accepts it, tensor cores say which operand differs */
+  test_matrix_make(&a, 0x1000, FERRY_F16, 0, 64, 64, 0, 0);
+  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32));
+  ASSERT_OK(ferry_op_supports(ferry_op_by_name("gemm_simt_64x64x16"), &args, reason, sizeof reason));
+  ASSERT_EQ(reason[0], 0);
+  ASSERT_STATUS(ferry_op_supports(ferry_op_by_name("gemm_mma_f16_64x64x32_s3"), &args, reason, sizeof reason),
+                FERRY_UNSUPPORTED);
+  ASSERT(!strcmp(reason, "operand B: expected fp16, got bf16"));
+  ASSERT_STATUS(ferry_op_supports(NULL, &args, reason, sizeof reason), FERRY_INVALID_ARGUMENT);
+  ferry_gemm_args junk;
+  memset(&junk, 0, sizeof junk);
+  ASSERT_STATUS(ferry_op_supports(bf, &junk, reason, sizeof reason), FERRY_INVALID_ARGUMENT);
+  ASSERT_STR_CONTAINS(reason, "not initialised");
+}
+
+TEST(supports_check_costs_nanoseconds) {
+  ferry_gemm_args args;
+  test_args(&args, FERRY_F16, FERRY_F16, 128, 128, 128);
+  const ferry_op *op = ferry_op_by_name("gemm_mma_f16_64x64x32_s3");
+  enum { N = 2000000 };
+  struct timespec t0, t1;
+  int ok = 0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 0; i < N; i++) ok += ferry_op_supports(op, &args, NULL, 0) == FERRY_OK;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / N;
+  ASSERT_EQ(ok, N);
+  fprintf(stderr, "  ferry_op_supports: %.1f ns per call (target 200 ns; CUTLASS's Python check 17.7 us)\n", ns);
+}
+
+TEST(target_from_environment) {
+  int sm = 0;
+  setenv("FERRY_ARCH", "sm_90", 1);
+  ASSERT_OK(ferry_target_sm(-1, &sm));
+  ASSERT_EQ(sm, 90);
+  setenv("FERRY_ARCH", "sm_90a", 1);
+  ASSERT_OK(ferry_target_sm(-1, &sm));
+  ASSERT_EQ(sm, 90);
+  setenv("FERRY_ARCH", "8.6", 1);
+  ASSERT_OK(ferry_target_sm(-1, &sm));
+  ASSERT_EQ(sm, 86);
+  setenv("FERRY_ARCH", "100", 1);
+  ASSERT_OK(ferry_target_sm(-1, &sm));
+  ASSERT_EQ(sm, 100);
+  setenv("FERRY_ARCH", "hopper", 1);
+  ASSERT_STATUS(ferry_target_sm(-1, &sm), FERRY_INVALID_ARGUMENT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "FERRY_ARCH=\"hopper\"");
+  setenv("FERRY_ARCH", "sm_75", 1);
+  char reason[200];
+  ASSERT_STATUS(ferry_target_supports(80, reason, sizeof reason), FERRY_UNSUPPORTED);
+  ASSERT_STR_CONTAINS(reason, "this needs sm_80 or newer; FERRY_ARCH=sm_75 is sm_75");
+  ASSERT_OK(ferry_target_supports(75, reason, sizeof reason));
+  ASSERT_EQ(reason[0], 0);
+}
+
+TEST(target_without_gpu_or_override_says_why) {
+  unsetenv("FERRY_ARCH");
+  if (ferry_init() == FERRY_OK) {
+    fprintf(stderr, "  note: a CUDA driver is present; the no-GPU target message cannot be observed here\n");
+    return;
+  }
+  char reason[300];
+  ASSERT_STATUS(ferry_target_supports(80, reason, sizeof reason), FERRY_UNSUPPORTED);
+  ASSERT_STR_CONTAINS(reason, "set FERRY_ARCH");
+}
+
+TEST(target_from_the_fake_device) {
+  unsetenv("FERRY_ARCH");
+  fake_driver_use(); /* an sm_90 */
+  int sm = 0;
+  ASSERT_OK(ferry_target_sm(0, &sm));
+  ASSERT_EQ(sm, 90);
+}
+
+static int refuse_odd_k(const ferry_gemm_args *args, char *reason, size_t size, void *user) {
+  (void)user;
+  if (args->problem.k % 2 == 0) return 1;
+  if (size) snprintf(reason, size, "k = %d is odd", (int)args->problem.k);
+  return 0;
+}
+
+TEST(register_validates_and_rejects_duplicates) {
+  ferry_op_desc d;
+  ferry_op_desc_init(&d);
+  const ferry_op *op = NULL;
+  ASSERT_STATUS(ferry_op_register(&d, &op), FERRY_INVALID_ARGUMENT); /* no name */
+  d.info.name = "my_gemm";
+  ASSERT_STATUS(ferry_op_register(&d, &op), FERRY_INVALID_ARGUMENT); /* no source */
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "source and entry are required");
+  d.source = "extern \"C\" __global__ void my_gemm(ferry_gemm_params p) {}";
+  d.entry = "my_gemm";
+  d.info.a_align = 3;
+  ASSERT_STATUS(ferry_op_register(&d, &op), FERRY_INVALID_ARGUMENT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "powers of two");
+  d.info.a_align = 1;
+  d.info.a_types = 0;
+  ASSERT_STATUS(ferry_op_register(&d, &op), FERRY_INVALID_ARGUMENT);
+  d.info.a_types = FERRY_SCALAR_BIT(FERRY_F32);
+  d.info.div_k = 0;
+  ASSERT_STATUS(ferry_op_register(&d, &op), FERRY_INVALID_ARGUMENT);
+  d.info.div_k = 1;
+  d.params = (ferry_op_params_fn)1;
+  d.params_size = 1000;
+  ASSERT_STATUS(ferry_op_register(&d, &op), FERRY_INVALID_ARGUMENT);
+  d.params = NULL;
+  d.supports = refuse_odd_k;
+  ASSERT_OK(ferry_op_register(&d, &op));
+  ASSERT(op == ferry_op_by_name("my_gemm"));
+  ASSERT_EQ(ferry_op_get_info(op)->builtin, 0);
+  ASSERT(!strcmp(ferry_op_get_info(op)->instruction, "custom"));
+  ASSERT_STATUS(ferry_op_register(&d, NULL), FERRY_INVALID_ARGUMENT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "already registered");
+  /* It takes part in discovery, its own check included. */
+  ferry_gemm_args args;
+  test_args(&args, FERRY_F32, FERRY_F32, 16, 16, 16);
+  const ferry_op *ops[32];
+  size_t n = 0;
+  ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
+  ASSERT_EQ(n, 2);
+  ASSERT(ops[0] == op); /* registered before SIMT */
+  test_args(&args, FERRY_F32, FERRY_F32, 16, 16, 15);
+  char reason[100];
+  ASSERT_STATUS(ferry_op_supports(op, &args, reason, sizeof reason), FERRY_UNSUPPORTED);
+  ASSERT(!strcmp(reason, "k = 15 is odd"));
+  ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
+  ASSERT_EQ(n, 1);
+}
