@@ -171,15 +171,17 @@ static int walk_container(walker *w, PyObject *obj, PyObject *key, uint8_t kind,
 
 static int walk_tensor(walker *w, PyObject *obj, PyObject *key, const ferry_py_typeinfo *ti) {
   ferry_py_batch *b = w->b;
+  size_t old_cap = b->cap_leaves;
   if (grow((void **)&b->leaves, &b->cap_leaves, b->n_leaves + 1, sizeof *b->leaves) < 0) return -1;
-  /* The tensors array grows in step with leaves (same capacity). */
-  size_t cap = b->cap_leaves;
-  void *p = PyMem_Realloc(b->tensors, cap * sizeof *b->tensors);
-  if (!p) {
-    PyErr_NoMemory();
-    return -1;
+  if (b->cap_leaves != old_cap) { /* the tensors array grows in step with leaves (same capacity) */
+    void *p = PyMem_Realloc(b->tensors, b->cap_leaves * sizeof *b->tensors);
+    if (!p) {
+      b->cap_leaves = old_cap; /* keep the two arrays' capacity in step */
+      PyErr_NoMemory();
+      return -1;
+    }
+    b->tensors = p;
   }
-  b->tensors = p;
   int rc = ferry_py_read_tensor(w->ctx, obj, ti, &b->tensors[b->n_leaves], &b->leaves[b->n_leaves]);
   if (rc < 0) return -1;
   if (rc == 0) return push_node(b, obj, key, FERRY_PY_OTHER, -1) < 0 ? -1 : 0;
