@@ -25,6 +25,7 @@ int ferry_device_count(void) {
 }
 
 ferry_status ferry_device_resolve(int requested, int *out_device) {
+  if (!out_device) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_device_resolve: out_device is NULL");
   ferry_status st = (ferry_status)ferry__driver_load();
   if (st != FERRY_OK) return st;
   int count = 0;

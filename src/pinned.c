@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #define GRANULE ((size_t)64 << 10)     /* slab sizes are multiples of this */
 #define HUGE_PAGE ((size_t)2 << 20)    /* regions are aligned and sized in transparent huge pages */
@@ -45,8 +46,25 @@ static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 /* ---- pinning ---------------------------------------------------------------------------------------------- */
 
+/* Pinned memory is physical memory: a request past the machine's RAM can only fail, and under memory overcommit
+ * it would fail late (the prefault would wake the OOM killer) or, for sizes near SIZE_MAX, wrap when rounded up.
+ * So it fails here, at once, naming the size. */
+static _Atomic uint64_t phys_bytes; /* the machine's memory, looked up once (sysconf is a system call) */
+static ferry_status check_pinnable(size_t bytes) {
+  uint64_t phys = atomic_load_explicit(&phys_bytes, memory_order_relaxed);
+  if (!phys) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : (uint64_t)1 << 62;
+    atomic_store_explicit(&phys_bytes, phys, memory_order_relaxed);
+  }
+  if ((uint64_t)bytes <= phys) return FERRY_OK;
+  return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "pinning %zu bytes (%zu MiB) cannot succeed: this machine has %llu MiB "
+                   "of memory", bytes, bytes >> 20, (unsigned long long)(phys >> 20));
+}
+
 ferry_status ferry__pin(size_t bytes, void **out_ptr, size_t *out_bytes) {
-  ferry_status st = FERRY_OK;
+  ferry_status st = check_pinnable(bytes);
+  if (st != FERRY_OK) return st;
   size_t size = round_up(bytes ? bytes : 1, HUGE_PAGE);
   /* Map one huge page more than needed, then cut the ends so the range starts on a huge-page boundary. */
   size_t span = size + HUGE_PAGE;
@@ -177,6 +195,8 @@ static ferry_status grow(size_t size) {
 }
 
 ferry_status ferry__pool_take(size_t bytes, ferry_slab **out) {
+  ferry_status st0 = check_pinnable(bytes);
+  if (st0 != FERRY_OK) return st0;
   size_t size = round_up(bytes ? bytes : 1, GRANULE);
   ferry_slab *s = malloc(sizeof *s);
   if (!s) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating a slab record");
@@ -249,6 +269,8 @@ cleanup:
 }
 
 static ferry_status reserve_locked_out(size_t bytes) {
+  ferry_status st = check_pinnable(bytes);
+  if (st != FERRY_OK) return st;
   size_t size = round_up(bytes, GRANULE);
   pthread_mutex_lock(&pool_lock);
   if (pending) reap_pending();

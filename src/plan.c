@@ -6,6 +6,7 @@
  */
 #include "internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static bool mul_overflows(uint64_t a, uint64_t b, uint64_t *out) { return __builtin_mul_overflow(a, b, out); }
@@ -13,7 +14,8 @@ static bool mul_overflows(uint64_t a, uint64_t b, uint64_t *out) { return __buil
 static uint64_t align_up(uint64_t n) { return (n + FERRY_SLAB_ALIGN - 1) & ~(uint64_t)(FERRY_SLAB_ALIGN - 1); }
 
 ferry_status ferry_tensor_nbytes(const ferry_tensor *t, uint64_t *out_bytes) {
-  if (!t || !out_bytes) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_tensor_nbytes: NULL argument");
+  if (!t) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_tensor_nbytes: tensor is NULL");
+  if (!out_bytes) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_tensor_nbytes: out_bytes is NULL");
   if (t->ndim < 0 || t->ndim > FERRY_MAX_NDIM)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ndim is %d; ferry handles 0 to %d dimensions", (int)t->ndim,
                      FERRY_MAX_NDIM);
@@ -29,7 +31,8 @@ ferry_status ferry_tensor_nbytes(const ferry_tensor *t, uint64_t *out_bytes) {
     if (t->shape[d] < 0) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "dimension %d is negative (%lld)", (int)d,
                                           (long long)t->shape[d]);
     if (mul_overflows(n, (uint64_t)t->shape[d], &n))
-      return FERRY_ERR(FERRY_OVERFLOW, "the tensor's size in bytes overflows 64 bits at dimension %d", (int)d);
+      return FERRY_ERR(FERRY_OVERFLOW, "the tensor's size in bytes overflows 64 bits at dimension %d (%lld)", (int)d,
+                       (long long)t->shape[d]);
   }
   if (n > ((uint64_t)1 << 62)) return FERRY_ERR(FERRY_OVERFLOW, "the tensor's size (%llu bytes) is absurd",
                                                 (unsigned long long)n);
@@ -100,6 +103,53 @@ size_t ferry__gather_items_for(uint64_t nbytes) {
   return (size_t)((nbytes + FERRY_GATHER_CHUNK - 1) / FERRY_GATHER_CHUNK);
 }
 
+/* Writes "[a, b, c]" of `n` values into buf (for error messages only). */
+static const char *dims_text(const int64_t *v, int32_t n, char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int32_t d = 0; d < n && used < size; d++)
+    used += (size_t)snprintf(buf + used, size - used, "%s%lld", d ? ", " : "[", (long long)v[d]);
+  if (used < size) snprintf(buf + used, size - used, "]");
+  return buf;
+}
+
+/* The bytes a non-empty tensor's elements occupy must be addressable: data + byte_offset, and the lowest and the
+ * highest byte its strides reach, may not wrap the address space. A descriptor that does would send the copy
+ * engine or the gather kernel to a wild address, which on a GPU is a sticky error that ends the context. (Memory
+ * that is merely not the caller's cannot be detected here; the caller vouches for it.) */
+static ferry_status check_extent(const ferry_tensor *t, size_t i, uint64_t nbytes) {
+  uint64_t base, end;
+  if (__builtin_add_overflow((uint64_t)(uintptr_t)t->data, t->byte_offset, &base))
+    return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu: data %p + byte_offset %llu wraps the address space", i, t->data,
+                     (unsigned long long)t->byte_offset);
+  if (!t->strides) {
+    if (__builtin_add_overflow(base, nbytes, &end))
+      return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu: %llu bytes from address 0x%llx wrap the address space", i,
+                       (unsigned long long)nbytes, (unsigned long long)base);
+    return FERRY_OK;
+  }
+  int64_t eb = (int64_t)((uint64_t)t->dtype.bits * t->dtype.lanes / 8), lo = 0, hi = 0, reach;
+  bool over = false;
+  for (int32_t d = 0; d < t->ndim && !over; d++) /* every extent is >= 1: empty tensors never get here */
+    over = __builtin_mul_overflow(t->shape[d] - 1, t->strides[d], &reach) ||
+           __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi);
+  over = over || __builtin_mul_overflow(lo, eb, &lo) || __builtin_mul_overflow(hi, eb, &hi) ||
+         __builtin_add_overflow(hi, eb, &hi) || __builtin_add_overflow(base, (uint64_t)hi, &end);
+  char sh[200], st[200];
+  if (over)
+    return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu: shape %s with strides %s (elements of %lld bytes) spans more than "
+                     "the address space", i, dims_text(t->shape, t->ndim, sh, sizeof sh),
+                     dims_text(t->strides, t->ndim, st, sizeof st), (long long)eb);
+  if (lo < 0 && (uint64_t)0 - (uint64_t)lo > base)
+    return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu: strides %s reach %llu bytes below its first element at 0x%llx, "
+                     "below address 0", i, dims_text(t->strides, t->ndim, st, sizeof st),
+                     (unsigned long long)((uint64_t)0 - (uint64_t)lo), (unsigned long long)base);
+  return FERRY_OK;
+}
+
+/* A batch's slab is bounded like a tensor (2^62 bytes), so the layout's sums cannot wrap. */
+#define FERRY_SLAB_MAX ((uint64_t)1 << 62)
+
 ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e, ferry__plan *out) {
   ferry__plan p;
   memset(&p, 0, sizeof p);
@@ -131,6 +181,8 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e,
     }
     if (!t->data && t->byte_offset == 0) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "tensor %zu: data is NULL but "
                                                           "the tensor holds %llu bytes", i, (unsigned long long)nb);
+    st = check_extent(t, i, nb);
+    if (st != FERRY_OK) return st;
     x->route = FERRY__DMA; /* provisional: pass 2 decides */
     x->src = (const char *)t->data + t->byte_offset;
     x->src_pinned = in->pinned ? in->pinned[i] : 1;
@@ -169,7 +221,10 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e,
       p.n_items += ferry__gather_items_for(x->nbytes);
     }
     int r = x->route == FERRY__GATHER ? 0 : x->route == FERRY__PACK ? 1 : 2;
-    region[r] = align_up(region[r] + x->nbytes);
+    region[r] = align_up(region[r] + x->nbytes); /* no wrap: both terms are at most 2^62 */
+    if (region[0] + region[1] + region[2] > FERRY_SLAB_MAX)
+      return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu (%llu bytes) takes the batch past 2^62 bytes", i,
+                       (unsigned long long)x->nbytes);
     p.n_copied++;
     if (r == 0) p.n_gather++;
     else if (r == 1) p.n_pack++;

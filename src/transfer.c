@@ -46,9 +46,18 @@ typedef struct scratch {
   size_t *sizes;
 } scratch;
 
+#define VALID_NDIM(n) ((n) > 0 && (n) <= FERRY_MAX_NDIM)
+/* Per input, the ticket needs its output, two rank-sized arrays and the plan scratch: a count past this cannot be
+ * an array in memory, and sizing the ticket for it would wrap. */
+#define TICKET_BYTES_PER_INPUT                                                                      \
+  (sizeof(ferry_tensor) + 2 * FERRY_MAX_NDIM * sizeof(int64_t) + sizeof(ferry__plan_entry) +        \
+   3 * sizeof(CUdeviceptr) + 3)
+
 static ferry_transfer *ticket_new(const ferry_tensor *in, size_t count, scratch *sc) {
   size_t dims = 0;
-  for (size_t i = 0; i < count; i++) dims += (size_t)(in[i].ndim > 0 ? in[i].ndim : 0) * 2;
+  /* Only a valid rank gets room: an output with another rank is passed through (or the plan rejects it), and a
+   * garbage ndim must not size the allocation. */
+  for (size_t i = 0; i < count; i++) dims += (size_t)(VALID_NDIM(in[i].ndim) ? in[i].ndim : 0) * 2;
   size_t bytes = sizeof(ferry_transfer) + count * sizeof(ferry_tensor) + dims * sizeof(int64_t) +
                  count * (sizeof(ferry__plan_entry) + 3 * sizeof(CUdeviceptr)) + count * 3;
   char *p = calloc(1, bytes);
@@ -77,7 +86,7 @@ static ferry_transfer *ticket_new(const ferry_tensor *in, size_t count, scratch 
   /* Outputs start as the inputs (pass-through); copied ones get their own shape and strides below. */
   for (size_t i = 0; i < count; i++) {
     t->outputs[i] = in[i];
-    int32_t nd = in[i].ndim > 0 ? in[i].ndim : 0;
+    int32_t nd = VALID_NDIM(in[i].ndim) ? in[i].ndim : 0;
     if (nd) {
       t->outputs[i].shape = dim_store;
       t->outputs[i].strides = dim_store + nd;
@@ -371,9 +380,11 @@ static ferry_status submit(const ferry_tensor *in, size_t count, const ferry_tra
   }
   if (!out) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "out_transfer is NULL");
   if (count && !in) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "inputs is NULL with count %zu", count);
+  if (count > (SIZE_MAX - sizeof(ferry_transfer)) / TICKET_BYTES_PER_INPUT)
+    return FERRY_ERR(FERRY_OVERFLOW, "count %zu: no array holds that many tensor descriptors", count);
   if (o.stream && o.device < 0)
-    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "a stream was given without a device: pass the device the stream "
-                     "belongs to");
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "stream %p was given without a device: pass the device the stream "
+                     "belongs to", o.stream);
 
   /* No driver or no device: everything passes through, as documented. */
   ferry_status load = (ferry_status)ferry__driver_load();

@@ -38,6 +38,11 @@ static int run_one(const test_entry *t) {
 int main(int argc, char **argv) {
   size_t n = sizeof tests / sizeof tests[0];
   int passed = 0, failed = 0;
+#ifdef TEST_MAIN_HOOK
+  /* A suite may answer extra command-line modes (e.g. --table); it returns -1 for "not mine". */
+  int hook_rc = TEST_MAIN_HOOK(argc, argv);
+  if (hook_rc >= 0) return hook_rc;
+#endif
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help")) {
       printf("usage: %s [--list] [TEST...]\nRuns ferry's CPU tests, each in its own process (timeout %d s).\n",
