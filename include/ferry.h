@@ -220,7 +220,8 @@ FERRY_API ferry_status ferry_transfer_d2h(const ferry_tensor *inputs, size_t cou
 FERRY_API ferry_status ferry_transfer_h2d(const ferry_tensor *inputs, size_t count,
                                           const ferry_transfer_options *options, ferry_transfer **out_transfer);
 
-/** Blocks until the transfer's copies are done. Returns FERRY_OK, or the driver's error for the copies. */
+/** Blocks until the transfer's copies are done. Returns FERRY_OK, or the driver's error for the copies. Several
+ *  threads may wait on (or query) one ticket at the same time; release it only once all of them have returned. */
 FERRY_API ferry_status ferry_transfer_wait(ferry_transfer *transfer);
 
 /** FERRY_OK when the copies are done, FERRY_NOT_READY while they run (not recorded as an error). */

@@ -22,8 +22,9 @@ struct ferry_transfer {
   ferry_slab *slab;    /* the outputs' memory: pinned (D2H) or device (H2D) */
   ferry_slab *staging; /* H2D: pinned staging for packed inputs and the kernel's work list */
   ferry__fence *fence;
-  ferry_status result; /* sticky result of waiting */
-  int waited;
+  ferry_status result; /* sticky result of waiting; written once, before `waited` is set */
+  atomic_int waited;   /* 1 once the result is known (threads may wait on one ticket together) */
+  pthread_mutex_t wait_lock; /* serialises the first completion: the result and the staging release */
 };
 
 static _Alignas(256) char empty_storage[256]; /* data pointer of empty host outputs: valid, never read */
@@ -83,6 +84,7 @@ static ferry_transfer *ticket_new(const ferry_tensor *in, size_t count, scratch 
   sc->pinned = (uint8_t *)p;
   t->count = count;
   t->device = -1;
+  pthread_mutex_init(&t->wait_lock, NULL);
   /* Outputs start as the inputs (pass-through); copied ones get their own shape and strides below. */
   for (size_t i = 0; i < count; i++) {
     t->outputs[i] = in[i];
@@ -523,6 +525,7 @@ cleanup:
   ferry_slab_release(slab);
   ferry_slab_release(staging);
   if (entered) ferry__ctx_leave();
+  if (t) pthread_mutex_destroy(&t->wait_lock);
   free(t);
   return st;
 }
@@ -541,14 +544,20 @@ ferry_status ferry_transfer_h2d(const ferry_tensor *inputs, size_t count, const 
 
 ferry_status ferry_transfer_wait(ferry_transfer *t) {
   if (!t) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_transfer_wait: transfer is NULL");
-  if (!t->waited) {
-    t->result = ferry__fence_wait(t->fence);
-    t->waited = 1;
-    if (t->result == FERRY_OK && t->staging) { /* staging is no longer needed once the copies are done */
+  if (atomic_load_explicit(&t->waited, memory_order_acquire)) return t->result;
+  /* Blocking happens outside the lock (cuEventSynchronize may be called by several threads at once); the lock
+   * only makes the first completion, which releases the staging slab, happen once. */
+  ferry_status r = ferry__fence_wait(t->fence);
+  pthread_mutex_lock(&t->wait_lock);
+  if (!atomic_load_explicit(&t->waited, memory_order_relaxed)) {
+    t->result = r;
+    if (r == FERRY_OK && t->staging) { /* staging is no longer needed once the copies are done */
       ferry_slab_release(t->staging);
       t->staging = NULL;
     }
+    atomic_store_explicit(&t->waited, 1, memory_order_release);
   }
+  pthread_mutex_unlock(&t->wait_lock);
   return t->result;
 }
 
@@ -567,6 +576,7 @@ ferry_slab *ferry_transfer_slab(const ferry_transfer *t) { return t ? t->slab : 
 
 void ferry_transfer_release(ferry_transfer *t) {
   if (!t) return;
+  pthread_mutex_destroy(&t->wait_lock);
   ferry_slab_release(t->slab);
   ferry_slab_release(t->staging);
   ferry__fence_unref(t->fence);
