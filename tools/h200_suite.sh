@@ -5,18 +5,19 @@
 # a whole run: `tools/h200_suite.sh all`, or name parts.
 #
 # usage: tools/h200_suite.sh [--results DIR] PART...
-#   parts: build tests memcheck racecheck synccheck overlap overlap1ms bandwidth python pybench ops opsmemcheck
-#          latency stress all
+#   parts: build tests memcheck racecheck synccheck overlap overlap1ms bandwidth python pycall pybench pybench1ms
+#          ops opsmemcheck latency stress plots all
 # Environment: RESULTS (default ./h200-results), JOBS (default nproc), PYTHON (default python3).
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 RESULTS=${RESULTS:-$here/h200-results}
 if [ "${1:-}" = "--results" ]; then RESULTS=$2; shift 2; fi
-if [ $# -eq 0 ] || [ "$1" = "--help" ]; then sed -n '2,12p' "$0"; exit 0; fi
+if [ $# -eq 0 ] || [ "$1" = "--help" ]; then sed -n '2,10p' "$0"; exit 0; fi
 JOBS=${JOBS:-$(nproc)}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$RESULTS"
 build=$here/build-h200
+export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
 failed=()
 
 part() { # part NAME COMMAND...: runs the command with its output in $RESULTS/NAME.log, records a failure
@@ -32,12 +33,12 @@ part() { # part NAME COMMAND...: runs the command with its output in $RESULTS/NA
 }
 
 parts=("$@")
-[ "${parts[0]}" = all ] && parts=(build tests memcheck racecheck synccheck overlap overlap1ms bandwidth python pybench
-                                  ops opsmemcheck latency stress)
+[ "${parts[0]}" = all ] && parts=(build tests memcheck racecheck synccheck overlap overlap1ms bandwidth python pycall
+                                  pybench pybench1ms ops opsmemcheck latency stress plots)
 for p in "${parts[@]}"; do
   case $p in
   build) part build "cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=\$(command -v $PYTHON) \
-           && cmake --build $build -j$JOBS && ctest --test-dir $build --output-on-failure" ;;
+           -DFERRY_REQUIRE_PYTHON=ON && cmake --build $build -j$JOBS && ctest --test-dir $build --output-on-failure" ;;
   tests) part tests "$build/ferry info && $build/ferry_test_gpu" ;;
   memcheck) part memcheck "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 \
            $build/ferry_test_gpu round_trips mixed_dtypes_and_pass_through producer_event_is_waited_for \
@@ -49,9 +50,13 @@ for p in "${parts[@]}"; do
   overlap1ms) part overlap1ms "$build/ferry bench overlap --compute-ms 1 --num-tensors 1 32 256 \
            --output $RESULTS/overlap_1ms.csv" ;;
   bandwidth) TAILN=40 part bandwidth "$build/ferry bench bandwidth --output $RESULTS/bandwidth.csv" ;;
-  python) part python "PYTHONPATH=$build/python:\${PYTHONPATH:-} $PYTHON -m pytest -q tests/python" ;;
-  pybench) part pybench "PYTHONPATH=$build/python:\${PYTHONPATH:-} $PYTHON -m ferry.bench.overlap \
-           --num-tensors 1 32 256 --output $RESULTS/py_overlap.csv" ;;
+  python) part python "$PYTHON -m pytest -q -rs tests/python" ;;
+  pycall) TAILN=20 part pycall "$PYTHON -m ferry.bench.call_overhead --output $RESULTS/py_call_overhead.csv" ;;
+  pybench) TAILN=12 part pybench "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \
+           --output $RESULTS/py_overlap.csv --samples-output $RESULTS/py_overlap_samples.csv" ;;
+  pybench1ms) TAILN=12 part pybench1ms "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 --compute-ms 1 \
+           --output $RESULTS/py_overlap_1ms.csv" ;;
+  plots) part plots "$PYTHON -m ferry.bench.plot $RESULTS/*.csv --out-dir $RESULTS/plots" ;;
   ops) part ops "$build/ferry_test_ops_gpu" ;;
   opsmemcheck) part opsmemcheck "compute-sanitizer --tool memcheck --error-exitcode 1 $build/ferry_test_ops_gpu" ;;
   latency) TAILN=30 part latency "$build/ferry bench latency --output $RESULTS/latency.csv" ;;
