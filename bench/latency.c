@@ -1,4 +1,483 @@
-/* latency.c — placeholder while being written */
+/* latency.c — `ferry bench latency`: the host cost of running an operator, the CUTLASS Operator API notebook's
+ * experiment (seed 004) in C, with the limit measured beside every figure, and the GEMM kernels' device time
+ * against cuBLAS.
+ *
+ * The notebook's case: M=N=K=128, L=1, fp16 operands and output, fp32 accumulation, a different operand set for
+ * every iteration, warm-up then 100 profiled iterations. Host costs are the time of the calling loop divided by
+ * its iterations (the launches queue up on the GPU; the stream is synchronised outside the timed loop); the
+ * notebook's own figures also include a final synchronisation, so the "e2e" column does too. Every figure is the
+ * median over --repeats repeats, methods interleaved within each repeat. The limit is cuLaunchKernel of the same
+ * cubin with the same parameters, built in advance. Rows and targets (issue 5):
+ *   run, artifact, check bypassed         ≤ limit + 0.3 µs
+ *   run, artifact, supports check         ≤ the above + 0.2 µs
+ *   run without artifact (memo hit)       ≤ the above + 0.5 µs
+ *   20 runs as a graph, replay + sync     ≤ 1.2 × (graph of 20 empty kernels + 20 × the kernel's device time)
+ *   first compile (cold cache)            ≤ 200 ms; artifact load from the disk cache ≤ 100 µs
+ *   device time 4096³ bf16                ≥ 0.5 × cuBLAS; 128³ fp16 ≤ 1.5 × cuBLAS's time
+ */
 #include "bench.h"
 #include "common.h"
-int bench_latency_main(int argc, char **argv) { (void)argc; (void)argv; return 0; }
+#include "cublas.h"
+#include "ops/ops.h"
+
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { SETS = 110, N = 128, GRAPH_RUNS = 20 };
+
+typedef struct lat_opts {
+  int iters, warmup, repeats;
+  const char *csv;
+} lat_opts;
+
+typedef struct operand_set { CUdeviceptr a, b, out; ferry_gemm_args args; ferry_tensor ta, tb, tout; } operand_set;
+
+static int64_t shape128[2] = {N, N};
+static operand_set sets[SETS];
+static CUstream stream;
+static int dev;
+
+static void usage(void) {
+  printf("usage: ferry bench latency [--iters N] [--warmup N] [--repeats N] [--output CSV]\n\n"
+         "Host latency of ferry's operator runtime on the CUTLASS notebook's case (128x128x128 fp16, fp32\n"
+         "accumulation, distinct operands per iteration), beside raw cuLaunchKernel of the same cubin; 20 runs as a\n"
+         "CUDA graph; argument construction; first compile and cache load; GEMM device time at 128^3 fp16 and\n"
+         "4096^3 bf16 against cuBLAS. Defaults: --iters 100 --warmup 10 --repeats 7 --output ferry-latency.csv.\n"
+         "Without a GPU it says so and exits 0.\n");
+}
+
+static double median_of(double *v, int n) { return bench_median(v, n); }
+
+/* ---- the measured methods ---------------------------------------------------------------------------------- */
+
+typedef enum method {
+  M_RAW, M_ASSUME, M_CHECKED, M_MEMO_CHECKED, M_MEMO_ASSUME, M_COUNT
+} method;
+
+static const ferry_op *op;
+static ferry_artifact *art;
+static ferry__launch raw[SETS]; /* prebuilt launches for the limit */
+
+/* One timed loop: host µs per call, and per iteration including the final synchronisation. */
+static void time_loop(method m, int iters, int warmup, double *host_us, double *e2e_us) {
+  for (int pass = 0; pass < 2; pass++) {
+    int n = pass == 0 ? warmup : iters;
+    BENCH_CU(ferry__drv.cuStreamSynchronize(stream));
+    double t0 = bench_now_ms();
+    for (int i = 0; i < n; i++) {
+      operand_set *s = &sets[(pass == 0 ? i : warmup + i) % SETS];
+      switch (m) {
+      case M_RAW:
+        BENCH_CU(ferry__drv.cuLaunchKernel(raw[(pass == 0 ? i : warmup + i) % SETS].fn, raw[0].grid_x, 1, 1,
+                                           raw[0].threads, 1, 1, raw[0].smem, stream,
+                                           raw[(pass == 0 ? i : warmup + i) % SETS].param_ptrs, NULL));
+        break;
+      case M_ASSUME: BENCH_F(ferry_op_run(op, &s->args, stream, art, FERRY_ASSUME_SUPPORTED)); break;
+      case M_CHECKED: BENCH_F(ferry_op_run(op, &s->args, stream, art, 0)); break;
+      case M_MEMO_CHECKED: BENCH_F(ferry_op_run(op, &s->args, stream, NULL, 0)); break;
+      default: BENCH_F(ferry_op_run(op, &s->args, stream, NULL, FERRY_ASSUME_SUPPORTED)); break;
+      }
+    }
+    double t1 = bench_now_ms();
+    BENCH_CU(ferry__drv.cuStreamSynchronize(stream));
+    double t2 = bench_now_ms();
+    if (pass == 1) {
+      *host_us = (t1 - t0) * 1e3 / n;
+      *e2e_us = (t2 - t0) * 1e3 / n;
+    }
+  }
+}
+
+/* Device time of `launches` back-to-back launches of fn (ms each), from events. */
+typedef void (*launch_fn)(int i, void *ctx);
+static double device_ms(launch_fn launch, void *ctx, int launches) {
+  CUevent e0, e1;
+  BENCH_CU(ferry__drv.cuEventCreate(&e0, CU_EVENT_DEFAULT));
+  BENCH_CU(ferry__drv.cuEventCreate(&e1, CU_EVENT_DEFAULT));
+  for (int i = 0; i < 3; i++) launch(i, ctx);
+  BENCH_CU(ferry__drv.cuEventRecord(e0, stream));
+  for (int i = 0; i < launches; i++) launch(i, ctx);
+  BENCH_CU(ferry__drv.cuEventRecord(e1, stream));
+  BENCH_CU(ferry__drv.cuEventSynchronize(e1));
+  float ms = 0;
+  BENCH_CU(ferry__drv.cuEventElapsedTime(&ms, e0, e1));
+  BENCH_CU(ferry__drv.cuEventDestroy(e0));
+  BENCH_CU(ferry__drv.cuEventDestroy(e1));
+  return ms / launches;
+}
+
+/* ---- GEMM device time vs cuBLAS ---------------------------------------------------------------------------- */
+
+typedef struct gemm_ctx {
+  const ferry_op *op;
+  ferry_artifact *art;
+  ferry_gemm_args *args;
+  int nargs;
+  bench_cublas *cb;
+  int m, n, k, type; /* cuBLAS view */
+  CUdeviceptr *a, *b, *c;
+} gemm_ctx;
+
+static void launch_ferry(int i, void *p) {
+  gemm_ctx *g = p;
+  BENCH_F(ferry_op_run(g->op, &g->args[i % g->nargs], stream, g->art, FERRY_ASSUME_SUPPORTED));
+}
+static void launch_cublas(int i, void *p) {
+  gemm_ctx *g = p;
+  float one = 1.0f, zero = 0.0f;
+  int j = i % g->nargs;
+  int dt = g->type == FERRY_F16 ? BENCH_CUDA_R_16F : BENCH_CUDA_R_16BF;
+  /* row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ */
+  int rc = g->cb->gemm_ex(g->cb->handle, 0, 0, g->n, g->m, g->k, &one, (const void *)(uintptr_t)g->b[j], dt, g->n,
+                          (const void *)(uintptr_t)g->a[j], dt, g->k, &zero, (void *)(uintptr_t)g->c[j], dt, g->n,
+                          BENCH_CUBLAS_COMPUTE_32F, BENCH_CUBLAS_GEMM_DEFAULT);
+  if (rc != 0) {
+    fprintf(stderr, "ferry: cublasGemmEx failed with status %d\n", rc);
+    exit(1);
+  }
+}
+
+typedef struct device_row { char name[96]; double ferry_us, cublas_us; } device_row;
+
+/* Times every tensor-core operator that supports an m×m×m GEMM of `type` (row-major, `type` out), and cuBLAS. */
+static int gemm_device_rows(int m, int type, int sets_n, int launches, bench_cublas *cb, device_row *rows,
+                            int max_rows) {
+  size_t bytes = (size_t)m * m * 2;
+  CUdeviceptr a[4], b[4], c[4];
+  ferry_gemm_args args[4];
+  int64_t shape[2] = {m, m};
+  ferry_dtype dt = type == FERRY_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1} : (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
+  uint16_t *host = malloc(bytes);
+  bench_rng rng = {(uint64_t)m * 7919u};
+  for (int s = 0; s < sets_n; s++) {
+    BENCH_CU(ferry__drv.cuMemAlloc(&a[s], bytes));
+    BENCH_CU(ferry__drv.cuMemAlloc(&b[s], bytes));
+    BENCH_CU(ferry__drv.cuMemAlloc(&c[s], bytes));
+    /* random values in [-1, 1): 0x3c00-ish halves / bf16 from the top bits of floats (never zeros, METHOD.md) */
+    for (size_t i = 0; i < (size_t)m * m; i++) {
+      float f = (float)(bench_rng_uniform(&rng) * 2.0 - 1.0);
+      uint32_t x;
+      memcpy(&x, &f, 4);
+      host[i] = type == FERRY_BF16 ? (uint16_t)(x >> 16)
+                                   : (uint16_t)(((x >> 16) & 0x8000u) | (((x >> 23) & 0xffu) > 112 ? ((((x >> 23) & 0xffu) - 112) << 10) | ((x >> 13) & 0x3ffu) : 0));
+    }
+    BENCH_CU(ferry__drv.cuMemcpyHtoD(a[s], host, bytes));
+    BENCH_CU(ferry__drv.cuMemcpyHtoD(b[s], host, bytes));
+    ferry_tensor ta = {(void *)(uintptr_t)a[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
+    ferry_tensor tb = {(void *)(uintptr_t)b[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
+    ferry_tensor tc = {(void *)(uintptr_t)c[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
+    BENCH_F(ferry_gemm_args_init(&args[s], &ta, &tb, &tc, FERRY_F32));
+  }
+  free(host);
+  gemm_ctx g = {NULL, NULL, args, sets_n, cb, m, m, m, type, a, b, c};
+  double cublas_ms = cb ? device_ms(launch_cublas, &g, launches) : NAN;
+  const ferry_op *ops[32];
+  size_t n = 0;
+  BENCH_F(ferry_ops_find(&args[0], 0, NULL, NULL, ops, 32, &n));
+  int count = 0;
+  for (size_t i = 0; i < n && i < 32 && count < max_rows; i++) {
+    if (strcmp(ferry_op_get_info(ops[i])->instruction, "mma.sync.m16n8k16") != 0) continue;
+    g.op = ops[i];
+    BENCH_F(ferry_op_compile(ops[i], &args[0], &g.art));
+    double ms = device_ms(launch_ferry, &g, launches);
+    ferry_artifact_release(g.art);
+    snprintf(rows[count].name, sizeof rows[count].name, "%s", ferry_op_get_info(ops[i])->name);
+    rows[count].ferry_us = ms * 1e3;
+    rows[count].cublas_us = cublas_ms * 1e3;
+    count++;
+  }
+  for (int s = 0; s < sets_n; s++) {
+    BENCH_CU(ferry__drv.cuMemFree(a[s]));
+    BENCH_CU(ferry__drv.cuMemFree(b[s]));
+    BENCH_CU(ferry__drv.cuMemFree(c[s]));
+  }
+  return count;
+}
+
+/* ---- graphs ------------------------------------------------------------------------------------------------ */
+
+static ferry__launch empty_launch;
+static void launch_gemm_set(int i, void *p) {
+  (void)p;
+  BENCH_F(ferry_op_run(op, &sets[i % SETS].args, stream, art, FERRY_ASSUME_SUPPORTED));
+}
+
+/* ---- the program ------------------------------------------------------------------------------------------- */
+
+typedef struct row { const char *name; double ferry, reference, notebook; const char *unit, *target; int ok; } row;
+static row table[40];
+static int n_rows;
+static void add_row(const char *name, double ferry, double reference, double notebook, const char *unit,
+                    const char *target, int ok) {
+  table[n_rows++] = (row){name, ferry, reference, notebook, unit, target, ok};
+}
+
+int bench_latency_main(int argc, char **argv) {
+  lat_opts o = {100, 10, 7, "ferry-latency.csv"};
+  for (int i = 0; i < argc; i++) {
+    const char *f = argv[i];
+    if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+      usage();
+      return 0;
+    } else if (!strcmp(f, "--iters") && i + 1 < argc) o.iters = (int)bench_parse_long(f, argv[++i], 1);
+    else if (!strcmp(f, "--warmup") && i + 1 < argc) o.warmup = (int)bench_parse_long(f, argv[++i], 0);
+    else if (!strcmp(f, "--repeats") && i + 1 < argc) o.repeats = (int)bench_parse_long(f, argv[++i], 1);
+    else if (!strcmp(f, "--output") && i + 1 < argc) o.csv = argv[++i];
+    else {
+      fprintf(stderr, "ferry bench latency: unknown argument '%s'\n", f);
+      usage();
+      return 2;
+    }
+  }
+  if (o.iters + o.warmup > SETS) {
+    fprintf(stderr, "ferry bench latency: --iters + --warmup must be at most %d (distinct operand sets)\n", SETS);
+    return 2;
+  }
+  if (bench_no_gpu("ferry bench latency")) return 0;
+  BENCH_F(ferry_device_resolve(-1, &dev));
+  BENCH_F(ferry__ctx_enter(dev)); /* the primary context stays current, as in a PyTorch thread */
+  BENCH_CU(ferry__drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  ferry_device_info info;
+  BENCH_F(ferry_device_info_get(dev, &info));
+  /* The first compile, cold: a fresh cache home, so it is NVRTC's time. Kept apart for the rows below. */
+  char cold_home[256];
+  snprintf(cold_home, sizeof cold_home, "/tmp/ferry-bench-latency-%ld", (long)getpid());
+  setenv("XDG_CACHE_HOME", cold_home, 1);
+
+  /* operands: 110 distinct sets of fp16 128×128 A, B and out */
+  ferry_dtype f16 = {FERRY_DTYPE_FLOAT, 16, 1};
+  uint16_t *host = malloc(N * N * 2);
+  bench_rng rng = {42};
+  for (int s = 0; s < SETS; s++) {
+    operand_set *x = &sets[s];
+    BENCH_CU(ferry__drv.cuMemAlloc(&x->a, N * N * 2));
+    BENCH_CU(ferry__drv.cuMemAlloc(&x->b, N * N * 2));
+    BENCH_CU(ferry__drv.cuMemAlloc(&x->out, N * N * 2));
+    for (int i = 0; i < N * N; i++) host[i] = (uint16_t)(0x3000u + bench_rng_below(&rng, 0x0c00u)) | (i & 1 ? 0x8000u : 0);
+    BENCH_CU(ferry__drv.cuMemcpyHtoD(x->a, host, N * N * 2));
+    BENCH_CU(ferry__drv.cuMemcpyHtoD(x->b, host, N * N * 2));
+    x->ta = (ferry_tensor){(void *)(uintptr_t)x->a, {FERRY_DEVICE_CUDA, dev}, 2, f16, shape128, NULL, 0};
+    x->tb = (ferry_tensor){(void *)(uintptr_t)x->b, {FERRY_DEVICE_CUDA, dev}, 2, f16, shape128, NULL, 0};
+    x->tout = (ferry_tensor){(void *)(uintptr_t)x->out, {FERRY_DEVICE_CUDA, dev}, 2, f16, shape128, NULL, 0};
+    BENCH_F(ferry_gemm_args_init(&x->args, &x->ta, &x->tb, &x->tout, FERRY_F32));
+  }
+  free(host);
+  const ferry_op *found[32];
+  size_t n_found = 0;
+  BENCH_F(ferry_ops_find(&sets[0].args, 0, NULL, NULL, found, 32, &n_found));
+  if (!n_found) {
+    fprintf(stderr, "ferry bench latency: no operator supports the notebook's GEMM here\n");
+    return 1;
+  }
+  op = found[0];
+
+  /* first compile (cold) and loads from the disk cache, medians */
+  double cold[5], disk[15], import_[15];
+  char path[320];
+  for (int r = 0; r < 3; r++) {
+    char home[300];
+    snprintf(home, sizeof home, "%s-cold%d", cold_home, r);
+    setenv("XDG_CACHE_HOME", home, 1);
+    ferry_ops_clear_memo();
+    double t0 = bench_now_ms();
+    BENCH_F(ferry_op_compile(op, &sets[0].args, &art));
+    cold[r] = bench_now_ms() - t0;
+    ferry_artifact_release(art);
+  }
+  setenv("XDG_CACHE_HOME", cold_home, 1);
+  ferry_ops_clear_memo();
+  BENCH_F(ferry_op_compile(op, &sets[0].args, &art)); /* fills this home's disk cache */
+  snprintf(path, sizeof path, "%s/exported.ferry", cold_home);
+  BENCH_F(ferry_artifact_export(art, path));
+  ferry_artifact_release(art);
+  for (int r = 0; r < 15; r++) {
+    ferry_ops_clear_memo();
+    double t0 = bench_now_ms();
+    BENCH_F(ferry_op_compile(op, &sets[0].args, &art)); /* memo empty: read, verify, cuLibraryLoadData */
+    disk[r] = (bench_now_ms() - t0) * 1e3;
+    ferry_artifact_release(art);
+    ferry_ops_clear_memo();
+    t0 = bench_now_ms();
+    BENCH_F(ferry_artifact_import(path, &art));
+    import_[r] = (bench_now_ms() - t0) * 1e3;
+    ferry_artifact_release(art);
+  }
+  ferry_ops_clear_memo();
+  BENCH_F(ferry_op_compile(op, &sets[0].args, &art)); /* the artifact the launch rows use (memoised too) */
+  for (int s = 0; s < SETS; s++) BENCH_F(ferry__launch_prepare(art, &sets[s].args, &raw[s]));
+  for (int s = 0; s < SETS; s++) raw[s].param_ptrs[0] = raw[s].params;
+
+  /* host rows, interleaved per repeat */
+  double host_us[M_COUNT][64], e2e_us[M_COUNT][64];
+  int reps = o.repeats > 64 ? 64 : o.repeats;
+  for (int r = 0; r < reps; r++)
+    for (int m = 0; m < M_COUNT; m++) time_loop((method)m, o.iters, o.warmup, &host_us[m][r], &e2e_us[m][r]);
+  double mh[M_COUNT], me[M_COUNT];
+  for (int m = 0; m < M_COUNT; m++) {
+    mh[m] = median_of(host_us[m], reps);
+    me[m] = median_of(e2e_us[m], reps);
+  }
+
+  /* supports check and argument construction, per call */
+  double sup[64], mk[64];
+  for (int r = 0; r < reps; r++) {
+    int ok = 0;
+    double t0 = bench_now_ms();
+    for (int i = 0; i < 100000; i++) ok += ferry_op_supports(op, &sets[i % SETS].args, NULL, 0) == FERRY_OK;
+    sup[r] = (bench_now_ms() - t0) * 1e6 / 100000;
+    ferry_gemm_args tmp;
+    t0 = bench_now_ms();
+    for (int i = 0; i < 100000; i++) {
+      operand_set *x = &sets[i % SETS];
+      ok += ferry_gemm_args_init(&tmp, &x->ta, &x->tb, &x->tout, FERRY_F32) == FERRY_OK;
+    }
+    mk[r] = (bench_now_ms() - t0) * 1e6 / 100000;
+    if (ok != 200000) fprintf(stderr, "ferry: unexpected failures in the per-call loops\n");
+  }
+
+  /* 20 runs: eager + sync, as a ferry graph replay + sync, and the reference graph of 20 empty kernels */
+  ferry_op_desc d;
+  ferry_op_desc_init(&d);
+  d.info.name = "bench_empty_kernel";
+  d.info.threads = 32;
+  d.info.tile_m = d.info.tile_n = 1 << 20;
+  d.source = "extern \"C\" __global__ void bench_empty_kernel(ferry_gemm_params p) {}\n";
+  d.entry = "bench_empty_kernel";
+  const ferry_op *empty_op = NULL;
+  BENCH_F(ferry_op_register(&d, &empty_op));
+  ferry_artifact *empty_art = NULL;
+  BENCH_F(ferry_op_compile(empty_op, &sets[0].args, &empty_art));
+  BENCH_F(ferry__launch_prepare(empty_art, &sets[0].args, &empty_launch));
+  empty_launch.param_ptrs[0] = empty_launch.params;
+  ferry_graph *g = NULL;
+  BENCH_F(ferry_graph_begin(stream, &g));
+  for (int i = 0; i < GRAPH_RUNS; i++) BENCH_F(ferry_graph_run(g, op, &sets[i].args, art, FERRY_ASSUME_SUPPORTED, NULL));
+  BENCH_F(ferry_graph_end(g));
+  CUgraph eg;
+  CUgraphExec ee;
+  BENCH_CU(ferry__drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  for (int i = 0; i < GRAPH_RUNS; i++)
+    BENCH_CU(ferry__drv.cuLaunchKernel(empty_launch.fn, 1, 1, 1, 32, 1, 1, 0, stream, empty_launch.param_ptrs, NULL));
+  BENCH_CU(ferry__drv.cuStreamEndCapture(stream, &eg));
+  BENCH_CU(ferry__drv.cuGraphInstantiateWithFlags(&ee, eg, 0));
+  double eager[64], graph[64], empty[64];
+  for (int r = 0; r < reps; r++) {
+    for (int w = 0; w < 2; w++) { /* warm: first replays upload the graphs */
+      BENCH_F(ferry_graph_replay(g, NULL));
+      BENCH_CU(ferry__drv.cuGraphLaunch(ee, stream));
+    }
+    BENCH_CU(ferry__drv.cuStreamSynchronize(stream));
+    double acc_e = 0, acc_g = 0, acc_0 = 0;
+    for (int it = 0; it < o.iters; it++) {
+      double t0 = bench_now_ms();
+      for (int i = 0; i < GRAPH_RUNS; i++) BENCH_F(ferry_op_run(op, &sets[(it + i) % SETS].args, stream, art, FERRY_ASSUME_SUPPORTED));
+      BENCH_CU(ferry__drv.cuStreamSynchronize(stream));
+      double t1 = bench_now_ms();
+      BENCH_F(ferry_graph_replay(g, NULL));
+      BENCH_CU(ferry__drv.cuStreamSynchronize(stream));
+      double t2 = bench_now_ms();
+      BENCH_CU(ferry__drv.cuGraphLaunch(ee, stream));
+      BENCH_CU(ferry__drv.cuStreamSynchronize(stream));
+      double t3 = bench_now_ms();
+      acc_e += t1 - t0, acc_g += t2 - t1, acc_0 += t3 - t2;
+    }
+    eager[r] = acc_e * 1e3 / o.iters, graph[r] = acc_g * 1e3 / o.iters, empty[r] = acc_0 * 1e3 / o.iters;
+  }
+  double kernel_us = device_ms(launch_gemm_set, NULL, 200) * 1e3;
+  double m_eager = median_of(eager, reps), m_graph = median_of(graph, reps), m_empty = median_of(empty, reps);
+  ferry_graph_destroy(g);
+  BENCH_CU(ferry__drv.cuGraphExecDestroy(ee));
+  BENCH_CU(ferry__drv.cuGraphDestroy(eg));
+  ferry_artifact_release(empty_art);
+
+  /* device time against cuBLAS */
+  bench_cublas cb;
+  char why[256];
+  int have_cublas = bench_cublas_open(&cb, why, sizeof why) == 0;
+  if (have_cublas) cb.set_stream(cb.handle, stream);
+  else fprintf(stderr, "ferry bench latency: %s; device rows without cuBLAS\n", why);
+  device_row small[8], large[8];
+  int n_small = gemm_device_rows(128, FERRY_F16, 4, 500, have_cublas ? &cb : NULL, small, 8);
+  int n_large = gemm_device_rows(4096, FERRY_BF16, 2, 20, have_cublas ? &cb : NULL, large, 8);
+  if (have_cublas) bench_cublas_close(&cb);
+
+  /* the table */
+  double limit = mh[M_RAW];
+  add_row("run: artifact, check bypassed (host/call)", mh[M_ASSUME], limit, 5.984, "us", "<= limit + 0.3",
+          mh[M_ASSUME] <= limit + 0.3);
+  add_row("run: artifact, supports check (host/call)", mh[M_CHECKED], mh[M_ASSUME], 24.18, "us", "<= bypassed + 0.2",
+          mh[M_CHECKED] <= mh[M_ASSUME] + 0.2);
+  add_row("run: no artifact, memo hit (host/call)", mh[M_MEMO_CHECKED], mh[M_CHECKED], 1.474e6, "us",
+          "<= checked + 0.5", mh[M_MEMO_CHECKED] <= mh[M_CHECKED] + 0.5);
+  add_row("run: no artifact, check bypassed (host/call)", mh[M_MEMO_ASSUME], limit, NAN, "us", "", 1);
+  add_row("run: artifact, bypassed, e2e/iter (notebook's way)", me[M_ASSUME], me[M_RAW], 6.518, "us", "", 1);
+  add_row("run: artifact, checked, e2e/iter (notebook's way)", me[M_CHECKED], me[M_RAW], 24.18, "us", "", 1);
+  add_row("supports check alone", median_of(sup, reps) * 1e3, NAN, 17.7e3, "ns", "<= 200", median_of(sup, reps) * 1e3 <= 200);
+  add_row("argument construction (ferry_gemm_args_init)", median_of(mk, reps) * 1e3, NAN, 159.5e3, "ns", "", 1);
+  add_row("20 runs eager + sync", m_eager, NAN, 749.6, "us", "", 1);
+  double graph_ref = m_empty + GRAPH_RUNS * kernel_us;
+  add_row("20 runs as a graph, replay + sync", m_graph, graph_ref, 197.2, "us", "<= 1.2 x (empty graph + 20 kernels)",
+          m_graph <= 1.2 * graph_ref);
+  add_row("  graph of 20 empty kernels, replay + sync", m_empty, NAN, NAN, "us", "", 1);
+  add_row("  GEMM 128^3 kernel device time", kernel_us, NAN, NAN, "us", "", 1);
+  add_row("first compile, cold cache (NVRTC)", median_of(cold, 3), NAN, 1469.0, "ms", "<= 200", median_of(cold, 3) <= 200);
+  add_row("artifact load from the disk cache", median_of(disk, 15), NAN, NAN, "us", "<= 100", median_of(disk, 15) <= 100);
+  add_row("artifact import from an exported file", median_of(import_, 15), NAN, NAN, "us", "", 1);
+  double best_small = 1e30, best_large = 1e30;
+  for (int i = 0; i < n_small; i++) best_small = fmin(best_small, small[i].ferry_us);
+  for (int i = 0; i < n_large; i++) best_large = fmin(best_large, large[i].ferry_us);
+  for (int i = 0; i < n_small; i++) {
+    static char lines[8][160];
+    snprintf(lines[i], sizeof lines[i], "  128^3 fp16 %.100s", small[i].name);
+    add_row(lines[i], small[i].ferry_us, small[i].cublas_us, NAN, "us", "", 1);
+  }
+  add_row("GEMM 128^3 fp16 device time, best ferry vs cuBLAS", best_small, n_small ? small[0].cublas_us : NAN, NAN,
+          "us", "<= 1.5 x cuBLAS", n_small && best_small <= 1.5 * small[0].cublas_us);
+  for (int i = 0; i < n_large; i++) {
+    static char lines[8][160];
+    snprintf(lines[i], sizeof lines[i], "  4096^3 bf16 %.100s", large[i].name);
+    add_row(lines[i], large[i].ferry_us, large[i].cublas_us, NAN, "us", "", 1);
+  }
+  add_row("GEMM 4096^3 bf16 device time, best ferry vs cuBLAS", best_large, n_large ? large[0].cublas_us : NAN, NAN,
+          "us", "ferry <= 2 x cuBLAS (>= 0.5x speed)", n_large && best_large <= 2.0 * large[0].cublas_us);
+
+  FILE *csv = bench_csv_open(o.csv);
+  fprintf(csv, "metric,ferry,reference,unit,cutlass_notebook,target,met\n");
+  for (int i = 0; i < n_rows; i++)
+    fprintf(csv, "\"%s\",%.4f,%.4f,%s,%.4g,\"%s\",%d\n", table[i].name, table[i].ferry, table[i].reference,
+            table[i].unit, table[i].notebook, table[i].target, table[i].ok);
+  fclose(csv);
+
+  printf("ferry bench latency: %s sm_%d%d, operator %s, %d iterations x %d repeats (medians), CSV in %s\n",
+         info.name, info.cc_major, info.cc_minor, ferry_op_get_info(op)->name, o.iters, reps, o.csv);
+  if (n_large) {
+    double tflops = 2.0 * 4096.0 * 4096.0 * 4096.0 / (best_large * 1e-6) / 1e12;
+    printf("4096^3 bf16: best ferry %.1f TFLOP/s, cuBLAS %.1f TFLOP/s\n", tflops,
+           2.0 * 4096.0 * 4096.0 * 4096.0 / (large[0].cublas_us * 1e-6) / 1e12);
+  }
+  printf("\n%-52s %11s %11s %5s %12s  %s\n", "metric", "ferry", "reference", "unit", "CUTLASS nb", "target");
+  for (int i = 0; i < n_rows; i++) {
+    char ref[32] = "", nb[32] = "";
+    if (!isnan(table[i].reference)) snprintf(ref, sizeof ref, "%.3f", table[i].reference);
+    if (!isnan(table[i].notebook)) snprintf(nb, sizeof nb, "%.4g", table[i].notebook);
+    printf("%-52s %11.3f %11s %5s %12s  %s%s\n", table[i].name, table[i].ferry, ref, table[i].unit, nb,
+           table[i].target, *table[i].target ? (table[i].ok ? "  ok" : "  MISSED") : "");
+  }
+  printf("(reference: the limit or the row it is compared with; CUTLASS nb: the notebook's published figure in the\n"
+         " same unit, Python + CUTLASS DSL on its own machine)\n");
+
+  ferry_artifact_release(art);
+  ferry_ops_clear_memo();
+  for (int s = 0; s < SETS; s++) {
+    BENCH_CU(ferry__drv.cuMemFree(sets[s].a));
+    BENCH_CU(ferry__drv.cuMemFree(sets[s].b));
+    BENCH_CU(ferry__drv.cuMemFree(sets[s].out));
+  }
+  BENCH_CU(ferry__drv.cuStreamDestroy(stream));
+  ferry__ctx_leave();
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'-cold0 '%s'-cold1 '%s'-cold2", cold_home, cold_home, cold_home, cold_home);
+  if (system(cmd) != 0) fprintf(stderr, "ferry: could not remove %s\n", cold_home);
+  return 0;
+}

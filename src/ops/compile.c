@@ -1,8 +1,9 @@
 /* compile.c — compile once: the in-memory memo, then the disk cache, then NVRTC.
  *
  * The memo is a small open-addressed table per operator, keyed by (kind, target). Lookups are lock-free (a run
- * without an artifact reads it on every call); inserts happen under the operator's lock, which also serialises
- * compiles of one operator so that two threads asking for the same kernel compile it once.
+ * without an artifact reads it on every call); inserts happen under the operator's lock. Compiles run outside
+ * it, so one operator's kinds compile in parallel; two threads asking for the same kernel at the same moment may
+ * both compile it, and the first to insert wins.
  */
 #include "ops.h"
 
@@ -129,7 +130,7 @@ cleanup:
 
 /* ---- compile ----------------------------------------------------------------------------------------------- */
 
-/* Makes the artifact of (op, kind, sm): from the disk cache, else NVRTC (then stored). Under op->lock. */
+/* Makes the artifact of (op, kind, sm): from the disk cache, else NVRTC (then stored). */
 static ferry_status build(const ferry_op *op, uint32_t kind, int sm, ferry_artifact **out) {
   ferry_status st = FERRY_OK;
   char *source = NULL, arch[32];
@@ -163,7 +164,7 @@ ferry_status ferry_op_compile_for(const ferry_op *op, const ferry_gemm_args *arg
                                   ferry_artifact **out) {
   ferry_status st = FERRY_OK;
   ferry_artifact *art = NULL;
-  int locked = 0, dev_sm = 0;
+  int dev_sm = 0;
   FERRY_TRY(ferry__check_op_args("ferry_op_compile", op, args));
   if (!out) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_op_compile: out is NULL");
   if (target_sm <= 0) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_op_compile: target sm_%d", target_sm);
@@ -182,28 +183,29 @@ ferry_status ferry_op_compile_for(const ferry_op *op, const ferry_gemm_args *arg
     *out = ferry_artifact_retain(art);
     return FERRY_OK;
   }
+  /* Build without holding the operator's lock, so that its other kinds compile in parallel; should two threads
+   * build the same artifact, the first to insert wins and the other's copy is dropped. */
+  ferry__stats_memo(0);
+  FERRY_TRY(build(op, kind, target_sm, &art));
   pthread_mutex_lock(&((ferry_op *)op)->lock);
-  locked = 1;
-  art = ferry__memo_lookup(op, kind, target_sm); /* another thread may have made it while this one waited */
-  if (art) {
-    ferry__stats_memo(1);
-    art = ferry_artifact_retain(art);
+  ferry_artifact *winner = ferry__memo_lookup(op, kind, target_sm);
+  if (winner) {
+    ferry_artifact_release(art);
+    art = ferry_artifact_retain(winner);
   } else {
-    ferry__stats_memo(0);
-    FERRY_TRY(build(op, kind, target_sm, &art));
-    /* Load now when it will run here, so the first run pays no load; elsewhere it loads on first use. */
-    ferry_error saved = *ferry_last_error();
-    if (ferry__driver_quiet() && ferry__device_sm(args->problem.device, &dev_sm) == FERRY_OK) {
-      if (dev_sm == target_sm) FERRY_TRY(ferry__artifact_load(art));
-    } else {
-      *(ferry_error *)ferry_last_error() = saved; /* no such device here: nothing to load, nothing to report */
-    }
     memo_insert_locked((ferry_op *)op, art);
+  }
+  pthread_mutex_unlock(&((ferry_op *)op)->lock);
+  /* Load now when it will run here, so the first run pays no load; elsewhere it loads on first use. */
+  ferry_error saved = *ferry_last_error();
+  if (ferry__driver_quiet() && ferry__device_sm(args->problem.device, &dev_sm) == FERRY_OK) {
+    if (dev_sm == target_sm) FERRY_TRY(ferry__artifact_load(art));
+  } else {
+    *(ferry_error *)ferry_last_error() = saved; /* no such device here: nothing to load, nothing to report */
   }
   *out = art;
   art = NULL;
 cleanup:
-  if (locked) pthread_mutex_unlock(&((ferry_op *)op)->lock);
   ferry_artifact_release(art);
   return st;
 }

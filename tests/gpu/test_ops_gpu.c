@@ -1,1 +1,563 @@
-int main(void) { return 0; }
+/* test_ops_gpu.c — the operator runtime on a GPU (`build/ferry_test_ops_gpu [--quick]`): every built-in GEMM
+ * design that supports a case, for fp16/bf16/fp32 operands, every major combination, odd sizes (1, 127, 128,
+ * 129, padded leading dimensions, a batch of 3) and 4096³ (sampled), against a float64 reference on the host;
+ * alpha/beta; CUDA graphs (ferry's capture with an in-place operand update, and a capture begun by someone else,
+ * as torch.cuda.graph does); a registered kernel end to end. Outputs are poisoned with NaN before every run and
+ * every element is checked. Exit status 0 only when everything passed. --quick skips 4096³ (for
+ * compute-sanitizer, which slows kernels a hundredfold).
+ *
+ * Error bound (METHOD.md): ‖out − ref‖ / ‖ref‖ over the output, with ref from the rounded inputs in float64:
+ * fp32 out from fp32 operands 1e-5; fp32 out from fp16/bf16 operands 1e-4; fp16 out 5e-3; bf16 out 1e-2; fp16
+ * accumulation 1e-2 (k ≤ 129). NaN never passes.
+ */
+#include "ops.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int failures, checks;
+static CUstream stream;
+static int dev;
+
+#define CHECK_CU(x)                                                                                          \
+  do {                                                                                                       \
+    CUresult r_ = (x);                                                                                       \
+    if (r_ != CUDA_SUCCESS) {                                                                                \
+      printf("FATAL %s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, ferry__cu_name(r_));                   \
+      exit(2);                                                                                               \
+    }                                                                                                        \
+  } while (0)
+#define CHECK_F(x)                                                                                           \
+  do {                                                                                                       \
+    ferry_status s_ = (x);                                                                                   \
+    if (s_ != FERRY_OK) {                                                                                    \
+      printf("FATAL %s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #x, ferry_status_name(s_),              \
+             ferry_last_error_message());                                                                   \
+      exit(2);                                                                                               \
+    }                                                                                                        \
+  } while (0)
+#define EXPECT(cond, ...)                                                                                    \
+  do {                                                                                                       \
+    checks++;                                                                                                \
+    if (!(cond)) {                                                                                           \
+      failures++;                                                                                            \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                            \
+      printf(__VA_ARGS__);                                                                                   \
+      printf("\n");                                                                                          \
+    }                                                                                                        \
+  } while (0)
+
+/* ---- host numbers ------------------------------------------------------------------------------------------ */
+
+static uint64_t rng_state = 0x243f6a8885a308d3ull;
+static double uniform(void) { /* [-1, 1) */
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return (double)(z >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+static uint16_t f32_to_f16(float f) { /* round to nearest even */
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u, e = (x >> 23) & 0xffu, man = x & 0x7fffffu;
+  if (e == 0xff) return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0));
+  int exp = (int)e - 127 + 15;
+  if (exp >= 31) return (uint16_t)(sign | 0x7c00u);
+  if (exp <= 0) {
+    if (exp < -10) return (uint16_t)sign;
+    man |= 0x800000u;
+    int shift = 14 - exp;
+    uint32_t h = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+  }
+  uint32_t h = ((uint32_t)exp << 10) | (man >> 13), rem = man & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
+  return (uint16_t)(sign | h);
+}
+static float f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, man = h & 0x3ffu, x;
+  if (e == 0) {
+    if (!man) x = sign;
+    else {
+      int s = 0;
+      while (!(man & 0x400u)) man <<= 1, s++;
+      x = sign | ((uint32_t)(113 - s) << 23) | ((man & 0x3ffu) << 13);
+    }
+  } else if (e == 31) x = sign | 0x7f800000u | (man << 13);
+  else x = sign | ((e + 112) << 23) | (man << 13);
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+static uint16_t f32_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+static float bf16_to_f32(uint16_t h) {
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+static size_t esize(int t) { return t == FERRY_F32 ? 4 : 2; }
+static void put(void *base, size_t i, int t, double v) { /* stores v rounded to t; */
+  if (t == FERRY_F32) ((float *)base)[i] = (float)v;
+  else if (t == FERRY_F16) ((uint16_t *)base)[i] = f32_to_f16((float)v);
+  else ((uint16_t *)base)[i] = f32_to_bf16((float)v);
+}
+static double get(const void *base, size_t i, int t) {
+  if (t == FERRY_F32) return ((const float *)base)[i];
+  if (t == FERRY_F16) return f16_to_f32(((const uint16_t *)base)[i]);
+  return bf16_to_f32(((const uint16_t *)base)[i]);
+}
+
+/* ---- matrices ---------------------------------------------------------------------------------------------- */
+
+/* One operand: l batches of rows×cols, row- or column-major with leading dimension ld, host copy and device copy. */
+typedef struct mat {
+  int type, col, rows, cols, l;
+  int64_t ld, batch, shape[3], strides[3];
+  size_t elems;
+  void *host;
+  CUdeviceptr dev;
+  ferry_tensor t;
+} mat;
+
+static size_t at(const mat *m, int z, int i, int j) {
+  return (size_t)z * (size_t)m->batch + (m->col ? (size_t)i + (size_t)j * (size_t)m->ld : (size_t)i * (size_t)m->ld + (size_t)j);
+}
+
+static void mat_make(mat *m, int type, int col, int l, int rows, int cols, int pad) {
+  memset(m, 0, sizeof *m);
+  m->type = type, m->col = col, m->rows = rows, m->cols = cols, m->l = l;
+  int64_t inner = col ? rows : cols, outer = col ? cols : rows;
+  m->ld = pad ? (inner + pad - 1) / pad * pad : inner;
+  if (m->ld < 1) m->ld = 1;
+  m->batch = m->ld * outer;
+  m->elems = (size_t)(m->batch * l);
+  if (m->elems == 0) m->elems = 1;
+  m->host = calloc(m->elems, esize(type));
+  CHECK_CU(ferry__drv.cuMemAlloc(&m->dev, m->elems * esize(type)));
+  int b = l > 1;
+  if (b) m->shape[0] = l, m->strides[0] = m->batch;
+  m->shape[b] = rows;
+  m->shape[b + 1] = cols;
+  m->strides[b] = col ? 1 : m->ld;
+  m->strides[b + 1] = col ? m->ld : 1;
+  ferry_dtype dt = type == FERRY_F32 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 32, 1}
+                   : type == FERRY_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1}
+                                       : (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
+  m->t = (ferry_tensor){(void *)(uintptr_t)m->dev, {FERRY_DEVICE_CUDA, dev}, 2 + b, dt, m->shape, m->strides, 0};
+}
+static void mat_random(mat *m) {
+  for (size_t i = 0; i < m->elems; i++) put(m->host, i, m->type, uniform());
+  CHECK_CU(ferry__drv.cuMemcpyHtoD(m->dev, m->host, m->elems * esize(m->type)));
+}
+static void mat_poison(mat *m) { /* all-ones bits: NaN in fp16, bf16 and fp32 */
+  memset(m->host, 0xff, m->elems * esize(m->type));
+  CHECK_CU(ferry__drv.cuMemcpyHtoD(m->dev, m->host, m->elems * esize(m->type)));
+}
+static void mat_download(mat *m) { CHECK_CU(ferry__drv.cuMemcpyDtoH(m->host, m->dev, m->elems * esize(m->type))); }
+static void mat_free(mat *m) {
+  if (m->dev) CHECK_CU(ferry__drv.cuMemFree(m->dev));
+  free(m->host);
+  memset(m, 0, sizeof *m);
+}
+
+/* ref = alpha*A·B + beta*c0 for the sampled elements (all when `every` is 1), relative error of `out`, and
+ * whether every element was written (no NaN anywhere in the output). */
+typedef struct verdict { double rel; long nan_at; } verdict;
+
+static verdict check(const mat *a, const mat *b, const mat *out, const double *c0, float alpha, float beta,
+                     int every) {
+  verdict v = {0, -1};
+  double num = 0, den = 0;
+  int m = out->rows, n = out->cols, k = a->cols;
+  for (int z = 0; z < out->l && v.nan_at < 0; z++)
+    for (int i = 0; i < m; i++)
+      for (int j = 0; j < n; j++)
+        if (isnan(get(out->host, at(out, z, i, j), out->type))) {
+          v.nan_at = (long)at(out, z, i, j);
+          break;
+        }
+  size_t total = (size_t)out->l * m * n, samples = every ? total : 2048;
+  for (size_t s = 0; s < samples && total; s++) {
+    size_t e = every ? s : (size_t)((uniform() + 1.0) * 0.5 * (double)total) % total;
+    int z = (int)(e / ((size_t)m * n)), i = (int)(e / n % m), j = (int)(e % n);
+    int za = a->l > 1 ? z : 0, zb = b->l > 1 ? z : 0;
+    double acc = 0;
+    for (int p = 0; p < k; p++) acc += get(a->host, at(a, za, i, p), a->type) * get(b->host, at(b, zb, p, j), b->type);
+    double ref = alpha * acc + (c0 ? beta * c0[at(out, z, i, j)] : 0.0);
+    double got = get(out->host, at(out, z, i, j), out->type);
+    num += (got - ref) * (got - ref);
+    den += ref * ref;
+  }
+  v.rel = den > 0 ? sqrt(num / den) : sqrt(num);
+  return v;
+}
+
+static double bound_of(int in, int out, int acc, int k) {
+  if (acc == FERRY_F16) return k <= 129 ? 1e-2 : 5e-2;
+  if (out == FERRY_BF16) return 1e-2;
+  if (out == FERRY_F16) return 5e-3;
+  return in == FERRY_F32 ? 1e-5 : 1e-4;
+}
+
+/* ---- the correctness matrix -------------------------------------------------------------------------------- */
+
+typedef struct op_tally { const ferry_op *op; int runs, fails; double worst; } op_tally;
+static op_tally tallies[64];
+static int n_tallies;
+static op_tally *tally_of(const ferry_op *op) {
+  for (int i = 0; i < n_tallies; i++)
+    if (tallies[i].op == op) return &tallies[i];
+  tallies[n_tallies] = (op_tally){op, 0, 0, 0};
+  return &tallies[n_tallies++];
+}
+
+static const char *major_name(int a, int b, int c) {
+  static char s[4];
+  s[0] = a ? 'C' : 'R', s[1] = b ? 'C' : 'R', s[2] = c ? 'C' : 'R', s[3] = 0;
+  return s;
+}
+
+/* Runs every operator that supports the case, each on freshly poisoned output. */
+static void run_case(int ta, int tb, int tout, int tacc, int ca, int cb, int cc, int m, int n, int k, int l,
+                     int pad, float alpha, float beta) {
+  mat a, b, out;
+  mat_make(&a, ta, ca, l, m, k, pad);
+  mat_make(&b, tb, cb, l, k, n, pad);
+  mat_make(&out, tout, cc, l, m, n, pad);
+  mat_random(&a);
+  mat_random(&b);
+  double *c0 = NULL;
+  if (beta != 0.0f) {
+    mat_random(&out);
+    c0 = malloc(out.elems * sizeof *c0);
+    for (size_t i = 0; i < out.elems; i++) c0[i] = get(out.host, i, tout);
+  }
+  ferry_gemm_args args;
+  CHECK_F(ferry_gemm_args_init(&args, &a.t, &b.t, &out.t, (ferry_scalar)tacc));
+  args.alpha = alpha;
+  args.beta = beta;
+  const ferry_op *ops[32];
+  size_t n_ops = 0;
+  CHECK_F(ferry_ops_find(&args, 0, NULL, NULL, ops, 32, &n_ops));
+  EXPECT(n_ops > 0, "no operator for %s·%s→%s acc %s %s %d×%d×%d l=%d", ferry_scalar_name(ta), ferry_scalar_name(tb),
+         ferry_scalar_name(tout), ferry_scalar_name(tacc), major_name(ca, cb, cc), m, n, k, l);
+  int every = (size_t)m * n * l <= 300000;
+  for (size_t o = 0; o < n_ops && o < 32; o++) {
+    if (beta != 0.0f) { /* the old output again (the previous operator's result overwrote the host copy) */
+      for (size_t i = 0; i < out.elems; i++) put(out.host, i, tout, c0[i]);
+      CHECK_CU(ferry__drv.cuMemcpyHtoD(out.dev, out.host, out.elems * esize(tout)));
+    } else {
+      mat_poison(&out);
+    }
+    ferry_artifact *art = NULL;
+    ferry_status st = ferry_op_compile(ops[o], &args, &art);
+    if (st == FERRY_OK) st = ferry_op_run(ops[o], &args, stream, art, 0);
+    if (st == FERRY_OK) st = ferry__drv.cuStreamSynchronize(stream) == CUDA_SUCCESS ? FERRY_OK : FERRY_DRIVER_ERROR;
+    ferry_artifact_release(art);
+    op_tally *t = tally_of(ops[o]);
+    t->runs++;
+    const char *name = ferry_op_get_info(ops[o])->name;
+    if (st != FERRY_OK) {
+      t->fails++;
+      EXPECT(0, "%s on %s %d×%d×%d: %s: %s", name, major_name(ca, cb, cc), m, n, k, ferry_status_name(st),
+             ferry_last_error_message());
+      if (st == FERRY_DRIVER_ERROR) exit(3); /* a kernel fault poisons the context: stop here */
+      continue;
+    }
+    mat_download(&out);
+    verdict v = check(&a, &b, &out, c0, alpha, beta, every);
+    double bound = bound_of(ta, tout, tacc, k);
+    if (v.rel > t->worst) t->worst = v.rel;
+    int ok = v.nan_at < 0 && v.rel <= bound && !isnan(v.rel);
+    if (!ok) t->fails++;
+    EXPECT(ok, "%s: %s·%s→%s acc %s %s %d×%d×%d l=%d pad %d alpha %g beta %g: rel err %.3g (bound %.0e)%s", name,
+           ferry_scalar_name(ta), ferry_scalar_name(tb), ferry_scalar_name(tout), ferry_scalar_name(tacc),
+           major_name(ca, cb, cc), m, n, k, l, pad, alpha, beta, v.rel, bound,
+           v.nan_at >= 0 ? ", and NaN (unwritten?) in the output" : "");
+  }
+  free(c0);
+  mat_free(&a);
+  mat_free(&b);
+  mat_free(&out);
+}
+
+/* Compiles every (operator, kind) the matrix will use on all cores first: NVRTC dominates this program's time,
+ * and ferry's compile is thread-safe. Problems described on aligned fake addresses (nothing is dereferenced). */
+typedef struct compile_job { const ferry_op *op; ferry_gemm_args args; } compile_job;
+static compile_job jobs[1024];
+static int n_jobs;
+static _Atomic int next_job;
+
+static void add_jobs(int ta, int tb, int tout, int tacc, int ca, int cb, int cc) {
+  int64_t sa[2] = {128, 128}, st_row[2] = {128, 1}, st_col[2] = {1, 128};
+  ferry_dtype dts[4] = {{0, 0, 0}, {FERRY_DTYPE_FLOAT, 16, 1}, {FERRY_DTYPE_BFLOAT, 16, 1}, {FERRY_DTYPE_FLOAT, 32, 1}};
+  ferry_tensor A = {(void *)0x100000, {FERRY_DEVICE_CUDA, dev}, 2, dts[ta], sa, ca ? st_col : st_row, 0};
+  ferry_tensor B = {(void *)0x200000, {FERRY_DEVICE_CUDA, dev}, 2, dts[tb], sa, cb ? st_col : st_row, 0};
+  ferry_tensor C = {(void *)0x300000, {FERRY_DEVICE_CUDA, dev}, 2, dts[tout], sa, cc ? st_col : st_row, 0};
+  ferry_gemm_args args;
+  CHECK_F(ferry_gemm_args_init(&args, &A, &B, &C, (ferry_scalar)tacc));
+  const ferry_op *ops[32];
+  size_t n = 0;
+  CHECK_F(ferry_ops_find(&args, 0, NULL, NULL, ops, 32, &n));
+  for (size_t i = 0; i < n && i < 32 && n_jobs < 1024; i++) jobs[n_jobs++] = (compile_job){ops[i], args};
+}
+
+static void *compile_worker(void *unused) {
+  (void)unused;
+  for (int j; (j = atomic_fetch_add(&next_job, 1)) < n_jobs;) {
+    ferry_artifact *art = NULL;
+    ferry_status st = ferry_op_compile(jobs[j].op, &jobs[j].args, &art);
+    if (st != FERRY_OK)
+      printf("FAIL compiling %s: %s\n", ferry_op_get_info(jobs[j].op)->name, ferry_last_error_message());
+    ferry_artifact_release(art); /* the memo keeps it */
+  }
+  return NULL;
+}
+
+static void precompile(void) {
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  pthread_t threads[16];
+  int n = 0;
+  for (; n < 16; n++)
+    if (pthread_create(&threads[n], NULL, compile_worker, NULL) != 0) break;
+  if (n == 0) compile_worker(NULL);
+  for (int i = 0; i < n; i++) pthread_join(threads[i], NULL);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  printf("precompiled %d (operator, kind) pairs on %d threads in %.1f s\n", n_jobs, n,
+         (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+}
+
+typedef struct size_case { int m, n, k, l, pad; } size_case;
+static const size_case sizes[] = {{1, 1, 1, 1, 0},     {127, 127, 127, 1, 0}, {128, 128, 128, 1, 0},
+                                  {129, 129, 129, 1, 0}, {129, 127, 65, 1, 8}, {127, 129, 129, 3, 8}};
+
+static void correctness_matrix(int quick) {
+  typedef struct kind { int a, b, out, acc, all_majors; } kind;
+  static const kind kinds[] = {
+      {FERRY_F16, FERRY_F16, FERRY_F16, FERRY_F32, 1},  {FERRY_F16, FERRY_F16, FERRY_F32, FERRY_F32, 0},
+      {FERRY_F16, FERRY_F16, FERRY_F16, FERRY_F16, 0},  {FERRY_BF16, FERRY_BF16, FERRY_BF16, FERRY_F32, 1},
+      {FERRY_BF16, FERRY_BF16, FERRY_F32, FERRY_F32, 0}, {FERRY_F32, FERRY_F32, FERRY_F32, FERRY_F32, 1},
+      {FERRY_F16, FERRY_BF16, FERRY_F32, FERRY_F32, 0}};
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+    for (int majors = 0; majors < 8; majors++)
+      if (kinds[k].all_majors || majors == 0 || majors == 7 || majors == 3)
+        add_jobs(kinds[k].a, kinds[k].b, kinds[k].out, kinds[k].acc, majors & 1, (majors >> 1) & 1, (majors >> 2) & 1);
+  add_jobs(FERRY_BF16, FERRY_BF16, FERRY_BF16, FERRY_F32, 1, 0, 1);
+  add_jobs(FERRY_F32, FERRY_F32, FERRY_F32, FERRY_F32, 1, 1, 0);
+  add_jobs(FERRY_BF16, FERRY_BF16, FERRY_F32, FERRY_F32, 0, 1, 0);
+  precompile();
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+    for (int majors = 0; majors < 8; majors++) {
+      if (!kinds[k].all_majors && majors != 0 && majors != 7 && majors != 3) continue;
+      int ca = majors & 1, cb = (majors >> 1) & 1, cc = (majors >> 2) & 1;
+      for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        run_case(kinds[k].a, kinds[k].b, kinds[k].out, kinds[k].acc, ca, cb, cc, sizes[s].m, sizes[s].n, sizes[s].k,
+                 sizes[s].l, sizes[s].pad, 1.0f, 0.0f);
+    }
+  /* alpha and beta read and scale the old output */
+  run_case(FERRY_F16, FERRY_F16, FERRY_F32, FERRY_F32, 0, 0, 0, 129, 127, 65, 1, 8, 0.5f, 2.0f);
+  run_case(FERRY_BF16, FERRY_BF16, FERRY_BF16, FERRY_F32, 1, 0, 1, 127, 129, 129, 3, 8, -1.5f, 0.25f);
+  run_case(FERRY_F32, FERRY_F32, FERRY_F32, FERRY_F32, 1, 1, 0, 129, 129, 129, 1, 0, 2.0f, -1.0f);
+  /* empty k: out = beta*out */
+  run_case(FERRY_F16, FERRY_F16, FERRY_F32, FERRY_F32, 0, 0, 0, 64, 64, 0, 1, 8, 1.0f, 0.5f);
+  if (!quick) {
+    run_case(FERRY_F16, FERRY_F16, FERRY_F16, FERRY_F32, 0, 0, 0, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
+    run_case(FERRY_BF16, FERRY_BF16, FERRY_BF16, FERRY_F32, 1, 1, 1, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
+    run_case(FERRY_BF16, FERRY_BF16, FERRY_F32, FERRY_F32, 0, 1, 0, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
+  }
+}
+
+/* ---- graphs ------------------------------------------------------------------------------------------------ */
+
+static void graphs(void) {
+  enum { RUNS = 20, M = 128 };
+  mat a[RUNS + 1], b[RUNS + 1], out[RUNS + 1];
+  ferry_gemm_args args[RUNS + 1];
+  for (int i = 0; i <= RUNS; i++) {
+    mat_make(&a[i], FERRY_F16, 0, 1, M, M, 0);
+    mat_make(&b[i], FERRY_F16, 0, 1, M, M, 0);
+    mat_make(&out[i], FERRY_F16, 0, 1, M, M, 0);
+    mat_random(&a[i]);
+    mat_random(&b[i]);
+    mat_poison(&out[i]);
+    CHECK_F(ferry_gemm_args_init(&args[i], &a[i].t, &b[i].t, &out[i].t, FERRY_F32));
+  }
+  const ferry_op *op = NULL;
+  size_t n = 0;
+  CHECK_F(ferry_ops_find(&args[0], 0, NULL, NULL, &op, 1, &n));
+  ferry_artifact *art = NULL;
+  CHECK_F(ferry_op_compile(op, &args[0], &art));
+  /* ferry's own capture, with the runs recorded */
+  ferry_graph *g = NULL;
+  CHECK_F(ferry_graph_begin(stream, &g));
+  for (int i = 0; i < RUNS; i++) CHECK_F(ferry_graph_run(g, op, &args[i], art, FERRY_ASSUME_SUPPORTED, NULL));
+  CHECK_F(ferry_graph_end(g));
+  CHECK_F(ferry_graph_replay(g, NULL));
+  CHECK_CU(ferry__drv.cuStreamSynchronize(stream));
+  double worst = 0;
+  for (int i = 0; i < RUNS; i++) {
+    mat_download(&out[i]);
+    verdict v = check(&a[i], &b[i], &out[i], NULL, 1, 0, 1);
+    if (v.rel > worst) worst = v.rel;
+    EXPECT(v.nan_at < 0 && v.rel <= 5e-3, "graph replay, run %d: rel err %.3g%s", i, v.rel, v.nan_at >= 0 ? ", NaN" : "");
+  }
+  /* update run 5 to new operands; poison both outputs: only the new one may be written by the replay */
+  mat_poison(&out[5]);
+  mat_poison(&out[RUNS]);
+  CHECK_F(ferry_graph_update(g, 5, &args[RUNS]));
+  CHECK_F(ferry_graph_replay(g, NULL));
+  CHECK_CU(ferry__drv.cuStreamSynchronize(stream));
+  mat_download(&out[RUNS]);
+  mat_download(&out[5]);
+  verdict v = check(&a[RUNS], &b[RUNS], &out[RUNS], NULL, 1, 0, 1);
+  EXPECT(v.nan_at < 0 && v.rel <= 5e-3, "graph update: the new operands' result has rel err %.3g%s", v.rel,
+         v.nan_at >= 0 ? ", NaN" : "");
+  int untouched = 1;
+  for (size_t i = 0; i < out[5].elems; i++) untouched &= ((uint16_t *)out[5].host)[i] == 0xffff;
+  EXPECT(untouched, "graph update: the replaced run still wrote its old output");
+  ferry_graph_destroy(g);
+  printf("graph: 20 runs captured and replayed (worst rel err %.2e); run 5 updated in place to new operands: %s\n",
+         worst, v.rel <= 5e-3 && untouched ? "exact" : "WRONG");
+
+  /* someone else's capture (torch.cuda.graph's pattern): plain ferry_op_run calls on the capturing stream */
+  for (int i = 0; i < 3; i++) mat_poison(&out[i]);
+  CUgraph cg = NULL;
+  CUgraphExec ce = NULL;
+  CHECK_CU(ferry__drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  for (int i = 0; i < 3; i++) CHECK_F(ferry_op_run(op, &args[i], stream, art, FERRY_ASSUME_SUPPORTED));
+  CHECK_CU(ferry__drv.cuStreamEndCapture(stream, &cg));
+  CHECK_CU(ferry__drv.cuGraphInstantiateWithFlags(&ce, cg, 0));
+  CHECK_CU(ferry__drv.cuGraphLaunch(ce, stream));
+  CHECK_CU(ferry__drv.cuStreamSynchronize(stream));
+  for (int i = 0; i < 3; i++) {
+    mat_download(&out[i]);
+    verdict w = check(&a[i], &b[i], &out[i], NULL, 1, 0, 1);
+    EXPECT(w.nan_at < 0 && w.rel <= 5e-3, "external capture, run %d: rel err %.3g", i, w.rel);
+  }
+  /* a run that must compile during someone else's capture still works (compiles off the stream) */
+  CHECK_CU(ferry__drv.cuGraphExecDestroy(ce));
+  CHECK_CU(ferry__drv.cuGraphDestroy(cg));
+  printf("graph: 3 runs under an external stream capture replayed correctly\n");
+  ferry_artifact_release(art);
+  for (int i = 0; i <= RUNS; i++) mat_free(&a[i]), mat_free(&b[i]), mat_free(&out[i]);
+}
+
+/* ---- a registered kernel ----------------------------------------------------------------------------------- */
+
+static const char *byo_source =
+    "// one thread per output element, fp32, either major for each operand (ferry's macros say which)\n"
+    "extern \"C\" __global__ void byo_naive(ferry_gemm_params p) {\n"
+    "  int i = blockIdx.x / ((p.n + 15) / 16) * 16 + threadIdx.x / 16;\n"
+    "  int j = blockIdx.x % ((p.n + 15) / 16) * 16 + threadIdx.x % 16;\n"
+    "  if (i >= p.m || j >= p.n) return;\n"
+    "  const float *A = (const float *)p.a + blockIdx.z * p.batch_a;\n"
+    "  const float *B = (const float *)p.b + blockIdx.z * p.batch_b;\n"
+    "  float *C = (float *)p.out + blockIdx.z * p.batch_c;\n"
+    "  float acc = 0.f;\n"
+    "  for (int q = 0; q < p.k; ++q)\n"
+    "    acc += A[FERRY_A_ROW ? (long long)i * p.lda + q : i + (long long)q * p.lda] *\n"
+    "           B[FERRY_B_ROW ? (long long)q * p.ldb + j : q + (long long)j * p.ldb];\n"
+    "  long long o = FERRY_OUT_ROW ? (long long)i * p.ldc + j : i + (long long)j * p.ldc;\n"
+    "  C[o] = p.alpha * acc + (p.beta != 0.f ? p.beta * C[o] : 0.f);\n"
+    "}\n";
+
+static void registered_kernel(void) {
+  ferry_op_desc d;
+  ferry_op_desc_init(&d);
+  d.info.name = "byo_naive_f32";
+  d.info.instruction = "simt.naive";
+  d.info.tile_m = d.info.tile_n = 16;
+  d.info.threads = 256;
+  d.info.a_types = d.info.b_types = d.info.out_types = FERRY_SCALAR_BIT(FERRY_F32);
+  d.source = byo_source;
+  d.entry = "byo_naive";
+  const ferry_op *op = NULL;
+  CHECK_F(ferry_op_register(&d, &op));
+  for (int majors = 0; majors < 8; majors += 7) {
+    mat a, b, out;
+    mat_make(&a, FERRY_F32, majors & 1, 2, 129, 65, 0);
+    mat_make(&b, FERRY_F32, majors & 1, 2, 65, 127, 0);
+    mat_make(&out, FERRY_F32, majors & 1, 2, 129, 127, 0);
+    mat_random(&a);
+    mat_random(&b);
+    mat_poison(&out);
+    ferry_gemm_args args;
+    CHECK_F(ferry_gemm_args_init(&args, &a.t, &b.t, &out.t, FERRY_F32));
+    const ferry_op *ops[32];
+    size_t n = 0;
+    CHECK_F(ferry_ops_find(&args, 0, NULL, NULL, ops, 32, &n));
+    int listed = 0;
+    for (size_t i = 0; i < n && i < 32; i++) listed |= ops[i] == op;
+    EXPECT(listed, "the registered operator is not found for its own arguments");
+    ferry_artifact *art = NULL;
+    CHECK_F(ferry_op_compile(op, &args, &art));
+    CHECK_F(ferry_op_run(op, &args, stream, art, 0));
+    CHECK_CU(ferry__drv.cuStreamSynchronize(stream));
+    mat_download(&out);
+    verdict v = check(&a, &b, &out, NULL, 1, 0, 1);
+    EXPECT(v.nan_at < 0 && v.rel <= 1e-5, "registered kernel (%s): rel err %.3g", majors ? "CCC" : "RRR", v.rel);
+    printf("registered kernel byo_naive_f32 %s 129×127×65 l=2: rel err %.2e\n", majors ? "CCC" : "RRR", v.rel);
+    ferry_artifact_release(art);
+    mat_free(&a), mat_free(&b), mat_free(&out);
+  }
+}
+
+int main(int argc, char **argv) {
+  int quick = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) quick = 1;
+    else {
+      printf("usage: %s [--quick]\nThe operator runtime's GPU tests; --quick skips the 4096³ cases.\n", argv[0]);
+      return strcmp(argv[i], "--help") ? 2 : 0;
+    }
+  }
+  ferry_status st = ferry_init();
+  if (st != FERRY_OK) {
+    printf("ferry_test_ops_gpu: no GPU here (%s: %s)\n", ferry_status_name(st), ferry_last_error_message());
+    return 1;
+  }
+  CHECK_F(ferry_device_resolve(-1, &dev));
+  CHECK_F(ferry__ctx_enter(dev)); /* the primary context stays current for the whole program */
+  CHECK_CU(ferry__drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  ferry_device_info info;
+  CHECK_F(ferry_device_info_get(dev, &info));
+  int sm = 0;
+  CHECK_F(ferry_target_sm(dev, &sm));
+  printf("device cuda:%d %s sm_%d, driver %d; NVRTC from the toolkit; %s\n", dev, info.name, sm, info.driver_version,
+         quick ? "quick (no 4096³)" : "full");
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  correctness_matrix(quick);
+  graphs();
+  registered_kernel();
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  ferry_cache_stats cs;
+  ferry_cache_stats_get(&cs);
+  printf("\n%-34s %6s %6s %12s\n", "operator", "runs", "fails", "worst err");
+  for (int i = 0; i < n_tallies; i++)
+    printf("%-34s %6d %6d %12.2e\n", ferry_op_get_info(tallies[i].op)->name, tallies[i].runs, tallies[i].fails,
+           tallies[i].worst);
+  printf("NVRTC compiles %llu in %.1f s, disk cache hits %llu; %.1f s in all\n", (unsigned long long)cs.compiles,
+         cs.compile_seconds, (unsigned long long)cs.disk_hits,
+         (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+  printf("%d checks, %d failed\n", checks, failures);
+  CHECK_CU(ferry__drv.cuStreamDestroy(stream));
+  ferry_ops_clear_memo();
+  ferry__ctx_leave();
+  return failures ? 1 : 0;
+}
