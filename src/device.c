@@ -112,3 +112,6 @@ ferry_status ferry_device_info_get(int device, ferry_device_info *out) {
 cleanup:
   return st;
 }
+
+/* fork.c: held across fork() so a child never inherits the lock held by a thread it does not have. */
+void ferry__device_fork_lock(int lock) { lock ? pthread_mutex_lock(&ctx_lock) : pthread_mutex_unlock(&ctx_lock); }

@@ -90,10 +90,12 @@ static void load(void) {
       load_status = FERRY_NO_DEVICE;
     }
   }
+  if (load_status == FERRY_OK) ferry__fork_guard_install(); /* from now on a forked child must not use CUDA */
 }
 
 int ferry__driver_load(void) {
   pthread_once(&load_once, load);
+  if (ferry__fork_child) return ferry__fork_refuse();
   if (load_status != FERRY_OK) return FERRY_ERR(load_status, "%s", load_message);
   return FERRY_OK;
 }
@@ -117,10 +119,11 @@ void ferry__fault_arm(const char *call_name, int nth, CUresult result) {
   ferry__fault_armed = 1;
 }
 
-void ferry__fault_disarm(void) { ferry__fault_armed = 0; }
+void ferry__fault_disarm(void) { ferry__fault_armed = ferry__fork_child; /* a forked child stays blocked */ }
 int ferry__fault_hits(void) { return fault_hits; }
 
 CUresult ferry__fault_check(const char *call_name) {
+  if (ferry__fork_child) return CUDA_ERROR_NOT_INITIALIZED; /* see fork.c: no driver call from a forked child */
   if (strcmp(call_name, fault_name) != 0) return CUDA_SUCCESS;
   fault_hits++;
   if (fault_nth == 0 || fault_hits == fault_nth) return fault_result;

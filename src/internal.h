@@ -48,6 +48,19 @@ ferry_status ferry__cu_error(CUresult r, const char *call, const char *file, int
     if (st != FERRY_OK) goto cleanup;                                                                         \
   } while (0)
 
+/* ---- fork (fork.c) ----------------------------------------------------------------------------------------- */
+
+/* Installed by driver.c once the driver is initialised: in a child forked after that, ferry__fork_child is 1,
+ * ferry__driver_load() refuses with ferry__fork_refuse() (FERRY_UNSUPPORTED and why), and FERRY_CU stops every
+ * driver call (CUDA_ERROR_NOT_INITIALIZED) before it reaches the driver. */
+extern volatile int ferry__fork_child;
+void ferry__fork_guard_install(void);
+ferry_status ferry__fork_refuse(void);
+/* Lock (1) or unlock (0) a file's lock around fork(), for the atfork handlers. */
+void ferry__device_fork_lock(int lock);
+void ferry__pool_fork_lock(int lock);
+void ferry__events_fork_lock(int lock);
+
 /* ---- devices and contexts (device.c) --------------------------------------------------------------------- */
 
 /* Makes `device`'s primary context current on this thread (retaining it once per process). Pair every successful

@@ -333,3 +333,6 @@ void ferry_pool_stats_get(ferry_pool_stats *out) {
   *out = stats;
   pthread_mutex_unlock(&pool_lock);
 }
+
+/* fork.c: held across fork() so a child never inherits the lock held by a thread it does not have. */
+void ferry__pool_fork_lock(int lock) { lock ? pthread_mutex_lock(&pool_lock) : pthread_mutex_unlock(&pool_lock); }

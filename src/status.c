@@ -90,6 +90,7 @@ static ferry_status status_of(CUresult r, const char *call) {
 }
 
 ferry_status ferry__cu_error(CUresult r, const char *call, const char *file, int line, const char *fmt, ...) {
+  if (ferry__fork_child) return ferry__fork_refuse(); /* the call was stopped by the fork guard (fork.c) */
   ferry_status status = status_of(r, call);
   const char *desc = NULL;
   size_t used = 0;

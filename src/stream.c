@@ -138,7 +138,17 @@ void ferry__events_trim(void) {
   pthread_mutex_lock(&events_lock);
   for (int d = 0; d < FERRY_MAX_DEVICES; d++) {
     event_list *l = &free_events[d];
-    while (l->n > 0) (void)FERRY_CU(cuEventDestroy, l->ev[--l->n]);
+    while (l->n > 0) {
+      /* Not in the call's arguments: FERRY_CU skips evaluating them when the call is stopped (an injected fault,
+       * the fork guard), and the loop would never end. */
+      CUevent ev = l->ev[--l->n];
+      (void)FERRY_CU(cuEventDestroy, ev);
+    }
   }
   pthread_mutex_unlock(&events_lock);
+}
+
+/* fork.c: held across fork() so a child never inherits the lock held by a thread it does not have. */
+void ferry__events_fork_lock(int lock) {
+  lock ? pthread_mutex_lock(&events_lock) : pthread_mutex_unlock(&events_lock);
 }

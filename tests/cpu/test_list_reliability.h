@@ -1,9 +1,13 @@
 /* test_list_reliability.h — the reliability suite (ferry_test_reliability, ctest name `reliability`): bad inputs,
  * fork, threads. Built from runner.c with -DTEST_LIST_HEADER pointing here. Its executable also answers
  * `--table` (the bad-input table as markdown, for docs/reliability.md) through the runner's main hook. */
-#define TEST_LIST(X)             \
-  X(bad_inputs_table)            \
-  X(million_tiny_tensors)
+#define TEST_LIST(X)                                             \
+  X(bad_inputs_table)                                            \
+  X(million_tiny_tensors)                                       \
+  X(fork_after_init_refuses_in_the_child)                        \
+  X(forked_child_makes_no_driver_call_and_leaves_the_pool_alone) \
+  X(fork_while_another_thread_uses_the_pool_never_hangs)         \
+  X(fork_before_init_leaves_the_child_free)
 
 int reliability_main_hook(int argc, char **argv);
 #define TEST_MAIN_HOOK reliability_main_hook
