@@ -341,9 +341,10 @@ typedef struct ferry_gemm_args {
 
 /** Validates A (m×k), B (k×n) and out (m×n) — rank 2, or rank 3 with a leading batch dimension l — and fills
  *  `args` (alpha 1, beta 0). Operands are fp16, bf16 or fp32 (DLPack codes FLOAT 16/32, BFLOAT 16, one lane), on
- *  one CUDA device (FERRY_DEVICE_CUDA or CUDA_MANAGED), row- or column-major with a leading dimension at least the
- *  contiguous extent (NULL strides: compact row-major); a rank-2 A or B beside a rank-3 out is broadcast over the
- *  batch. `accumulator` is FERRY_F32 or FERRY_F16 (which operators accept it is theirs to say).
+ *  one CUDA device (FERRY_DEVICE_CUDA or CUDA_MANAGED), row- or column-major (NULL strides: compact row-major).
+ *  out's elements must not overlap (leading dimension at least its contiguous extent, batches apart); A and B are
+ *  only read, so stride-0 (expanded) views are accepted. A rank-2 A or B beside a rank-3 out, or a batch of 1, is
+ *  broadcast over the batch. `accumulator` is FERRY_F32 or FERRY_F16 (which operators accept it is theirs to say).
  *  Fails with FERRY_INVALID_ARGUMENT naming the operand and the values (NULL pointers, ranks, mismatched shapes,
  *  negative sizes or strides, overlapping layouts, unsupported dtypes, devices), FERRY_OVERFLOW when an extent
  *  passes 2^31-1 or an offset passes 2^63. Nothing is dereferenced: the tensors' memory is not touched.
