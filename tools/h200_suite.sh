@@ -57,9 +57,9 @@ for p in "${parts[@]}"; do
   pybench1ms) TAILN=12 part pybench1ms "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 --compute-ms 1 \
            --output $RESULTS/py_overlap_1ms.csv" ;;
   plots) part plots "$PYTHON -m ferry.bench.plot $RESULTS/*.csv --out-dir $RESULTS/plots" ;;
-  ops) part ops "$build/ferry_test_ops_gpu" ;;
-  opsmemcheck) part opsmemcheck "compute-sanitizer --tool memcheck --error-exitcode 1 $build/ferry_test_ops_gpu" ;;
-  latency) TAILN=30 part latency "$build/ferry bench latency --output $RESULTS/latency.csv" ;;
+  ops) TAILN=40 part ops "$build/ferry_test_ops_gpu" ;;
+  opsmemcheck) part opsmemcheck "compute-sanitizer --tool memcheck --error-exitcode 1 $build/ferry_test_ops_gpu --quick" ;;
+  latency) TAILN=45 part latency "$build/ferry bench latency --output $RESULTS/latency.csv" ;;
   stress) part stress "$build/ferry_stress" ;;
   *) echo "unknown part '$p' (see --help)"; exit 2 ;;
   esac
