@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 int bench_no_gpu(const char *program) {
   ferry_status st = ferry_init();
@@ -137,4 +138,60 @@ void bench_batch_free(bench_batch *b) {
   free(b->shapes);
   free(b->offsets);
   memset(b, 0, sizeof *b);
+}
+
+/* ---- several processes ------------------------------------------------------------------------------------- */
+
+static int env_int(const char *name, int fallback) {
+  const char *v = getenv(name);
+  if (!v || !*v) return fallback;
+  char *end = NULL;
+  long x = strtol(v, &end, 10);
+  return (*end || x < 0 || x > 1 << 20) ? fallback : (int)x;
+}
+
+bench_ranks bench_ranks_from_env(void) {
+  bench_ranks r = {env_int("RANK", 0), env_int("LOCAL_RANK", -1), env_int("WORLD_SIZE", 1)};
+  if (r.world_size < 1) r.world_size = 1;
+  return r;
+}
+
+const char *bench_rank_path(const char *path, int rank, char *buf, size_t size) {
+  const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
+  if (!dot || (slash && dot < slash)) snprintf(buf, size, "%s.rank%d", path, rank);
+  else snprintf(buf, size, "%.*s.rank%d%s", (int)(dot - path), path, rank, dot);
+  return buf;
+}
+
+void bench_rank_barrier(const bench_ranks *r, const char *name, double timeout_s) {
+  if (r->world_size <= 1) return;
+  char dir[512], path[700];
+  const char *base = getenv("FERRY_BARRIER_DIR");
+  if (base && *base) snprintf(dir, sizeof dir, "%s", base);
+  else snprintf(dir, sizeof dir, "/tmp/ferry-ranks-%ld", (long)getppid());
+  (void)mkdir(dir, 0700);
+  snprintf(path, sizeof path, "%s/%s.%d", dir, name, r->rank);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "ferry: rank %d cannot write barrier file %s: %s\n", r->rank, path, strerror(errno));
+    exit(1);
+  }
+  fclose(f);
+  double deadline = bench_now_ms() + timeout_s * 1e3;
+  for (;;) {
+    int arrived = 0;
+    for (int k = 0; k < r->world_size; k++) {
+      snprintf(path, sizeof path, "%s/%s.%d", dir, name, k);
+      struct stat sb;
+      arrived += stat(path, &sb) == 0;
+    }
+    if (arrived == r->world_size) return;
+    if (bench_now_ms() > deadline) {
+      fprintf(stderr, "ferry: rank %d waited %.0f s at barrier '%s' in %s: %d of %d ranks arrived\n", r->rank,
+              timeout_s, name, dir, arrived, r->world_size);
+      exit(1);
+    }
+    struct timespec pause = {0, 200000}; /* 0.2 ms: arrivals are seen promptly without a busy core */
+    nanosleep(&pause, NULL);
+  }
 }

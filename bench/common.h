@@ -68,4 +68,21 @@ typedef struct bench_batch {
 bench_batch bench_batch_cut(char *base, size_t total, size_t n, int device_type, int device_id);
 void bench_batch_free(bench_batch *b);
 
+/* ---- several processes (torchrun) ------------------------------------------------------------------------ */
+
+/* This process's place in a torchrun-style launch: RANK, LOCAL_RANK and WORLD_SIZE from the environment
+ * (0, -1 and 1 when unset: a lone process). */
+typedef struct bench_ranks { int rank, local_rank, world_size; } bench_ranks;
+bench_ranks bench_ranks_from_env(void);
+
+/* "out.csv" -> "out.rank3.csv" for rank 3; `buf` holds the result. */
+const char *bench_rank_path(const char *path, int rank, char *buf, size_t size);
+
+/* Waits until all world_size processes of this launch have reached barrier `name` (use each name once). Files in
+ * a directory shared by the launch carry the arrivals, so no communication library is needed: $FERRY_BARRIER_DIR,
+ * else /tmp/ferry-ranks-<parent pid> (torchrun's agent is the parent of all its ranks, so each launch gets its own
+ * directory). A process that does not arrive within `timeout_s` makes the others exit with a message naming the
+ * barrier. A lone process returns at once. */
+void bench_rank_barrier(const bench_ranks *r, const char *name, double timeout_s);
+
 #endif

@@ -47,7 +47,9 @@ static void usage(void) {
       "  --num-runs N             paired randomized blocks per scenario, >= 2 (default: 30)\n"
       "  --bootstrap-resamples N  resamples for the 95%% confidence intervals (default: 2000)\n"
       "  --seed N                 randomization seed (default: 0)\n\n"
-      "Progress goes to stderr; a compact table is printed last. Without a GPU it says so and exits 0.\n");
+      "Progress goes to stderr; a compact table is printed last. Without a GPU it says so and exits 0.\n"
+      "Under torchrun (WORLD_SIZE > 1; torchrun --no-python) each rank uses the GPU its LOCAL_RANK names, writes\n"
+      "its CSVs with .rank<R> before the extension, and rank 0 merges the summaries into --output.\n");
 }
 
 static int parse_device(const char *text) {
@@ -421,6 +423,25 @@ static void print_row(const table_row *r) {
          r->s.speedup_ci_lower, r->s.speedup_ci_upper, r->s.efficiency_median * 100, r->s.cpu_launch_skew_p95_ms);
 }
 
+/* Rank 0 under torchrun: the ranks' summaries in one file, each row led by its rank. */
+static void merge_rank_summaries(const char *output, int world_size) {
+  FILE *out = bench_csv_open(output);
+  fprintf(out, "rank,");
+  overlap_write_summary_header(out);
+  for (int k = 0; k < world_size; k++) {
+    char path[1024], line[4096];
+    FILE *f = fopen(bench_rank_path(output, k, path, sizeof path), "r");
+    if (!f || !fgets(line, sizeof line, f)) {
+      fprintf(stderr, "ferry bench overlap: cannot read rank %d's summary %s\n", k, path);
+      exit(1);
+    }
+    while (fgets(line, sizeof line, f)) fprintf(out, "%d,%s", k, line);
+    fclose(f);
+  }
+  fclose(out);
+  printf("Merged summary of %d ranks saved to: %s\n", world_size, output);
+}
+
 int bench_overlap_main(int argc, char **argv) {
   overlap_config cfg;
   parse(argc, argv, &cfg);
@@ -446,9 +467,18 @@ int bench_overlap_main(int argc, char **argv) {
   snprintf(capability, sizeof capability, "%d.%d", info.cc_major, info.cc_minor);
   snprintf(driver, sizeof driver, "%d.%d", info.driver_version / 1000, info.driver_version % 1000 / 10);
 
-  FILE *out = bench_csv_open(cfg.output);
+  /* Under torchrun each rank writes its own files (out.rankR.csv); rank 0 merges the summaries at the end. */
+  bench_ranks ranks = bench_ranks_from_env();
+  char out_path[1024], samples_path[1024];
+  const char *out_file = ranks.world_size > 1 ? bench_rank_path(cfg.output, ranks.rank, out_path, sizeof out_path)
+                                              : cfg.output;
+  const char *samples_file = !cfg.samples_output ? NULL
+                             : ranks.world_size > 1
+                                 ? bench_rank_path(cfg.samples_output, ranks.rank, samples_path, sizeof samples_path)
+                                 : cfg.samples_output;
+  FILE *out = bench_csv_open(out_file);
   overlap_write_summary_header(out);
-  FILE *raw_out = cfg.samples_output ? bench_csv_open(cfg.samples_output) : NULL;
+  FILE *raw_out = samples_file ? bench_csv_open(samples_file) : NULL;
   if (raw_out) overlap_write_samples_header(raw_out);
 
   /* Scenarios in an order shuffled by the seed, as the seed does. */
@@ -542,8 +572,12 @@ int bench_overlap_main(int argc, char **argv) {
   printf("\nSummary (medians of %ld blocks; speedup = serialized / concurrent with its 95%% CI; overlap = saved "
          "time / min(compute, transfer)):\n", cfg.num_runs);
   for (int i = 0; i < rows; i++) print_row(&table[i]);
-  printf("Summary saved to: %s\n", cfg.output);
-  if (cfg.samples_output) printf("Raw samples saved to: %s\n", cfg.samples_output);
+  printf("Summary saved to: %s\n", out_file);
+  if (samples_file) printf("Raw samples saved to: %s\n", samples_file);
+  if (ranks.world_size > 1) {
+    bench_rank_barrier(&ranks, "overlap-done", 3600);
+    if (ranks.rank == 0) merge_rank_summaries(cfg.output, ranks.world_size);
+  }
   free(table);
   free(scen);
   bench_cublas_close(&c.cb);

@@ -60,6 +60,7 @@ typedef struct command {
 static const command benches[] = {
     {"overlap", bench_overlap_main, "the seed's D2H / foreground-GEMM overlap experiment (the main job)"},
     {"bandwidth", bench_bandwidth_main, "D2H/H2D over sizes and tensor counts: ferry vs the raw copies"},
+    {"ranks", bench_ranks_main, "one process per GPU (torchrun): placement checks, aggregate host bandwidth"},
     {"latency", bench_latency_main, "operator host latency (the CUTLASS notebook's table) and GEMM device time"},
 };
 
