@@ -323,7 +323,11 @@ static ferry_status trim(size_t unused) {
 }
 
 ferry_status ferry_pool_trim(void) {
-  if (!regions) return FERRY_OK; /* nothing pinned: no driver needed */
+  /* Nothing pinned: no driver needed. Read under the lock: another thread may be adding a region right now. */
+  pthread_mutex_lock(&pool_lock);
+  bool pinned_any = regions != NULL;
+  pthread_mutex_unlock(&pool_lock);
+  if (!pinned_any) return FERRY_OK;
   return with_primary_ctx(trim, 0);
 }
 

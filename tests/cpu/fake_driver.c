@@ -7,7 +7,10 @@
 #include <string.h>
 
 static char ctx_token, module_token, function_token;
-int fake_live_events, fake_live_streams, fake_live_devmem, fake_registered;
+/* Thread-safe, so the transfer path can be driven from many threads at once (test_threads_cpu.c): the counters
+ * are atomic and the registered ranges are under a lock. */
+_Atomic int fake_live_events, fake_live_streams, fake_live_devmem, fake_registered;
+static pthread_mutex_t ranges_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static CUresult f_init(unsigned f) { (void)f; return CUDA_SUCCESS; }
 static CUresult f_version(int *v) { *v = 13000; return CUDA_SUCCESS; }
@@ -36,23 +39,31 @@ static CUresult f_esync(CUevent e) { (void)e; return CUDA_SUCCESS; }
 static struct { uintptr_t lo, hi; } ranges[FAKE_MAX_RANGES];
 static CUresult f_reg(void *p, size_t n, unsigned f) {
   (void)f;
+  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&ranges_lock);
   for (int i = 0; i < FAKE_MAX_RANGES; i++)
     if (ranges[i].lo == 0) {
       ranges[i].lo = (uintptr_t)p;
       ranges[i].hi = (uintptr_t)p + n;
       fake_registered++;
-      return CUDA_SUCCESS;
+      r = CUDA_SUCCESS;
+      break;
     }
-  return CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_unlock(&ranges_lock);
+  return r;
 }
 static CUresult f_unreg(void *p) {
+  CUresult r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  pthread_mutex_lock(&ranges_lock);
   for (int i = 0; i < FAKE_MAX_RANGES; i++)
     if (ranges[i].lo == (uintptr_t)p) {
       ranges[i].lo = ranges[i].hi = 0;
       fake_registered--;
-      return CUDA_SUCCESS;
+      r = CUDA_SUCCESS;
+      break;
     }
-  return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  pthread_mutex_unlock(&ranges_lock);
+  return r;
 }
 static CUresult f_pcreate(CUmemoryPool *p, const CUmemPoolProps *pr) { (void)pr; *p = (CUmemoryPool)&ctx_token; return CUDA_SUCCESS; }
 static CUresult f_pdestroy(CUmemoryPool p) { (void)p; return CUDA_SUCCESS; }
@@ -72,7 +83,7 @@ static CUresult f_copy(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
 static CUresult f_htod(CUdeviceptr d, const void *s, size_t n, CUstream st) { (void)st; memcpy((void *)(uintptr_t)d, s, n); return CUDA_SUCCESS; }
 /* Host memory registered with f_reg is mapped at the same address ("device pointer" = host pointer), as under
  * unified addressing; anything else is pageable and the query fails, as the real driver's does. */
-static CUresult f_ptr(void *v, CUpointer_attribute a, CUdeviceptr p) {
+static CUresult f_ptr_unlocked(void *v, CUpointer_attribute a, CUdeviceptr p) {
   for (int i = 0; i < FAKE_MAX_RANGES; i++) {
     if (!ranges[i].lo || (uintptr_t)p < ranges[i].lo || (uintptr_t)p >= ranges[i].hi) continue;
     if (a == CU_POINTER_ATTRIBUTE_DEVICE_POINTER || a == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
@@ -84,6 +95,12 @@ static CUresult f_ptr(void *v, CUpointer_attribute a, CUdeviceptr p) {
     return CUDA_SUCCESS;
   }
   return CUDA_ERROR_INVALID_VALUE;
+}
+static CUresult f_ptr(void *v, CUpointer_attribute a, CUdeviceptr p) {
+  pthread_mutex_lock(&ranges_lock);
+  CUresult r = f_ptr_unlocked(v, a, p);
+  pthread_mutex_unlock(&ranges_lock);
+  return r;
 }
 static CUresult f_mload(CUmodule *m, const void *img) { (void)img; *m = (CUmodule)&module_token; return CUDA_SUCCESS; }
 static CUresult f_munload(CUmodule m) { (void)m; return CUDA_SUCCESS; }

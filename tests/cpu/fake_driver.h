@@ -3,7 +3,7 @@
 #define FERRY_FAKE_DRIVER_H
 #include "internal.h"
 void fake_driver_use(void);
-extern int fake_live_events, fake_live_streams, fake_live_devmem, fake_registered;
+extern _Atomic int fake_live_events, fake_live_streams, fake_live_devmem, fake_registered;
 /* Operator runtime (see the end of fake_driver.c): live libraries, graphs and instances; launches of GEMM kernels
  * are recorded, not run. */
 #define FAKE_MAX_NODES 64

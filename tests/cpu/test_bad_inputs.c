@@ -10,6 +10,7 @@
  * docs/reliability.md quotes, with the status and message each row actually got.
  */
 #include "fake_driver.h"
+#include "reliability_util.h"
 #include "test.h"
 
 #include <limits.h>
@@ -20,29 +21,10 @@
 
 /* ---- result checks ------------------------------------------------------------------------------------------ */
 
-/* Compares a compact output with its (possibly strided) input element by element, in row-major order. Both live
- * in host memory under the simulated driver. */
+/* Compares a compact output with its (possibly strided) input element by element. */
 static void check_copy(const ferry_tensor *in, const ferry_tensor *out) {
-  uint64_t eb = (uint64_t)in->dtype.bits * in->dtype.lanes / 8, n = 1;
-  int64_t idx[FERRY_MAX_NDIM] = {0}, compact[FERRY_MAX_NDIM];
-  const int64_t *strides = in->strides;
-  if (!strides) {
-    ferry__compact_strides(in->ndim, in->shape, compact);
-    strides = compact;
-  }
-  for (int32_t d = 0; d < in->ndim; d++) n *= (uint64_t)in->shape[d];
-  const char *src = (const char *)in->data + in->byte_offset, *dst = out->data;
-  for (uint64_t e = 0; e < n; e++) {
-    int64_t off = 0;
-    for (int32_t d = 0; d < in->ndim; d++) off += idx[d] * strides[d];
-    if (memcmp(dst + e * eb, src + off * (int64_t)eb, eb) != 0)
-      FAIL_AT("element %llu differs from the source at element offset %lld", (unsigned long long)e, (long long)off);
-    for (int32_t d = in->ndim - 1; d >= 0 && ++idx[d] == in->shape[d]; d--) idx[d] = 0;
-  }
-  ASSERT_EQ(out->dtype.code, in->dtype.code);
-  ASSERT_EQ(out->dtype.bits, in->dtype.bits);
-  ASSERT_EQ(out->dtype.lanes, in->dtype.lanes);
-  ASSERT_EQ(out->ndim, in->ndim);
+  size_t bad = rel_diff_elements(in, out);
+  if (bad) FAIL_AT("%zu elements (or the dtype or rank) differ from the source", bad);
 }
 
 /* Submits, waits, checks every output against its input (copied ones byte-exact, the rest passed through), and

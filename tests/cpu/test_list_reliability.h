@@ -7,7 +7,8 @@
   X(fork_after_init_refuses_in_the_child)                        \
   X(forked_child_makes_no_driver_call_and_leaves_the_pool_alone) \
   X(fork_while_another_thread_uses_the_pool_never_hangs)         \
-  X(fork_before_init_leaves_the_child_free)
+  X(fork_before_init_leaves_the_child_free)                       \
+  X(sixteen_threads_random_batches_exact)
 
 int reliability_main_hook(int argc, char **argv);
 #define TEST_MAIN_HOOK reliability_main_hook
