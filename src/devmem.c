@@ -101,3 +101,10 @@ void ferry_slab_release(ferry_slab *slab) {
 
 void *ferry_slab_data(const ferry_slab *slab) { return slab ? slab->data : NULL; }
 size_t ferry_slab_size(const ferry_slab *slab) { return slab ? slab->size : 0; }
+
+CUmemoryPool ferry__devmem_pool(int device) {
+  pthread_mutex_lock(&pools_lock);
+  CUmemoryPool p = device >= 0 && device < FERRY_MAX_DEVICES ? pools[device] : NULL;
+  pthread_mutex_unlock(&pools_lock);
+  return p;
+}

@@ -138,6 +138,8 @@ void ferry__prefault(void *ptr, size_t bytes);
  * transfers). Context current. */
 ferry_status ferry__devmem_alloc(int device, size_t bytes, CUstream stream, CUdeviceptr *out);
 ferry_status ferry__devmem_slab(int device, size_t bytes, CUstream stream, ferry_slab **out);
+/* ferry's memory pool of `device`, NULL until the first allocation (for tests that read its usage). */
+CUmemoryPool ferry__devmem_pool(int device);
 
 /* ---- gather kernel (kernels.c, kernels/gather.cu) -------------------------------------------------------- */
 
