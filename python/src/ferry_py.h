@@ -168,6 +168,11 @@ PyObject *ferry_py_output_wrap(ferry_py_outputs *o, size_t index, uint8_t family
 
 void ferry_py_outputs_clear_cache(void);
 
+/* false: device-side (H2D) outputs of non-torch inputs stay ferry.SlabTensor, whatever frameworks are importable.
+ * Only the simulated driver (testing.c) clears it: its "device memory" is host memory that a real framework (CuPy,
+ * JAX) would hand to the real driver. */
+extern bool ferry_py_device_outputs_to_frameworks;
+
 /* ---- exporter.c -------------------------------------------------------------------------------------------- */
 
 extern PyTypeObject ferry_py_SlabTensor_Type;

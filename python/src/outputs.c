@@ -196,8 +196,11 @@ static bool jax_cpu_available(void) {
   return jax_has_cpu == 1;
 }
 
+bool ferry_py_device_outputs_to_frameworks = true;
+
 /* The from_dlpack to call for an output (borrowed), or Py_None to return the SlabTensor itself. */
 static PyObject *consumer_for(uint8_t family, bool h2d) {
+  if (h2d && !ferry_py_device_outputs_to_frameworks) return Py_None;
   PyObject *f = Py_None;
   if (family == FERRY_PY_FAMILY_TORCH) f = consumer(&torch_from, "torch", "from_dlpack");
   else if (family == FERRY_PY_FAMILY_JAX && (h2d || jax_cpu_available()))

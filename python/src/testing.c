@@ -9,7 +9,9 @@
  * library's test seam (src/driver.h), which works only before the first call that loads the driver.
  *
  * Hooks (all underscored, in ferry._ferry):
- *   _sim_install()            use the simulation; RuntimeError if the real driver is already loaded
+ *   _sim_install()            use the simulation; RuntimeError if the real driver is already loaded. Also keeps
+ *                             H2D outputs as ferry.SlabTensor (no CuPy/JAX conversion of simulated device memory)
+ *   _sim_frameworks(flag)     let H2D outputs go to CuPy/JAX again (a test's control); returns the old flag
  *   _sim_hold(flag)           hold events incomplete until the next synchronisation
  *   _sim_counters()           live streams, events, device allocations and registered ranges (leak checks)
  *   _sim_fault(call, nth, cu) make the nth call of a driver entry fail with CUresult `cu` (0 disarms)
@@ -190,6 +192,9 @@ static PyObject *sim_install(PyObject *self, PyObject *unused) {
                                         "simulation before any other ferry call");
     return NULL;
   }
+  /* Simulated device pointers are host memory: never hand them to CuPy or JAX (on a GPU machine they are
+   * importable, and would pass them to the real driver). H2D outputs stay ferry.SlabTensor. */
+  ferry_py_device_outputs_to_frameworks = false;
   Py_RETURN_NONE;
 }
 
@@ -371,8 +376,20 @@ static PyTypeObject SimDeviceArray_Type = {
     .tp_new = sim_array_new,
 };
 
+/* _sim_frameworks(flag): whether H2D outputs may go to CuPy/JAX (off after _sim_install); also forgets the
+ * frameworks' from_dlpack functions looked up so far, so a test's stand-in module is seen. Returns the old flag. */
+static PyObject *sim_frameworks(PyObject *self, PyObject *flag) {
+  int on = PyObject_IsTrue(flag);
+  if (on < 0) return NULL;
+  bool old = ferry_py_device_outputs_to_frameworks;
+  ferry_py_device_outputs_to_frameworks = on;
+  ferry_py_outputs_clear_cache();
+  return PyBool_FromLong(old);
+}
+
 static PyMethodDef hooks[] = {
     {"_sim_install", sim_install, METH_NOARGS, NULL},
+    {"_sim_frameworks", sim_frameworks, METH_O, NULL},
     {"_sim_hold", sim_hold, METH_O, NULL},
     {"_sim_counters", sim_counters, METH_NOARGS, NULL},
     {"_sim_fault", sim_fault, METH_VARARGS, NULL},

@@ -35,10 +35,28 @@ def random_tensor(shape, dtype, seed=0, device=DEV):
     return raw.view(dtype).reshape(shape).to(device)
 
 
+def as_bytes(t):
+    """The bytes of `t` in row-major order, as a 1-D uint8 CPU tensor (0-dim and zero-size tensors included)."""
+    return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+
+
 def same_bytes(a, b):
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
-        a.contiguous().view(torch.uint8).cpu() if a.numel() else a.cpu(),
-        b.contiguous().view(torch.uint8).cpu() if b.numel() else b.cpu())
+    """Exact comparison. Random bits reinterpreted as floats contain NaNs, which torch.equal and == treat as
+    different from themselves: compare the bytes, never the values."""
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(as_bytes(a), as_bytes(b))
+
+
+def test_byte_comparison_treats_nan_bits_as_equal_and_catches_one_flipped_byte():
+    """The control for same_bytes: random float bits contain NaNs (torch.equal is False on them), and a single
+    wrong byte must still be caught."""
+    x = random_tensor((4096,), torch.float32, 11)
+    assert bool(torch.isnan(x).any())
+    out = ferry.transfer_tensor_d2h(x)
+    assert not torch.equal(out, x.cpu())  # NaN != NaN: why these tests compare bytes
+    assert same_bytes(out, x)
+    control = out.clone()
+    control.view(torch.uint8)[12345] ^= 1
+    assert not same_bytes(control, x)
 
 
 def in_use():
@@ -68,13 +86,13 @@ def test_d2h_strided_zero_size_and_zero_dim():
     out = ferry.transfer_tensor_d2h(inputs)
     for got, want in zip(out, inputs):
         assert got.is_contiguous() and got.shape == want.shape and got.dtype == want.dtype
-        assert torch.equal(got, want.cpu())
+        assert same_bytes(got, want)
 
 
 def test_d2h_many_small_tensors_exact():
     tensors = [random_tensor((i % 61 + 1,), torch.uint8, i) for i in range(4096)]
     out = ferry.transfer_tensor_d2h(tensors)
-    assert all(torch.equal(g, w.cpu()) for g, w in zip(out, tensors))
+    assert all(same_bytes(g, w) for g, w in zip(out, tensors))
 
 
 def test_host_and_other_values_pass_through_as_the_same_objects():
@@ -111,7 +129,7 @@ def test_h2d_is_byte_exact(pinned):
     out = ferry.transfer_tensor_h2d(host + [strided], device=DEV)
     for got, want in zip(out, host + [strided]):
         assert got.device == DEV and got.shape == want.shape and got.dtype == want.dtype
-        assert torch.equal(got.cpu(), want)
+        assert same_bytes(got, want)
 
 
 def test_h2d_passes_device_tensors_through():
@@ -123,7 +141,7 @@ def test_h2d_passes_device_tensors_through():
 def test_round_trip_d2h_then_h2d():
     x = {"a": random_tensor((123, 45), torch.float16, 3), "b": [random_tensor((9,), torch.int64, 4)]}
     back = ferry.transfer_tensor_h2d(ferry.transfer_tensor_d2h(x))
-    assert torch.equal(back["a"], x["a"]) and torch.equal(back["b"][0], x["b"][0])
+    assert back["a"].device == DEV and same_bytes(back["a"], x["a"]) and same_bytes(back["b"][0], x["b"][0])
 
 
 # ---- slab lifetime -----------------------------------------------------------------------------------------------
@@ -202,7 +220,7 @@ def test_explicit_streams():
     x = random_tensor((1000,), torch.float32, 8)
     for stream in (torch.cuda.Stream(), torch.cuda.current_stream(), torch.cuda.default_stream(),
                    torch.cuda.Stream().cuda_stream):
-        assert torch.equal(ferry.transfer_tensor_d2h(x, device=DEV, stream=stream), x.cpu())
+        assert same_bytes(ferry.transfer_tensor_d2h(x, device=DEV, stream=stream), x)
     with pytest.raises(ValueError, match="without device"):
         ferry.transfer_tensor_d2h(x, stream=torch.cuda.Stream())
 
@@ -221,8 +239,8 @@ def test_unavailable_device_raises_runtime_error():
 
 def test_cuda_without_index_means_torchs_current_device():
     x = random_tensor((10,), torch.int16, 9)
-    assert torch.equal(ferry.transfer_tensor_d2h(x, device="cuda"), x.cpu())
-    assert torch.equal(ferry.transfer_tensor_d2h(x, device=torch.device("cuda")), x.cpu())
+    assert same_bytes(ferry.transfer_tensor_d2h(x, device="cuda"), x)
+    assert same_bytes(ferry.transfer_tensor_d2h(x, device=torch.device("cuda")), x)
 
 
 # ---- async handle and threads --------------------------------------------------------------------------------------
@@ -252,6 +270,10 @@ def test_foreground_compute_proceeds_during_a_background_transfer():
         window["end"] = time.perf_counter()
 
     ferry.transfer_tensor_d2h(batch)  # warm: pool pinned
+    # Warm the foreground too: the first torch.mm creates the cuBLAS handle and loads modules (often > 100 ms,
+    # with the GIL released), which would otherwise outlast the whole background window.
+    torch.mm(a, a)
+    torch.cuda.synchronize()
     stamps = []
     worker = threading.Thread(target=background)
     worker.start()

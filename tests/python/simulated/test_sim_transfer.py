@@ -72,7 +72,7 @@ def test_many_tensors():
 
 def test_h2d_round_trip_through_exporters():
     arrays = [random_array((5, 7), np.float32, 4), random_array((9,), np.int8, 5), np.zeros((0, 3), np.float64)]
-    on_device = ferry.transfer_tensor_h2d({"x": arrays})  # no CuPy here: ferry.SlabTensor outputs
+    on_device = ferry.transfer_tensor_h2d({"x": arrays})  # simulated device memory: ferry.SlabTensor outputs
     outs = on_device["x"]
     assert all(type(o) is ferry.SlabTensor for o in outs)
     for o, a in zip(outs, arrays):
@@ -82,6 +82,25 @@ def test_h2d_round_trip_through_exporters():
     back = ferry.transfer_tensor_d2h(on_device)  # SlabTensor is itself a DLPack producer on cuda:0
     for b, a in zip(back["x"], arrays):
         np.testing.assert_array_equal(b, a)
+
+
+def test_h2d_outputs_stay_slab_tensors_even_where_cupy_is_importable(monkeypatch):
+    """The suite must not depend on what is installed: on a GPU machine CuPy is importable, and handing it
+    simulated device pointers fails in the real driver. A stand-in cupy module shows the switch at work (and,
+    as the control, that the stand-in is used once the switch is off)."""
+    seen = []
+    fake = types.ModuleType("cupy")
+    fake.from_dlpack = lambda x: seen.append(x) or ("cupy", x)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    _ferry._sim_frameworks(False)  # forget consumers looked up earlier
+    out = ferry.transfer_tensor_h2d([np.arange(3)])
+    assert type(out[0]) is ferry.SlabTensor and seen == []
+    try:
+        _ferry._sim_frameworks(True)
+        control = ferry.transfer_tensor_h2d([np.arange(3)])
+        assert control[0][0] == "cupy" and len(seen) == 1
+    finally:
+        _ferry._sim_frameworks(False)
 
 
 def test_h2d_from_pinned_memory():
