@@ -46,9 +46,10 @@ def bandwidth(path, title, sizes=None):
     by = {}
     for r in data:
         by.setdefault((r["direction"], int(r["total_bytes"]), int(r["num_tensors"])), {})[r["method"]] = r
+    cold = ("cold first call", "reserve", "first call after reserve", "steady")
     methods = []
     for r in data:
-        if r["method"] not in methods and r["num_tensors"] and r["ratio_to_limit"] != "":
+        if r["method"] not in methods and r["method"] not in cold and r["ratio_to_limit"] != "":
             methods.append(r["method"])
     body = []
     for (d, b, n), m in sorted(by.items()):
@@ -59,7 +60,12 @@ def bandwidth(path, title, sizes=None):
         body.append([d.upper(), f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB", n] +
                     [f"{float(m[k]['median_ms']):.3f} ({float(m[k]['ratio_to_limit']):.3f}x)" if k in m and
                      m[k]["ratio_to_limit"] != "" else "—" for k in methods])
-    return f"**{title}** — median ms (ratio to the limit of the same run)\n\n" + table(["dir", "payload", "tensors"] + methods, body)
+    text = f"**{title}** — median ms (ratio to the limit of the same run)\n\n" + table(["dir", "payload", "tensors"] + methods, body)
+    starts = [r for r in data if r["method"] in cold]
+    if starts and sizes:
+        text += "\n\nCold start, D2H of a fresh 96 MiB:\n\n" + table(
+            ["case", "ms", "ratio to steady"], [[r["method"], r["median_ms"], r["ratio_to_limit"] or "—"] for r in starts])
+    return text
 
 
 def generic(path, title):
