@@ -17,6 +17,8 @@
  *   handle.c    ferry.Transfer, the asynchronous handle
  *   pool.c      the pinned pool functions
  *   testing.c   private test hooks (a simulated driver), compiled only with FERRY_PYTHON_TEST_HOOKS
+ *   ops_*.c     ferry.ops, the operator half: GEMM arguments, operators, artifacts, the fast launcher, graphs
+ *               (their shared declarations are in ops_py.h)
  *
  * Naming: ferry_py_ for functions shared between files, static for the rest. The GIL is held in every function
  * unless its comment says otherwise.
@@ -69,6 +71,11 @@ typedef struct ferry_py_args {
  * name for messages. Returns 0, or -1 with TypeError/ValueError set. Checks syntax only: no driver call. */
 int ferry_py_args_parse(const char *name, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                         ferry_py_args *out);
+
+/* A stream argument as parse_stream reads it (None: *out NULL; an int handle; __cuda_stream__; torch .cuda_stream;
+ * CuPy .ptr; a framework's handle 0 becomes CUDA's legacy default stream, 0x1). *out_device: the device the
+ * object says the stream is on, -1 when it does not say. Returns 0, or -1 with TypeError/ValueError set. */
+int ferry_py_stream_from_object(PyObject *obj, void **out, int *out_device);
 
 /* Turns FERRY_PY_DEVICE_CURRENT/UNSET into an index (the driver is loaded by then) and checks it. Returns 0, or
  * -1 with RuntimeError/ValueError set. */
@@ -134,6 +141,12 @@ typedef struct ferry_py_read_ctx {
  * the transfer's source side, 0 when it is not (it passes through; nothing held), -1 with an exception set. */
 int ferry_py_read_tensor(ferry_py_read_ctx *ctx, PyObject *obj, const ferry_py_typeinfo *ti, ferry_tensor *tensor,
                          ferry_py_leaf *leaf);
+
+/* Reads a ferry.ops operand wherever it lives (exchange API, else __dlpack__ with `cuda_stream` as the stream
+ * argument of a CUDA producer). Returns 0 and fills `tensor` and `leaf` (on the exchange path `tensor`'s shape and
+ * strides are the producer's, valid only until Python code runs again: copy them), or -1 with an exception set. */
+int ferry_py_read_operand(PyObject *obj, const ferry_py_typeinfo *ti, PyObject *cuda_stream, ferry_tensor *tensor,
+                          ferry_py_leaf *leaf);
 
 /* Releases what reading held (the producer's managed tensor). Call once the copies out of it are done or were
  * never submitted. Leaves `output` alone. */
@@ -216,24 +229,40 @@ void ferry_py_batch_clear(ferry_py_batch *b);
 
 /* ---- transfer.c -------------------------------------------------------------------------------------------- */
 
+/* Phase stamps of one job (CLOCK_MONOTONIC ns, the clock of time.perf_counter_ns on Linux), taken only while
+ * the private switch _ferry._phase_timing(True) is on: a diagnostic for the benchmarks. 0 = not reached. */
+enum {
+  FERRY_PY_PHASE_START,     /* the call began */
+  FERRY_PY_PHASE_WALKED,    /* arguments parsed, batch walked, options made: the copies are about to be submitted */
+  FERRY_PY_PHASE_SUBMITTED, /* ferry_transfer_d2h/h2d returned (the GIL was released meanwhile) */
+  FERRY_PY_PHASE_HANDED,    /* the GIL hand-off window ended (= SUBMITTED when there was none) */
+  FERRY_PY_PHASE_BUILT,     /* the torch outputs are built; the call returns here in the async form */
+  FERRY_PY_PHASE_WAITED,    /* the copies are done (the GIL was released meanwhile) */
+  FERRY_PY_PHASE_FINISHED,  /* the other outputs are built and the batch rebuilt */
+  FERRY_PY_PHASE_COUNT
+};
+
 /* One transfer, from submission to the rebuilt batch. Owned by the caller (a C stack frame or a ferry.Transfer). */
 typedef struct ferry_py_job {
   bool h2d;
+  bool sync;                  /* transfer_tensor_d2h/h2d: the calling thread waits for the copies anyway */
   int state;                  /* FERRY_PY_JOB_* */
   PyObject *batch;            /* the input batch (strong) */
   PyObject *result;           /* the rebuilt batch once finished (strong) */
   ferry_py_batch tape;
   ferry_transfer *ticket;     /* NULL when nothing was submitted */
   ferry_py_outputs *outputs;  /* NULL when nothing was copied */
+  int64_t phases[FERRY_PY_PHASE_COUNT];
 } ferry_py_job;
 
 enum { FERRY_PY_JOB_EMPTY = 0, FERRY_PY_JOB_SUBMITTED, FERRY_PY_JOB_FINISHED };
 
-/* Validates the arguments, walks the batch, submits, and builds the exchange-path outputs while the copies run.
- * On return the job is SUBMITTED, or FINISHED (nothing to copy, or no CUDA: result is the batch itself).
- * Returns 0, or -1 with an exception set and the job cleared. */
-int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *const *args, Py_ssize_t nargs,
-                       PyObject *kwnames);
+/* Validates the arguments, walks the batch, submits, and builds the exchange-path outputs while the copies run
+ * (`sync`: the caller will wait for the copies next, so a GIL hand-off window before the build costs it nothing;
+ * see transfer.c). On return the job is SUBMITTED, or FINISHED (nothing to copy, or no CUDA: result is the batch
+ * itself). Returns 0, or -1 with an exception set and the job cleared. */
+int ferry_py_job_start(ferry_py_job *job, bool h2d, bool sync, const char *name, PyObject *const *args,
+                       Py_ssize_t nargs, PyObject *kwnames);
 
 /* Waits for the copies (GIL released), builds the remaining outputs and rebuilds the batch into job->result.
  * Returns 0, or -1 with an exception set (the job is then cleared). Not reentrant for one job: a caller shared
@@ -251,6 +280,14 @@ void ferry_py_job_clear(ferry_py_job *job);
 PyObject *ferry_py_transfer_d2h(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *ferry_py_transfer_h2d(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 
+/* Private switches for the benchmarks (underscored in ferry._ferry; not part of the API):
+ *   _gil_handoff_us(us=None)  the hand-off window in microseconds (0: none); returns the previous value
+ *   _phase_timing(flag)       stamp the phases of every job from now on (off by default); returns the old flag
+ *   _last_phases()            the phase stamps of the last job this thread finished: dict name -> ns or None */
+PyObject *ferry_py_gil_handoff_us(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *ferry_py_phase_timing(PyObject *self, PyObject *flag);
+PyObject *ferry_py_last_phases(PyObject *self, PyObject *unused);
+
 /* ---- handle.c ---------------------------------------------------------------------------------------------- */
 
 extern PyTypeObject ferry_py_Transfer_Type;
@@ -262,6 +299,11 @@ PyObject *ferry_py_transfer_h2d_async(PyObject *self, PyObject *const *args, Py_
 PyObject *ferry_py_pool_reserve(PyObject *self, PyObject *arg);
 PyObject *ferry_py_pool_trim(PyObject *self, PyObject *unused);
 PyObject *ferry_py_pool_stats(PyObject *self, PyObject *unused);
+
+/* ---- ops_module.c ------------------------------------------------------------------------------------------ */
+
+/* Adds ferry.ops's types and its function table (the submodule object _ferry._ops) to the module. */
+int ferry_py_ops_init(PyObject *module);
 
 /* ---- testing.c (FERRY_PYTHON_TEST_HOOKS only) ----------------------------------------------------------- */
 

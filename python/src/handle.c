@@ -23,7 +23,7 @@ static PyObject *start(bool h2d, const char *name, PyObject *const *args, Py_ssi
   if (!self) return NULL;
   pthread_mutex_init(&self->lock, NULL);
   self->error = NULL;
-  if (ferry_py_job_start(&self->job, h2d, name, args, nargs, kwnames) < 0) { /* the job is left cleared */
+  if (ferry_py_job_start(&self->job, h2d, false, name, args, nargs, kwnames) < 0) { /* the job is left cleared */
     Py_DECREF(self);
     return NULL;
   }

@@ -83,6 +83,15 @@ static PyMethodDef methods[] = {
     {"_pool_reserve", ferry_py_pool_reserve, METH_O, "See ferry.pool.reserve."},
     {"_pool_trim", ferry_py_pool_trim, METH_NOARGS, "See ferry.pool.trim."},
     {"_pool_stats", ferry_py_pool_stats, METH_NOARGS, "See ferry.pool.stats."},
+    {"_gil_handoff_us", (PyCFunction)(void (*)(void))ferry_py_gil_handoff_us, METH_FASTCALL,
+     "_gil_handoff_us(us=None)\n--\n\nPrivate, for benchmarks: the GIL hand-off window of the synchronous\n"
+     "transfers in microseconds (0 turns it off); returns the previous value. See python/src/transfer.c."},
+    {"_phase_timing", ferry_py_phase_timing, METH_O,
+     "_phase_timing(flag)\n--\n\nPrivate, for benchmarks: stamp the phases of every transfer from now on;\n"
+     "returns the previous setting."},
+    {"_last_phases", ferry_py_last_phases, METH_NOARGS,
+     "_last_phases()\n--\n\nPrivate, for benchmarks: the phase stamps (time.perf_counter_ns clock, None when not\n"
+     "reached or not timed) of the last transfer this thread finished."},
     {NULL, NULL, 0, NULL}};
 
 static void module_free(void *unused) {

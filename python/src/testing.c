@@ -16,6 +16,7 @@
  *   _sim_counters()           live streams, events, device allocations and registered ranges (leak checks)
  *   _sim_fault(call, nth, cu) make the nth call of a driver entry fail with CUresult `cu` (0 disarms)
  *   _SimDeviceArray(array, device=0)   exports a numpy array as if it lived on cuda:<device>
+ *   _SimExchangeTensor(array, device=0) the same through the DLPack exchange API (torch's path); device=-1: host
  *   _sim_read(obj)            the bytes of a compact DLPack tensor in simulated device memory
  */
 #include "ferry_py.h"
@@ -376,6 +377,161 @@ static PyTypeObject SimDeviceArray_Type = {
     .tp_new = sim_array_new,
 };
 
+/* ---- _SimExchangeTensor: a producer and consumer through the DLPack exchange API, as torch is ----------------- *
+ *
+ * _SimExchangeTensor(array, device=0) views a numpy array as a tensor on cuda:<device> (device=-1: on the host);
+ * its type carries __dlpack_c_exchange_api__, so ferry reads it with dltensor_from_py_object_no_sync and builds its
+ * outputs with managed_tensor_to_py_object_no_sync (as _SimExchangeTensor objects owning ferry's managed tensor),
+ * the path torch takes on the GPU. Outputs have .device ((type, id)), .shape and .tobytes(). */
+
+typedef struct {
+  PyObject_HEAD
+  PyObject *array;                   /* input: the numpy array viewed; NULL for an output */
+  DLManagedTensorVersioned *managed; /* input: numpy's export of it; output: ferry's (deleter called at dealloc) */
+  int32_t device_type, device_id;
+} SimExchangeTensor;
+
+static PyTypeObject SimExchangeTensor_Type;
+
+static int sim_exchange_from_object(void *obj, DLTensor *out) {
+  if (Py_TYPE((PyObject *)obj) != &SimExchangeTensor_Type) {
+    PyErr_SetString(PyExc_TypeError, "not a _SimExchangeTensor");
+    return -1;
+  }
+  SimExchangeTensor *t = obj;
+  *out = t->managed->dl_tensor;
+  out->device.device_type = (DLDeviceType)t->device_type;
+  out->device.device_id = t->device_id;
+  return 0;
+}
+
+static int sim_exchange_to_object(DLManagedTensorVersioned *m, void **out) {
+  SimExchangeTensor *t = PyObject_New(SimExchangeTensor, &SimExchangeTensor_Type);
+  if (!t) {
+    m->deleter(m); /* the exchange contract: the consumer owns the tensor, also on failure */
+    return -1;
+  }
+  t->array = NULL;
+  t->managed = m;
+  t->device_type = m->dl_tensor.device.device_type;
+  t->device_id = m->dl_tensor.device.device_id;
+  *out = t;
+  return 0;
+}
+
+static int sim_exchange_current_stream(DLDeviceType type, int32_t id, void **out) {
+  *out = NULL; /* the legacy default stream */
+  return 0;
+}
+
+static int sim_exchange_unsupported_from(void *obj, DLManagedTensorVersioned **out) {
+  PyErr_SetString(PyExc_NotImplementedError, "_SimExchangeTensor: managed_tensor_from_py_object_no_sync");
+  return -1;
+}
+
+static int sim_exchange_unsupported_alloc(DLTensor *p, DLManagedTensorVersioned **out, void *ctx,
+                                          void (*set_error)(void *, const char *, const char *)) {
+  set_error(ctx, "NotImplementedError", "_SimExchangeTensor: managed_tensor_allocator");
+  return -1;
+}
+
+static DLPackExchangeAPI sim_exchange_api = {
+    .header = {.version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION}, .prev_api = NULL},
+    .managed_tensor_allocator = sim_exchange_unsupported_alloc,
+    .managed_tensor_from_py_object_no_sync = sim_exchange_unsupported_from,
+    .managed_tensor_to_py_object_no_sync = sim_exchange_to_object,
+    .dltensor_from_py_object_no_sync = sim_exchange_from_object,
+    .current_work_stream = sim_exchange_current_stream,
+};
+
+static PyObject *sim_exchange_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  static char *keywords[] = {"array", "device", NULL};
+  PyObject *array;
+  int device = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|i:_SimExchangeTensor", keywords, &array, &device)) return NULL;
+  PyObject *kw = Py_BuildValue("{s:(ii)}", "max_version", 1, 0), *method = PyObject_GetAttrString(array, "__dlpack__");
+  PyObject *empty = PyTuple_New(0);
+  PyObject *capsule = kw && method && empty ? PyObject_Call(method, empty, kw) : NULL;
+  DLManagedTensorVersioned *m;
+  Py_XDECREF(kw);
+  Py_XDECREF(method);
+  Py_XDECREF(empty);
+  if (!capsule) return NULL;
+  m = PyCapsule_IsValid(capsule, "dltensor_versioned") ? PyCapsule_GetPointer(capsule, "dltensor_versioned") : NULL;
+  if (!m || PyCapsule_SetName(capsule, "used_dltensor_versioned") < 0) {
+    Py_DECREF(capsule);
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "_SimExchangeTensor: no DLPack 1.x capsule");
+    return NULL;
+  }
+  Py_DECREF(capsule);
+  SimExchangeTensor *self = (SimExchangeTensor *)type->tp_alloc(type, 0);
+  if (!self) {
+    if (m->deleter) m->deleter(m);
+    return NULL;
+  }
+  self->array = Py_NewRef(array);
+  self->managed = m;
+  self->device_type = device >= 0 ? kDLCUDA : kDLCPU;
+  self->device_id = device >= 0 ? device : 0;
+  return (PyObject *)self;
+}
+
+static void sim_exchange_dealloc(SimExchangeTensor *self) {
+  if (self->managed && self->managed->deleter) self->managed->deleter(self->managed);
+  Py_CLEAR(self->array);
+  Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *sim_exchange_tobytes(SimExchangeTensor *self, PyObject *unused) {
+  const DLTensor *t = &self->managed->dl_tensor;
+  uint64_t n = 0;
+  ferry_status st = ferry_tensor_nbytes((const ferry_tensor *)t, &n);
+  if (st != FERRY_OK) return ferry_py_raise(st);
+  for (int32_t d = t->ndim - 1, expect = 1; t->strides && d >= 0; d--) {
+    if (t->shape[d] != 1 && t->strides[d] != expect) {
+      PyErr_SetString(PyExc_ValueError, "tobytes: the tensor is not compact");
+      return NULL;
+    }
+    expect *= (int32_t)t->shape[d];
+  }
+  return PyBytes_FromStringAndSize(n ? (const char *)t->data + t->byte_offset : "", (Py_ssize_t)n);
+}
+
+static PyObject *sim_exchange_get_device(SimExchangeTensor *self, void *unused) {
+  return Py_BuildValue("(ii)", (int)self->device_type, (int)self->device_id);
+}
+
+static PyObject *sim_exchange_get_shape(SimExchangeTensor *self, void *unused) {
+  const DLTensor *t = &self->managed->dl_tensor;
+  PyObject *shape = PyTuple_New(t->ndim);
+  for (int32_t d = 0; shape && d < t->ndim; d++) {
+    PyObject *v = PyLong_FromLongLong(t->shape[d]);
+    if (!v) Py_CLEAR(shape);
+    else PyTuple_SET_ITEM(shape, d, v);
+  }
+  return shape;
+}
+
+static PyMethodDef sim_exchange_methods[] = {
+    {"tobytes", (PyCFunction)sim_exchange_tobytes, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef sim_exchange_getset[] = {
+    {"device", (getter)sim_exchange_get_device, NULL, "(DLPack device type, id)", NULL},
+    {"shape", (getter)sim_exchange_get_shape, NULL, "shape", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject SimExchangeTensor_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ferry._ferry._SimExchangeTensor",
+    .tp_basicsize = sizeof(SimExchangeTensor),
+    .tp_dealloc = (destructor)sim_exchange_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Test hook: a tensor read and built through the DLPack exchange API, as torch tensors are.",
+    .tp_methods = sim_exchange_methods,
+    .tp_getset = sim_exchange_getset,
+    .tp_new = sim_exchange_new,
+};
+
 /* _sim_frameworks(flag): whether H2D outputs may go to CuPy/JAX (off after _sim_install); also forgets the
  * frameworks' from_dlpack functions looked up so far, so a test's stand-in module is seen. Returns the old flag. */
 static PyObject *sim_frameworks(PyObject *self, PyObject *flag) {
@@ -398,6 +554,19 @@ static PyMethodDef hooks[] = {
 
 int ferry_py_testing_init(PyObject *module) {
   if (PyModule_AddFunctions(module, hooks) < 0) return -1;
+  if (PyType_Ready(&SimExchangeTensor_Type) < 0) return -1;
+  PyObject *api = PyCapsule_New(&sim_exchange_api, "dlpack_exchange_api", NULL);
+  if (!api || PyDict_SetItemString(SimExchangeTensor_Type.tp_dict, "__dlpack_c_exchange_api__", api) < 0) {
+    Py_XDECREF(api);
+    return -1;
+  }
+  Py_DECREF(api);
+  PyType_Modified(&SimExchangeTensor_Type);
+  Py_INCREF(&SimExchangeTensor_Type);
+  if (PyModule_AddObject(module, "_SimExchangeTensor", (PyObject *)&SimExchangeTensor_Type) < 0) {
+    Py_DECREF(&SimExchangeTensor_Type);
+    return -1;
+  }
   if (PyType_Ready(&SimDeviceArray_Type) < 0) return -1;
   Py_INCREF(&SimDeviceArray_Type);
   if (PyModule_AddObject(module, "_SimDeviceArray", (PyObject *)&SimDeviceArray_Type) < 0) {

@@ -6,17 +6,78 @@
  *   3. order after the producer (producer_event, else the torch current stream: an event recorded there, which
  *      is SPDL's contract; producers read through __dlpack__ ordered themselves on our stream);
  *   4. submit with the GIL released (ferry_transfer_d2h/h2d, non-blocking);
- *   5. build the torch output tensors while the copies run (zero-copy views of the slab);
- *   6. wait with the GIL released;
- *   7. build the other frameworks' outputs and rebuild the containers (no Python code sees an output before
+ *   5. (synchronous form, 32 or more torch outputs) hand the GIL over for a short window while the copies run;
+ *   6. build the torch output tensors while the copies run (zero-copy views of the slab);
+ *   7. wait with the GIL released;
+ *   8. build the other frameworks' outputs and rebuild the containers (no Python code sees an output before
  *      its data has arrived).
- * transfer_tensor_*_async (handle.c) stops after step 5 and does 6-7 in wait().
+ * transfer_tensor_*_async (handle.c) stops after step 6, without step 5, and does 7-8 in wait().
  */
 #include "ferry_py.h"
 
 #include <string.h>
+#include <time.h>
 
 static bool driver_checked; /* the first ferry_init loads the driver (milliseconds): done without the GIL */
+
+/* ---- phase stamps (off by default) ------------------------------------------------------------------------- */
+
+static bool phase_timing;
+static _Thread_local int64_t last_phases[FERRY_PY_PHASE_COUNT];
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void stamp(ferry_py_job *job, int phase) {
+  if (phase_timing) job->phases[phase] = now_ns();
+}
+
+/* ---- handing the GIL over while the copies run -------------------------------------------------------------- *
+ *
+ * Building a torch output costs ~0.6 us with the GIL held (torch's own tensor construction), so a batch of 256
+ * holds it for ~150 us right after the copies are submitted. A foreground thread that wants the GIL meanwhile
+ * (to launch its compute, in the seed's overlap experiment) cannot get in through brief releases between slices:
+ * CPython does not hand the GIL to a waiter on release. The waiter sleeps on a condition variable and takes
+ * 10-100 us to wake; the releasing thread takes the GIL back within ~0.05 us, and the waiter goes back to sleep
+ * (measured on the CI machine: a release + reacquire costs 0.04 us uncontended, and releasing it every 20 us
+ * did not let a thread on another core in any sooner than not releasing it at all). Only forced switching (5 ms,
+ * sys.getswitchinterval) would. So the synchronous form, whose thread waits for the copies anyway, releases the
+ * GIL for one window long enough for a waiter to wake and take it, and builds the outputs afterwards. The window
+ * ends early when the copies finish; while the copies outlast window + build (64 MiB: ~1.3 ms against ~0.25 ms
+ * for 256 outputs) it costs nothing end to end; otherwise at most the window. It is skipped for batches with
+ * fewer than HANDOFF_MIN_OUTPUTS torch outputs (their build holds the GIL for less than a waiter's wake-up) and in
+ * the async form (whose caller wants control back at once). The walk before submission is not shortened the same
+ * way: it must finish before the copies can start, and per tensor it is a cached type look-up and torch's
+ * dltensor_from_py_object_no_sync, nothing that can move out of the GIL. */
+
+#define HANDOFF_MIN_OUTPUTS 32
+#define HANDOFF_QUERY_NS 10000 /* how often the window asks whether the copies are done */
+
+static unsigned handoff_us = 100;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* Releases the GIL for up to handoff_us, or until the copies of `t` are done. */
+static void hand_off_gil(ferry_transfer *t) {
+  int64_t end = now_ns() + (int64_t)handoff_us * 1000, next_query = 0;
+  Py_BEGIN_ALLOW_THREADS for (int64_t now = now_ns(); now < end; now = now_ns()) {
+    if (now >= next_query) {
+      if (ferry_transfer_query(t) != FERRY_NOT_READY) break; /* done, or failed: wait() reports it */
+      next_query = now + HANDOFF_QUERY_NS;
+    }
+    cpu_relax();
+  }
+  Py_END_ALLOW_THREADS
+}
 
 /* Nothing to copy: the job's result is the batch itself. */
 static int finish_as_is(ferry_py_job *job) {
@@ -56,10 +117,12 @@ static int make_options(const ferry_py_args *a, ferry_py_read_ctx *ctx, ferry_tr
   return 0;
 }
 
-int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *const *args, Py_ssize_t nargs,
-                       PyObject *kwnames) {
+int ferry_py_job_start(ferry_py_job *job, bool h2d, bool sync, const char *name, PyObject *const *args,
+                       Py_ssize_t nargs, PyObject *kwnames) {
   memset(job, 0, sizeof *job);
   job->h2d = h2d;
+  job->sync = sync;
+  stamp(job, FERRY_PY_PHASE_START);
   ferry_py_args a;
   if (ferry_py_args_parse(name, args, nargs, kwnames, &a) < 0) return -1;
   job->batch = Py_NewRef(a.batch);
@@ -95,6 +158,7 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *
   ferry_transfer *ticket = NULL;
   const ferry_tensor *tensors = job->tape.tensors;
   size_t n = job->tape.n_leaves;
+  stamp(job, FERRY_PY_PHASE_WALKED);
   Py_BEGIN_ALLOW_THREADS st = h2d ? ferry_transfer_h2d(tensors, n, &opts, &ticket)
                                   : ferry_transfer_d2h(tensors, n, &opts, &ticket);
   Py_END_ALLOW_THREADS if (st != FERRY_OK) {
@@ -103,14 +167,21 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *
   }
   job->ticket = ticket;
   job->state = FERRY_PY_JOB_SUBMITTED;
+  stamp(job, FERRY_PY_PHASE_SUBMITTED);
 
-  /* Step 5: the copies run; build the exchange-path outputs meanwhile. */
+  /* Steps 5 and 6: the copies run; build the exchange-path outputs meanwhile, after a hand-off window if the
+   * build is long enough to keep another thread out. */
   if (!(job->outputs = ferry_py_outputs_new(ticket))) goto fail;
+  size_t exchange_outputs = 0;
+  for (size_t i = 0; i < n; i++) exchange_outputs += job->tape.leaves[i].api != NULL;
+  if (sync && handoff_us > 0 && exchange_outputs >= HANDOFF_MIN_OUTPUTS) hand_off_gil(ticket);
+  stamp(job, FERRY_PY_PHASE_HANDED);
   for (size_t i = 0; i < n; i++) {
     ferry_py_leaf *leaf = &job->tape.leaves[i];
     if (!leaf->api || !ferry_py_outputs_copied(job->outputs, i)) continue;
     if (!(leaf->output = ferry_py_output_exchange(job->outputs, i, leaf->api))) goto fail;
   }
+  stamp(job, FERRY_PY_PHASE_BUILT);
   return 0;
 
 fail:
@@ -133,6 +204,7 @@ int ferry_py_job_finish(ferry_py_job *job) {
     ferry_py_raise(st);
     goto fail;
   }
+  stamp(job, FERRY_PY_PHASE_WAITED);
   ferry_py_batch *tape = &job->tape;
   for (size_t i = 0; i < tape->n_leaves; i++) {
     ferry_py_leaf *leaf = &tape->leaves[i];
@@ -148,6 +220,8 @@ int ferry_py_job_finish(ferry_py_job *job) {
   job->outputs = NULL;
   ferry_py_batch_clear(tape);
   job->state = FERRY_PY_JOB_FINISHED;
+  stamp(job, FERRY_PY_PHASE_FINISHED);
+  if (phase_timing) memcpy(last_phases, job->phases, sizeof last_phases);
   return 0;
 
 fail:
@@ -186,7 +260,7 @@ void ferry_py_job_clear(ferry_py_job *job) {
 
 static PyObject *transfer(bool h2d, const char *name, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   ferry_py_job job;
-  if (ferry_py_job_start(&job, h2d, name, args, nargs, kwnames) < 0) return NULL;
+  if (ferry_py_job_start(&job, h2d, true, name, args, nargs, kwnames) < 0) return NULL;
   if (ferry_py_job_finish(&job) < 0) return NULL;
   PyObject *result = job.result;
   job.result = NULL;
@@ -200,4 +274,44 @@ PyObject *ferry_py_transfer_d2h(PyObject *self, PyObject *const *args, Py_ssize_
 
 PyObject *ferry_py_transfer_h2d(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   return transfer(true, "transfer_tensor_h2d", args, nargs, kwnames);
+}
+
+/* ---- private switches for the benchmarks -------------------------------------------------------------------- */
+
+PyObject *ferry_py_gil_handoff_us(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs > 1) {
+    PyErr_Format(PyExc_TypeError, "_gil_handoff_us() takes at most 1 argument (%zd given)", nargs);
+    return NULL;
+  }
+  unsigned old = handoff_us;
+  if (nargs == 1 && args[0] != Py_None) {
+    long us = PyLong_AsLong(args[0]);
+    if (us == -1 && PyErr_Occurred()) return NULL;
+    if (us < 0 || us > 1000000) {
+      PyErr_Format(PyExc_ValueError, "_gil_handoff_us(%ld): expected 0 to 1000000 microseconds", us);
+      return NULL;
+    }
+    handoff_us = (unsigned)us;
+  }
+  return PyLong_FromUnsignedLong(old);
+}
+
+PyObject *ferry_py_phase_timing(PyObject *self, PyObject *flag) {
+  int on = PyObject_IsTrue(flag);
+  if (on < 0) return NULL;
+  bool old = phase_timing;
+  phase_timing = on;
+  return PyBool_FromLong(old);
+}
+
+PyObject *ferry_py_last_phases(PyObject *self, PyObject *unused) {
+  static const char *names[FERRY_PY_PHASE_COUNT] = {"start", "walked", "submitted", "handed", "built", "waited",
+                                                    "finished"};
+  PyObject *d = PyDict_New();
+  for (int i = 0; d && i < FERRY_PY_PHASE_COUNT; i++) {
+    PyObject *v = last_phases[i] ? PyLong_FromLongLong(last_phases[i]) : Py_NewRef(Py_None);
+    if (!v || PyDict_SetItemString(d, names[i], v) < 0) Py_CLEAR(d);
+    Py_XDECREF(v);
+  }
+  return d;
 }
