@@ -252,7 +252,9 @@ ferry_status ferry__read_file(const char *path, int require_owner, unsigned char
   unsigned char *buf = NULL;
   struct stat sb;
   if (missing) *missing = 0;
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO (or a device) placed where a file should be must not wait for a writer; it is
+   * refused below as not a regular file. Reads of a regular file ignore the flag. */
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT && missing) {
       *missing = 1;

@@ -137,7 +137,7 @@ int ferry__cache_load(const ferry_op *op, uint32_t kind, int sm, const uint8_t k
   ferry_status st = ferry__read_file(path, 1, &file, &size, &missing);
   if (st != FERRY_OK) {
     /* A miss, or a file that cannot be read (then it is also replaced by the store that follows). */
-    if (!missing) note(1, NULL, "skipped %s: %s", path, ferry_last_error_message());
+    if (!missing) note(1, NULL, "skipped: %s", ferry_last_error_message()); /* the message names the path */
     *(ferry_error *)ferry_last_error() = saved;
     pthread_mutex_lock(&stats_lock);
     stats.disk_misses++;

@@ -185,7 +185,12 @@ static int run_case(rig *r, const char *path, const char *call, int nth, int fre
   int hits = ferry__fault_hits();
   ferry__fault_disarm();
   ferry_error err = *ferry_last_error();
-#define CASE_FAILS(...) do { snprintf(why, why_size, __VA_ARGS__); ferry_transfer_release(t); return CASE_FAIL; } while (0)
+#define CASE_FAILS(...)                                                                                        \
+  do {                                                                                                         \
+    snprintf(why, why_size, __VA_ARGS__);                                                                      \
+    ferry_transfer_release(t);                                                                                 \
+    return CASE_FAIL;                                                                                          \
+  } while (0)
   if (hits < nth) {
     ferry_transfer_release(t);
     snprintf(why, why_size, "not reached (%d uses)", hits);

@@ -135,7 +135,8 @@ int stress_fork_foreign(void) {
   }
   CUresult (*init)(unsigned) = (CUresult(*)(unsigned))dlsym(lib, "cuInit");
   CUresult (*get)(CUdevice *, int) = (CUresult(*)(CUdevice *, int))dlsym(lib, "cuDeviceGet");
-  CUresult (*retain)(CUcontext *, CUdevice) = (CUresult(*)(CUcontext *, CUdevice))dlsym(lib, "cuDevicePrimaryCtxRetain");
+  CUresult (*retain)(CUcontext *, CUdevice) =
+      (CUresult(*)(CUcontext *, CUdevice))dlsym(lib, "cuDevicePrimaryCtxRetain");
   CUresult (*push)(CUcontext) = (CUresult(*)(CUcontext))dlsym(lib, "cuCtxPushCurrent_v2");
   CUresult (*alloc)(CUdeviceptr *, size_t) = (CUresult(*)(CUdeviceptr *, size_t))dlsym(lib, "cuMemAlloc_v2");
   CUdevice dev;

@@ -279,7 +279,8 @@ static void one_batch(worker *w, size_t b) {
   const ferry_tensor *dout = ferry_transfer_outputs(down);
   for (size_t i = 0; i < n; i++) {
     if (host_pass[i]) {
-      if (dout[i].data != din[i].data || ferry_transfer_output_copied(down, i)) mismatch(w, "D2H pass", b, i, &dv[i], &din[i]);
+      if (dout[i].data != din[i].data || ferry_transfer_output_copied(down, i))
+        mismatch(w, "D2H pass-through", b, i, &dv[i], &din[i]);
       continue;
     }
     if (!view_equal(&dv[i], w->host, dout[i].data)) mismatch(w, "D2H", b, i, &dv[i], &din[i]);

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# ci_sanitizers.sh — the reliability suite's CI stanzas (issue 7; docs/reliability.md), on a machine without a GPU:
+#
+#   tsan      the CPU suites (ferry_test_cpu, ferry_test_reliability, ferry_test_ops) built with ThreadSanitizer
+#             (gcc), including 16 threads transferring at once through the simulated driver
+#   valgrind  the CPU suites under valgrind memcheck (--leak-check=full, errors and definite/possible leaks fail),
+#             leaving out what valgrind cannot judge or takes minutes for: NVRTC compiles (the ops suite and the
+#             reliability tests named cache_*: NVRTC is slow there and reports its own internals; they run under
+#             ASan+UBSan in .ci/run), 10^6 tiny tensors (runs under ASan), and the fork-beside-a-busy-thread test
+#             (a leak checker counts what the parent's other thread held as lost in the child)
+#   fuzz      the libFuzzer target over artifact files and the disk-cache reader (clang, ASan+UBSan), from the
+#             committed corpus for FUZZ_SECONDS (default 60)
+#
+# usage: tests/ci_sanitizers.sh [tsan] [valgrind] [fuzz]     (no argument: all three)
+# Environment: JOBS (default 2), FUZZ_SECONDS (60). Build directories: build-tsan, build-valgrind, build-fuzz.
+# Missing valgrind or clang is installed with apt-get when possible. Exit status non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-2}
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+stanzas=("$@")
+[ ${#stanzas[@]} -eq 0 ] && stanzas=(tsan valgrind fuzz)
+common=(-DFERRY_BUILD_TOOLS=OFF -DFERRY_BUILD_PYTHON=OFF)
+need() { # need COMMAND PACKAGE...: installs the packages when the command is missing
+  local cmd=$1; shift
+  command -v "$cmd" >/dev/null || { apt-get update -qq && apt-get install -y -qq "$@"; }
+}
+step() { echo "== ci_sanitizers: $*"; }
+
+for s in "${stanzas[@]}"; do
+  case $s in
+  tsan)
+    step "ThreadSanitizer"
+    cmake -S . -B build-tsan -DFERRY_TSAN=ON "${common[@]}" >/dev/null
+    cmake --build build-tsan -j"$JOBS" --target ferry_test_cpu ferry_test_reliability ferry_test_ops
+    # halt_on_error: the first race fails the test that hit it (the runner reports which).
+    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+    build-tsan/ferry_test_cpu
+    FERRY_THREADS_ROUNDS=3 build-tsan/ferry_test_reliability
+    build-tsan/ferry_test_ops
+    unset TSAN_OPTIONS
+    ;;
+  valgrind)
+    step "valgrind memcheck"
+    need valgrind valgrind
+    cmake -S . -B build-valgrind "${common[@]}" >/dev/null
+    cmake --build build-valgrind -j"$JOBS" --target ferry_test_cpu ferry_test_reliability
+    vg=(valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,possible)
+    "${vg[@]}" build-valgrind/ferry_test_cpu
+    mapfile -t rel < <(build-valgrind/ferry_test_reliability --list |
+                       grep -v -e '^million_tiny_tensors$' -e '^fork_while_another_thread' -e '^cache_')
+    FERRY_THREADS_ROUNDS=2 "${vg[@]}" build-valgrind/ferry_test_reliability "${rel[@]}"
+    ;;
+  fuzz)
+    step "libFuzzer, ${FUZZ_SECONDS} s"
+    need clang clang libclang-rt-14-dev
+    CC=clang CXX=clang++ cmake -S . -B build-fuzz -DFERRY_FUZZ=ON "${common[@]}" >/dev/null
+    cmake --build build-fuzz -j"$JOBS" --target ferry_fuzz_artifact
+    work=$(mktemp -d)
+    mkdir -p "$work/new" build-fuzz/crashes
+    # New inputs go to the scratch directory; the committed corpus is read, never written. A crashing input is
+    # kept in build-fuzz/crashes.
+    rc=0
+    build-fuzz/ferry_fuzz_artifact -max_total_time="$FUZZ_SECONDS" -max_len=8192 -print_final_stats=1 \
+      -artifact_prefix=build-fuzz/crashes/ "$work/new" tests/fuzz/corpus > "$work/log" 2>&1 || rc=$?
+    grep -E "^stat::(number_of_executed_units|average_exec_per_sec|new_units_added)|DONE" "$work/log" || true
+    if [ "$rc" -ne 0 ]; then
+      tail -n 60 "$work/log"
+      echo "fuzzing failed (exit $rc); the input is in build-fuzz/crashes"
+      rm -rf "$work"
+      exit 1
+    fi
+    rm -rf "$work"
+    ;;
+  *) echo "unknown stanza '$s' (tsan, valgrind, fuzz)"; exit 2 ;;
+  esac
+done
+echo "== ci_sanitizers: ${stanzas[*]}: passed"
