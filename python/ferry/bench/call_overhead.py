@@ -7,15 +7,21 @@ Two experiments, in one run on one device:
      - ``raw copy``: one ``copy_`` of a single contiguous tensor of the whole payload into a preallocated pinned
        buffer on a side stream, then synchronize: the physical limit, the reference for the ratios;
      - ``ferry``: ``ferry.transfer_tensor_d2h(tensors)``, outputs built and returned;
-     - ``ferry submit`` / ``ferry wait``: the same through ``transfer_tensor_d2h_async``, split into the call
-       (walk, submit, torch outputs built while the copies run) and ``wait()``;
+     - ``ferry async`` = ``ferry submit`` + ``ferry wait``: the same through ``transfer_tensor_d2h_async``, split
+       into the call (walk, submit, torch outputs built while the copies run) and ``wait()``. The sync and async
+       calls are interleaved (their order alternating), and submit and wait come from the same async calls, so
+       the split adds up to its own total and drift in the machine hits both forms alike;
+     - ``ferry: <phase>``: where the synchronous calls' time went, from ferry's private phase stamps taken in
+       those same calls (walk: arguments, batch walk and ordering; submit; handoff: the GIL hand-off window;
+       build: torch outputs; wait; finish: rebuild and release);
      - ``torch to(cpu)``: the seed's reference, ``[t.to("cpu", non_blocking=True) ...]`` on a dedicated stream
        that waits for the current stream, then synchronize.
 2. ``small``: one small tensor (default 1 KiB) per call: ferry against torch ``to(cpu)`` on a dedicated stream.
 
 Every timing is wall time around the whole call (outputs included) after ``torch.cuda.synchronize()``; medians of
-``--repeats`` (p10 and p90 too). The CSV has one row per (experiment, tensor count, method); a compact table is
-printed last. Without CUDA it says so and exits 0.
+``--repeats`` (p10 and p90 too). Time spent in Python's cyclic garbage collector during the timed ferry calls is
+measured too (gc.callbacks) and printed with the phases. The CSV has one row per (experiment, tensor count,
+method); a compact table is printed last. Without CUDA it says so and exits 0.
 
 Usage::
 
@@ -84,6 +90,81 @@ def _time(fn, repeats, warmup, sync):
     return samples
 
 
+PHASES = [("walk", "start", "walked"), ("submit", "walked", "submitted"), ("handoff", "submitted", "handed"),
+          ("build", "handed", "built"), ("wait", "built", "waited"), ("finish", "waited", "finished")]
+
+
+class _GcClock:
+    """Milliseconds spent in the cyclic garbage collector since the last reset (gc.callbacks)."""
+
+    def __init__(self):
+        self.total_ns, self._start = 0, None
+
+    def __call__(self, phase, info):
+        if phase == "start":
+            self._start = time.perf_counter_ns()
+        elif self._start is not None:
+            self.total_ns += time.perf_counter_ns() - self._start
+            self._start = None
+
+    def reset(self):
+        self.total_ns = 0
+
+    @property
+    def ms(self):
+        return self.total_ns / 1e6
+
+
+def _ferry_e2e(ferry, tensors, repeats, warmup, sync):
+    """Synchronous and asynchronous calls interleaved, alternating which goes first; returns {method: [ms]} with the
+    phase rows of the synchronous calls, and {form: [gc ms]}."""
+    import gc
+
+    from ferry import _ferry
+
+    samples = {m: [] for m in ("ferry", "ferry async", "ferry submit", "ferry wait")}
+    samples.update({f"ferry: {name}": [] for name, _, _ in PHASES})
+    gc_ms = {"ferry": [], "ferry async": []}
+    clock = _GcClock()
+    gc.callbacks.append(clock)
+    old_timing = _ferry._phase_timing(True)
+    try:
+        for i in range(warmup + repeats):
+            for form in (("sync", "async") if i % 2 == 0 else ("async", "sync")):
+                sync()
+                clock.reset()
+                t0 = time.perf_counter_ns()
+                if form == "sync":
+                    out = ferry.transfer_tensor_d2h(tensors)
+                    t2 = time.perf_counter_ns()
+                    phases = _ferry._last_phases()
+                else:
+                    handle = ferry.transfer_tensor_d2h_async(tensors)
+                    t1 = time.perf_counter_ns()
+                    out = handle.wait()
+                    t2 = time.perf_counter_ns()
+                    del handle
+                gc_during = clock.ms
+                del out
+                if i < warmup:
+                    continue
+                if form == "sync":
+                    samples["ferry"].append((t2 - t0) / 1e6)
+                    gc_ms["ferry"].append(gc_during)
+                    for name, a, b in PHASES:
+                        if phases[a] is not None and phases[b] is not None:
+                            samples[f"ferry: {name}"].append((phases[b] - phases[a]) / 1e6)
+                else:
+                    samples["ferry async"].append((t2 - t0) / 1e6)
+                    samples["ferry submit"].append((t1 - t0) / 1e6)
+                    samples["ferry wait"].append((t2 - t1) / 1e6)
+                    gc_ms["ferry async"].append(gc_during)
+    finally:
+        _ferry._phase_timing(old_timing)
+        gc.callbacks.remove(clock)
+    return {m: v for m, v in samples.items() if v}, gc_ms
+
+
 def _split(total_bytes, n, device, torch):
     size, rest = divmod(total_bytes, n)
     return [torch.randint(0, 256, (size + (i < rest),), dtype=torch.uint8, device=device) for i in range(n)]
@@ -118,7 +199,7 @@ def main(argv=None):
                    gb_per_s=round(total / (median * 1e6), 3) if median > 0 else 0.0,
                    ratio=round(median / reference_ms, 4) if reference_ms else "", ratio_to=ratio_to or "")
         rows.append(row)
-        print(f"  {experiment:<5} n={n:<5} {method:<14} median {median:8.3f} ms  p10 {p10:8.3f}  p90 {p90:8.3f}",
+        print(f"  {experiment:<5} n={n:<5} {method:<15} median {median:8.3f} ms  p10 {p10:8.3f}  p90 {p90:8.3f}",
               file=sys.stderr)
         return median
 
@@ -142,6 +223,7 @@ def main(argv=None):
             pinned.copy_(whole, non_blocking=True)
         side.synchronize()
 
+    gc_medians = {}
     print(f"D2H {args.total_mib} MiB from Python on {meta['device_name']}", file=sys.stderr)
     raw_ms = record("e2e", total, 1, "raw copy", _time(raw_copy, args.repeats, args.warmup, sync))
     for n in args.num_tensors:
@@ -151,22 +233,10 @@ def main(argv=None):
         if not all(torch.equal(a, b.cpu()) for a, b in zip(check, tensors)):
             raise RuntimeError(f"ferry returned wrong bytes for {n} tensors")
         del check
-        record("e2e", total, n, "ferry", _time(lambda: ferry.transfer_tensor_d2h(tensors), args.repeats,
-                                               args.warmup, sync), "raw copy", raw_ms)
-        submit, wait = [], []
-        for i in range(args.warmup + args.repeats):
-            sync()
-            t0 = time.perf_counter_ns()
-            handle = ferry.transfer_tensor_d2h_async(tensors)
-            t1 = time.perf_counter_ns()
-            out = handle.wait()
-            t2 = time.perf_counter_ns()
-            del out, handle
-            if i >= args.warmup:
-                submit.append((t1 - t0) / 1e6)
-                wait.append((t2 - t1) / 1e6)
-        record("e2e", total, n, "ferry submit", submit, "raw copy", raw_ms)
-        record("e2e", total, n, "ferry wait", wait, "raw copy", raw_ms)
+        by_method, gc_ms = _ferry_e2e(ferry, tensors, args.repeats, args.warmup, sync)
+        for method, samples in by_method.items():
+            record("e2e", total, n, method, samples, "raw copy", raw_ms)
+        gc_medians[n] = {form: statistics.median(v) for form, v in gc_ms.items()}
         record("e2e", total, n, "torch to(cpu)", _time(lambda: torch_to_cpu(tensors), args.repeats, args.warmup,
                                                        sync), "raw copy", raw_ms)
         del tensors
@@ -189,32 +259,53 @@ def main(argv=None):
         writer.writeheader()
         writer.writerows(rows)
 
-    _print_table(rows, args)
+    _print_table(rows, args, gc_medians)
     print(f"\nCSV: {args.output}")
     return 0
 
 
-def _print_table(rows, args):
+def _median_of(rows, experiment, n, method):
+    """The median_ms of the row (experiment, num_tensors, method), NaN when there is none."""
+    for r in rows:
+        if r["experiment"] == experiment and r["num_tensors"] == n and r["method"] == method:
+            return r["median_ms"]
+    return float("nan")
+
+
+def _verdict(ratio, target):
+    if ratio != ratio:  # NaN: a row is missing
+        return "n/a"
+    return "ok" if ratio <= target else "MISS"
+
+
+def _print_table(rows, args, gc_medians=None):
     def median(experiment, n, method):
-        for r in rows:
-            if r["experiment"] == experiment and r["num_tensors"] == n and r["method"] == method:
-                return r["median_ms"]
-        return float("nan")
+        return _median_of(rows, experiment, n, method)
 
     raw = median("e2e", 1, "raw copy")
     print(f"\nD2H {args.total_mib} MiB from Python, end to end, medians of {args.repeats} (raw copy {raw:.3f} ms)")
-    print(f"{'tensors':>7}  {'ferry':>9}  {'x raw':>6}  {'target':>6}  {'submit':>8}  {'wait':>8}  "
+    print(f"{'tensors':>7}  {'ferry':>9}  {'x raw':>6}  {'target':>10}  {'async':>9} = {'submit':>8} + {'wait':>8}  "
           f"{'torch':>9}  {'x raw':>6}  {'torch/ferry':>11}")
     for n in args.num_tensors:
         f, t = median("e2e", n, "ferry"), median("e2e", n, "torch to(cpu)")
         target = TARGETS.get(n)
-        verdict = "" if target is None else (f"<={target:.2f}" + (" ok" if f / raw <= target else " MISS"))
-        print(f"{n:>7}  {f:7.3f}ms  {f / raw:5.2f}x  {verdict:>6}  {median('e2e', n, 'ferry submit'):6.3f}ms  "
-              f"{median('e2e', n, 'ferry wait'):6.3f}ms  {t:7.3f}ms  {t / raw:5.2f}x  {t / f:10.2f}x")
-    t, f, b = (median("small", args.small_bytes, m) for m in ("torch to(cpu)", "ferry", "ferry bare"))
-    ok = "ok" if f / t <= SMALL_TARGET else "MISS"
+        verdict = "" if target is None else f"<={target:.2f} {_verdict(f / raw, target)}"
+        print(f"{n:>7}  {f:7.3f}ms  {f / raw:5.2f}x  {verdict:>10}  {median('e2e', n, 'ferry async'):7.3f}ms = "
+              f"{median('e2e', n, 'ferry submit'):6.3f}ms + {median('e2e', n, 'ferry wait'):6.3f}ms  "
+              f"{t:7.3f}ms  {t / raw:5.2f}x  {t / f:10.2f}x")
+    print("(async = submit + wait per call, medians of each; sync and async calls interleaved)")
+    print("ferry's synchronous calls by phase (medians, ms); gc = cyclic GC time inside the call:")
+    for n in args.num_tensors:
+        parts = "  ".join(f"{name} {median('e2e', n, f'ferry: {name}'):.3f}" for name, _, _ in PHASES)
+        gc_part = ""
+        if gc_medians and n in gc_medians:
+            gc_part = "  gc " + " / ".join(f"{form} {ms:.3f}" for form, ms in gc_medians[n].items())
+        print(f"{n:>7}  {parts}{gc_part}")
+    # The small experiment's rows have num_tensors 1 (one tensor of small_bytes bytes).
+    t, f, b = (median("small", 1, m) for m in ("torch to(cpu)", "ferry", "ferry bare"))
     print(f"\none {args.small_bytes}-byte tensor: torch to(cpu) {t * 1e3:.1f} us, ferry [t] {f * 1e3:.1f} us "
-          f"({f / t:.2f}x, target <={SMALL_TARGET} {ok}), ferry t {b * 1e3:.1f} us ({b / t:.2f}x)")
+          f"({f / t:.2f}x, target <={SMALL_TARGET} {_verdict(f / t, SMALL_TARGET)}), ferry t {b * 1e3:.1f} us "
+          f"({b / t:.2f}x)")
 
 
 if __name__ == "__main__":

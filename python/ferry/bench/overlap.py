@@ -13,10 +13,20 @@ concurrent, and overlap efficiency = hidden / min(compute, transfer). Medians ar
 bootstrap 95% confidence intervals. Source tensors are created and validated (exact results) before timing;
 warmup blocks prime pinned pools and allocators.
 
+Diagnostic mode (``--diagnostics-output PATH``, off by default; not part of the seed): the same blocks, with
+timestamps that show where a concurrent block loses time against compute-only. Per block and method it records
+the hand-off into the block (executor wake-up and barrier: start to barrier release), the foreground's resume
+after the release, its launch phase (barrier release to the last ``torch.mm`` returning, against compute-only's
+start to last ``torch.mm``), the GPU tail after the launches, the worker's transfer call, and for ferry its own
+phases (walk, submit, GIL hand-off window, output build, wait) from its private phase stamps. The stamps cost a
+few ``perf_counter_ns`` calls per block, so a diagnostic run is not the reference run: compare its medians with
+each other. The rows go to PATH and a table of medians is printed before the summary.
+
 Usage::
 
     python -m ferry.bench.overlap --output /tmp/overlap.csv --num-tensors 1 32 256
     python -m ferry.bench.overlap --output /tmp/overlap.csv --compute-ms 1   # transfer longer than compute
+    python -m ferry.bench.overlap --output /tmp/d.csv --num-tensors 1 256 --diagnostics-output /tmp/diag.csv
 
 Without CUDA (or without torch) it says so and exits 0.
 """
@@ -217,6 +227,137 @@ class _Runner:
         return _ms(start, end), skew
 
 
+class _DiagnosticRunner(_Runner):
+    """_Runner with timestamps (diagnostic mode): compute-only and concurrent blocks leave a record in `pending`,
+    which _collect files under (trial, method, schedule) through note()."""
+
+    def __init__(self, torch, device, executor, run_compute, launch, ferry_phases):
+        super().__init__(torch, device, executor, run_compute)
+        self.launch = launch              # {"first", "last"}: perf_counter_ns of the first and last torch.mm return
+        self.ferry_phases = ferry_phases  # reads the worker thread's last ferry phase stamps
+        self.pending = {}
+        self.records = []
+
+    def submit(self, transfer, barrier=None):
+        record = self.pending = {}
+
+        def work():
+            self.torch.cuda.set_device(self.device)
+            if barrier is not None:
+                record["bg_arrive"] = time.perf_counter_ns()
+                barrier.wait(timeout=_BARRIER_TIMEOUT_S)
+            started = time.perf_counter_ns()
+            output = transfer()
+            record["bg_end"] = time.perf_counter_ns()
+            record["phases"] = self.ferry_phases()
+            return output, started
+
+        return self.executor.submit(work)
+
+    def compute_only(self):
+        start = time.perf_counter_ns()
+        self.run_compute()
+        end = time.perf_counter_ns()
+        self.pending = dict(start=start, first=self.launch["first"], last=self.launch["last"], compute_end=end)
+        return _ms(start, end)
+
+    def concurrent(self, transfer):
+        barrier = threading.Barrier(2)
+        start = time.perf_counter_ns()
+        future = self.submit(transfer, barrier)
+        record = self.pending
+        record["fg_arrive"] = time.perf_counter_ns()
+        barrier.wait(timeout=_BARRIER_TIMEOUT_S)
+        compute_started = time.perf_counter_ns()
+        self.run_compute()
+        compute_end = time.perf_counter_ns()
+        _, transfer_started = future.result()
+        end = time.perf_counter_ns()
+        record.update(start=start, fg_pass=compute_started, bg_pass=transfer_started, first=self.launch["first"],
+                      last=self.launch["last"], compute_end=compute_end, end=end)
+        skew = _ms(min(compute_started, transfer_started), max(compute_started, transfer_started))
+        return _ms(start, end), skew
+
+    def note(self, trial, method, schedule):
+        self.records.append((trial, method, schedule, self.pending))
+        self.pending = {}
+
+
+DIAGNOSTIC_FIELDS = [
+    "total_bytes", "num_tensors", "method", "trial", "compute_only_ms", "compute_launch_ms", "concurrent_ms",
+    "excess_ms", "handoff_ms", "fg_resume_ms", "first_mm_ms", "launch_ms", "launch_excess_ms", "gpu_tail_ms",
+    "gpu_tail_excess_ms", "result_ms", "bg_resume_ms", "transfer_call_ms", "ferry_walk_ms", "ferry_submit_ms",
+    "ferry_handoff_ms", "ferry_build_ms", "ferry_wait_ms", "ferry_finish_ms", "ferry_built_after_release_ms"]
+
+_FERRY_PHASES = [("walk", "start", "walked"), ("submit", "walked", "submitted"), ("handoff", "submitted", "handed"),
+                 ("build", "handed", "built"), ("wait", "built", "waited"), ("finish", "waited", "finished")]
+
+
+def _diagnostic_rows(records, total_bytes, num_tensors):
+    """Per (trial, method): the concurrent block's timeline against the same trial's compute-only block (ms).
+
+    concurrent - compute = handoff + fg_resume + launch_excess + gpu_tail_excess + result, where
+      handoff          start -> barrier release (executor wake-up + barrier; the release is the later arrival)
+      fg_resume        release -> the foreground passes the barrier (its wake-up, and the GIL if the worker has it)
+      launch_excess    (foreground pass -> last torch.mm returned) - (compute-only start -> last torch.mm)
+      gpu_tail_excess  (last torch.mm -> compute synchronized) - the same in compute-only
+      result           compute synchronized -> the worker's future collected
+    launch_ms is the foreground's launch phase asked for: barrier release -> last torch.mm returned."""
+    compute = {trial: r for trial, method, schedule, r in records if schedule == "compute"}
+    rows = []
+    for trial, method, schedule, r in records:
+        c = compute.get(trial)
+        if schedule != "concurrent" or not c or "end" not in r:
+            continue
+        release = max(r["fg_arrive"], r["bg_arrive"])
+        compute_launch = _ms(c["start"], c["last"])
+        compute_tail = _ms(c["last"], c["compute_end"])
+        row = dict(total_bytes=total_bytes, num_tensors=num_tensors, method=method, trial=trial,
+                   compute_only_ms=_ms(c["start"], c["compute_end"]), compute_launch_ms=compute_launch,
+                   concurrent_ms=_ms(r["start"], r["end"]),
+                   handoff_ms=_ms(r["start"], release), fg_resume_ms=_ms(release, r["fg_pass"]),
+                   first_mm_ms=_ms(release, r["first"]), launch_ms=_ms(release, r["last"]),
+                   launch_excess_ms=_ms(r["fg_pass"], r["last"]) - compute_launch,
+                   gpu_tail_ms=_ms(r["last"], r["compute_end"]),
+                   gpu_tail_excess_ms=_ms(r["last"], r["compute_end"]) - compute_tail,
+                   result_ms=_ms(r["compute_end"], r["end"]), bg_resume_ms=_ms(release, r["bg_pass"]),
+                   transfer_call_ms=_ms(r["bg_pass"], r["bg_end"]))
+        row["excess_ms"] = row["concurrent_ms"] - row["compute_only_ms"]
+        phases = r.get("phases") or {}
+        # Phase stamps belong to this block only if ferry's call started after the worker passed the barrier.
+        if phases.get("start") is not None and phases["start"] >= r["bg_pass"]:
+            for name, a, b in _FERRY_PHASES:
+                if phases.get(a) is not None and phases.get(b) is not None:
+                    row[f"ferry_{name}_ms"] = _ms(phases[a], phases[b])
+            if phases.get("built") is not None:
+                row["ferry_built_after_release_ms"] = _ms(release, phases["built"])
+        rows.append(row)
+    return rows
+
+
+def _print_diagnostics(rows):
+    """Medians per (tensors, method) of the timeline pieces (medians do not add up exactly)."""
+    def med(values):
+        values = [v for v in values if v is not None and v != ""]
+        return _percentile(values, 50) if values else float("nan")
+
+    print("\nDiagnostics (medians, ms): excess = concurrent - compute ~ handoff + resume + launch+ + tail+ + "
+          "result; launch = barrier release -> last torch.mm returned (compute-only: start -> last torch.mm)")
+    print(f"{'Tensors':>7}  {'Method':<16}{'excess':>7}{'handoff':>8}{'resume':>7}{'launch+':>8}{'tail+':>7}"
+          f"{'result':>7}  {'1st mm':>7}{'launch':>7}{'(alone)':>8}  {'xfer':>6}  ferry walk/submit/handoff/build")
+    groups = sorted({(r["total_bytes"], r["num_tensors"], r["method"]) for r in rows})
+    for total, n, method in groups:
+        g = [r for r in rows if (r["total_bytes"], r["num_tensors"], r["method"]) == (total, n, method)]
+        col = {k: med([r.get(k) for r in g]) for k in DIAGNOSTIC_FIELDS[4:]}
+        ferry = ""
+        if col["ferry_walk_ms"] == col["ferry_walk_ms"]:
+            ferry = "/".join(f"{col[f'ferry_{p}_ms']:.3f}" for p in ("walk", "submit", "handoff", "build"))
+        print(f"{n:>7}  {method:<16}{col['excess_ms']:7.3f}{col['handoff_ms']:8.3f}{col['fg_resume_ms']:7.3f}"
+              f"{col['launch_excess_ms']:8.3f}{col['gpu_tail_excess_ms']:7.3f}{col['result_ms']:7.3f}  "
+              f"{col['first_mm_ms']:7.3f}{col['launch_ms']:7.3f}{col['compute_launch_ms']:8.3f}  "
+              f"{col['transfer_call_ms']:6.3f}  {ferry}")
+
+
 def _calibrate(run_compute_n, target_ms):
     """Iterations of the foreground matmul that take about target_ms (up to four rounds of three samples)."""
     iterations = 1
@@ -258,15 +399,20 @@ def _collect(runner, methods, *, num_warmup, num_runs, seed):
         label = "|".join(m if m == "compute" else f"{m}:{s}" for m, s in order)
         compute_ms = 0.0
         results = {m: {"transfer": 0.0, "serialized": 0.0, "concurrent": 0.0, "skew": 0.0} for m in methods}
+        note = getattr(runner, "note", None)  # the diagnostic runner files its timestamps
         for method, schedule in order:
             if method == "compute":
                 compute_ms = runner.compute_only()
+                if note:
+                    note(trial, "compute", "compute")
             elif schedule == "transfer":
                 results[method]["transfer"] = runner.transfer_only(methods[method])
             elif schedule == "serialized":
                 results[method]["serialized"] = runner.serialized(methods[method])
             else:
                 results[method]["concurrent"], results[method]["skew"] = runner.concurrent(methods[method])
+                if note:
+                    note(trial, method, "concurrent")
         for method, r in results.items():
             samples[method].append(OverlapSample(trial, label, compute_ms, r["transfer"], r["serialized"],
                                                  r["concurrent"], r["skew"]))
@@ -313,6 +459,15 @@ def _print_row(s):
           f"speedup={s.speedup_median:5.2f}x  estimated_overlap={s.estimated_overlap_efficiency_median * 100:6.1f}%")
 
 
+def _write_rows(rows, path, names):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=names)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({n: r.get(n, "") for n in names})
+
+
 def _write_csv(records, path, record_type):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     names = [f.name for f in fields(record_type)]
@@ -323,7 +478,7 @@ def _write_csv(records, path, record_type):
             writer.writerow({n: getattr(r, n) for n in names})
 
 
-def _run(torch, ferry, config, device):
+def _run(torch, ferry, config, device, diagnostics=False):
     torch.manual_seed(config.seed)
     torch.cuda.set_device(device)
     device = torch.device("cuda", torch.cuda.current_device())
@@ -332,13 +487,25 @@ def _run(torch, ferry, config, device):
     product = torch.empty_like(left)
     compute_stream = torch.cuda.Stream(device=device)
     compute_stream.wait_stream(torch.cuda.current_stream(device))
+    launch = {"first": 0, "last": 0}
 
-    def run_compute_n(iterations):
-        with torch.cuda.stream(compute_stream):
-            for _ in range(iterations):
+    if not diagnostics:
+        def run_compute_n(iterations):
+            with torch.cuda.stream(compute_stream):
+                for _ in range(iterations):
+                    torch.mm(left, right, out=product)
+            compute_stream.synchronize()
+            return product
+    else:
+        def run_compute_n(iterations):  # the same launches, stamped after the first and the last
+            with torch.cuda.stream(compute_stream):
                 torch.mm(left, right, out=product)
-        compute_stream.synchronize()
-        return product
+                launch["first"] = time.perf_counter_ns()
+                for _ in range(iterations - 1):
+                    torch.mm(left, right, out=product)
+                launch["last"] = time.perf_counter_ns()
+            compute_stream.synchronize()
+            return product
 
     run_compute_n(1)
     iterations = config.compute_iterations or _calibrate(run_compute_n, config.compute_target_ms)
@@ -353,9 +520,14 @@ def _run(torch, ferry, config, device):
     created = datetime.now(timezone.utc).isoformat()
     scenarios = [(mib << 20, count) for mib in config.total_mib for count in config.num_tensors]
     random.Random(config.seed).shuffle(scenarios)
-    summaries, raw = [], []
+    summaries, raw, diagnostic_rows = [], [], []
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-d2h-benchmark") as executor:
-        runner = _Runner(torch, device, executor, run_compute)
+        if diagnostics:
+            from ferry import _ferry
+
+            runner = _DiagnosticRunner(torch, device, executor, run_compute, launch, _ferry._last_phases)
+        else:
+            runner = _Runner(torch, device, executor, run_compute)
         for index, (total_bytes, count) in enumerate(scenarios):
             print(f"\n{total_bytes / (1 << 20):.0f} MiB in {count} tensor(s), {iterations} compute iteration(s)")
             tensors = _source_tensors(torch, total_bytes, count, device)
@@ -385,6 +557,9 @@ def _run(torch, ferry, config, device):
             scenario_seed = config.seed + index * 1009
             per_method = _collect(runner, methods, num_warmup=config.num_warmup, num_runs=config.num_runs,
                                   seed=scenario_seed)
+            if diagnostics:
+                diagnostic_rows.extend(_diagnostic_rows(runner.records, total_bytes, count))
+                runner.records = []
             for method_index, (method, samples) in enumerate(per_method.items()):
                 bootstrap_seed = scenario_seed + method_index * 17
                 summary = _summarize(torch, samples, created=created, device=device, config=config,
@@ -401,7 +576,7 @@ def _run(torch, ferry, config, device):
                     estimated_overlap_efficiency=s.estimated_overlap_efficiency,
                     cpu_launch_skew_ms=s.cpu_launch_skew_ms) for s in samples)
             del tensors
-    return summaries, raw
+    return summaries, raw, diagnostic_rows
 
 
 def _print_table(summaries):
@@ -468,6 +643,13 @@ def _parse_args(argv):
     p.add_argument("--bootstrap-resamples", type=_positive_int, default=2000,
                    help="Bootstrap resamples for paired median confidence intervals.")
     p.add_argument("--seed", type=int, default=0, help="Randomization seed.")
+    # Not in the seed: diagnostics and ferry's own setting, both off / at ferry's default unless given.
+    p.add_argument("--diagnostics-output", type=os.path.realpath,
+                   help="Diagnostic mode: per-block timeline CSV (barrier release, launch phase, ferry's phases) "
+                        "and a table of its medians. Off by default.")
+    p.add_argument("--ferry-gil-handoff-us", type=_non_negative_int,
+                   help="ferry's GIL hand-off window in microseconds (0: none), for A/B runs; default: ferry's "
+                        "own. A setting of the library, not of the harness.")
     return p.parse_args(argv)
 
 
@@ -491,17 +673,33 @@ def main(argv=None):
         total_mib=tuple(args.total_mib), num_tensors=tuple(args.num_tensors), matrix_size=args.matrix_size,
         compute_target_ms=args.compute_ms, compute_iterations=args.compute_iterations, num_warmup=args.num_warmup,
         num_runs=args.num_runs, bootstrap_resamples=args.bootstrap_resamples, seed=args.seed)
+    from ferry import _ferry
+
+    if args.ferry_gil_handoff_us is not None:
+        _ferry._gil_handoff_us(args.ferry_gil_handoff_us)
+    diagnostics = args.diagnostics_output is not None
     print("D2H transfer / foreground CUDA compute overlap benchmark")
     print(f"Device: {torch.cuda.get_device_name(device)}")
     print(f"ferry {ferry.__version__} against PyTorch to(cpu) (a naive reference); compare overlap within each "
           "method.")
-    summaries, raw = _run(torch, ferry, config, device)
+    print(f"ferry GIL hand-off window: {_ferry._gil_handoff_us()} us"
+          + ("; diagnostic mode (timestamps on)" if diagnostics else ""))
+    old_timing = _ferry._phase_timing(diagnostics)
+    try:
+        summaries, raw, diagnostic_rows = _run(torch, ferry, config, device, diagnostics)
+    finally:
+        _ferry._phase_timing(old_timing)
     _write_csv(summaries, args.output, BenchmarkSummary)
+    if diagnostics:
+        _write_rows(diagnostic_rows, args.diagnostics_output, DIAGNOSTIC_FIELDS)
+        _print_diagnostics(diagnostic_rows)
     _print_table(summaries)
     print(f"\nSummary saved to: {args.output}")
     if args.samples_output:
         _write_csv(raw, args.samples_output, RawSampleRecord)
         print(f"Raw samples saved to: {args.samples_output}")
+    if diagnostics:
+        print(f"Diagnostics saved to: {args.diagnostics_output}")
     return 0
 
 

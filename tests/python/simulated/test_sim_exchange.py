@@ -97,7 +97,7 @@ def test_exchange_path_leaks_nothing_over_20000_calls():
     assert ferry.pool.stats()["bytes_in_use"] == 0
 
 
-# ---- phase stamps -----------------------------------------------------------------------------------------------------
+# ---- phase stamps ------------------------------------------------------------------------------------------------
 
 
 def test_phase_stamps_are_off_by_default_and_ordered_when_on(timing):
