@@ -47,11 +47,12 @@ static inline void stamp(ferry_py_job *job, int phase) {
  * sys.getswitchinterval) would. So the synchronous form, whose thread waits for the copies anyway, releases the
  * GIL for one window long enough for a waiter to wake and take it, and builds the outputs afterwards. The window
  * ends early when the copies finish; while the copies outlast window + build (64 MiB: ~1.3 ms against ~0.25 ms
- * for 256 outputs) it costs nothing end to end; otherwise at most the window. It is skipped for batches with
- * fewer than HANDOFF_MIN_OUTPUTS torch outputs (their build holds the GIL for less than a waiter's wake-up) and in
- * the async form (whose caller wants control back at once). The walk before submission is not shortened the same
- * way: it must finish before the copies can start, and per tensor it is a cached type look-up and torch's
- * dltensor_from_py_object_no_sync, nothing that can move out of the GIL. */
+ * for 256 outputs) it costs nothing end to end; otherwise at most the window. It is skipped when no other Python
+ * thread exists (nobody to hand over to), for batches with fewer than HANDOFF_MIN_OUTPUTS torch outputs (their
+ * build holds the GIL for less than a waiter's wake-up) and in the async form (whose caller wants control back at
+ * once). The walk before submission is not shortened the same way: it must finish before the copies can start,
+ * and per tensor it is a cached type look-up plus torch's dltensor_from_py_object_no_sync (ferry's own part
+ * measured at ~0.04 us per tensor on the CI machine), nothing that can move out of the GIL. */
 
 #define HANDOFF_MIN_OUTPUTS 32
 #define HANDOFF_QUERY_NS 10000 /* how often the window asks whether the copies are done */
@@ -64,6 +65,32 @@ static inline void cpu_relax(void) {
 #elif defined(__aarch64__)
   __asm__ __volatile__("yield");
 #endif
+}
+
+/* Whether another Python thread exists that could want the GIL: threading._active (threads started through
+ * threading, and foreign threads that called threading.current_thread()) holds more than the caller. Without the
+ * threading module loaded there is none (short of bare _thread use). If the registry cannot be read: assume yes. */
+static bool other_python_threads(void) {
+  static PyObject *active; /* threading._active: one dict for the life of the process */
+  if (!active) {
+    PyObject *name = PyUnicode_FromString("threading");
+    PyObject *threading = name ? PyImport_GetModule(name) : NULL;
+    Py_XDECREF(name);
+    if (!threading) {
+      bool unknown = PyErr_Occurred() != NULL;
+      PyErr_Clear();
+      return unknown;
+    }
+    PyObject *a = PyObject_GetAttrString(threading, "_active");
+    Py_DECREF(threading);
+    if (!a || !PyDict_Check(a)) {
+      Py_XDECREF(a);
+      PyErr_Clear();
+      return true;
+    }
+    active = a;
+  }
+  return PyDict_GET_SIZE(active) > 1;
 }
 
 /* Releases the GIL for up to handoff_us, or until the copies of `t` are done. */
@@ -174,7 +201,8 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, bool sync, const char *name,
   if (!(job->outputs = ferry_py_outputs_new(ticket))) goto fail;
   size_t exchange_outputs = 0;
   for (size_t i = 0; i < n; i++) exchange_outputs += job->tape.leaves[i].api != NULL;
-  if (sync && handoff_us > 0 && exchange_outputs >= HANDOFF_MIN_OUTPUTS) hand_off_gil(ticket);
+  if (sync && handoff_us > 0 && exchange_outputs >= HANDOFF_MIN_OUTPUTS && other_python_threads())
+    hand_off_gil(ticket);
   stamp(job, FERRY_PY_PHASE_HANDED);
   for (size_t i = 0; i < n; i++) {
     ferry_py_leaf *leaf = &job->tape.leaves[i];
