@@ -64,7 +64,7 @@ def _positive_int(value):
 
 
 def _parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output", default="py_bandwidth.csv", help="CSV output path (default: %(default)s).")
     p.add_argument("--device", default="cuda:0", help="CUDA device (default: %(default)s).")
@@ -73,7 +73,8 @@ def _parse_args(argv):
     p.add_argument("--num-tensors", type=_positive_int, nargs="+", default=DEFAULT_COUNTS,
                    help="Tensor counts (default: " + " ".join(map(str, DEFAULT_COUNTS)) + ").")
     p.add_argument("--repeats", type=_positive_int, default=11, help="Timed calls per cell (median reported).")
-    p.add_argument("--directions", nargs="+", choices=["d2h", "h2d"], default=["d2h", "h2d"])
+    p.add_argument("--directions", nargs="+", choices=["d2h", "h2d"], default=["d2h", "h2d"],
+                   help="Directions to measure (default: both).")
     p.add_argument("--torch-budget-s", type=float, default=2.5,
                    help="Skip a PyTorch cell whose timed repeats are predicted to take longer (0: never skip).")
     return p.parse_args(argv)
