@@ -5,9 +5,18 @@
  * The notebook's case: M=N=K=128, L=1, fp16 operands and output, fp32 accumulation, a different operand set for
  * every iteration, warm-up then 100 profiled iterations. Host costs are the time of the calling loop divided by
  * its iterations (the launches queue up on the GPU; the stream is synchronised outside the timed loop); the
- * notebook's own figures also include a final synchronisation, so the "e2e" column does too. Every figure is the
- * median over --repeats repeats, methods interleaved within each repeat. The limit is cuLaunchKernel of the same
- * cubin with the same parameters, built in advance. Rows and targets (issue 5):
+ * notebook's own figures also include a final synchronisation, so the "e2e" rows do too. The limit is
+ * cuLaunchKernel of the same cubin with the same parameters, built in advance.
+ *
+ * The targets are differences of a few hundred nanoseconds between methods, smaller than what separates two runs
+ * of one method minutes apart, so the host rows are measured in pairs: each repeat walks the operand sets in
+ * blocks of 10 calls, every method runs each block's sets back to back (in an order rotated from block to block),
+ * and a target is checked on the median of the paired per-block differences ("paired delta" column), which the
+ * machine's drifts cancel out of. Row values are medians over --repeats repeats. Per-call loops (supports check,
+ * argument construction) are timed in integer nanoseconds over the count they ran, and the program stops if a
+ * figure changes with the loop's length or contradicts another row (the first H200 table printed the 12.1 ns
+ * check as 12101.8 "ns": a per-call time already in ns was multiplied by 1000 once more). Rows and targets
+ * (issue 5):
  *   run, artifact, check bypassed         ≤ limit + 0.3 µs
  *   run, artifact, supports check         ≤ the above + 0.2 µs
  *   run without artifact (memo hit)       ≤ the above + 0.5 µs
@@ -21,10 +30,12 @@
 #include "ops/ops.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
-enum { SETS = 110, N = 128, GRAPH_RUNS = 20 };
+enum { SETS = 110, N = 128, GRAPH_RUNS = 20, BLOCK = 10, MAX_REPS = 64, MAX_BLOCKS = SETS / BLOCK + 1 };
 
 typedef struct lat_opts {
   int iters, warmup, repeats;
@@ -43,8 +54,9 @@ static void usage(void) {
          "Host latency of ferry's operator runtime on the CUTLASS notebook's case (128x128x128 fp16, fp32\n"
          "accumulation, distinct operands per iteration), beside raw cuLaunchKernel of the same cubin; 20 runs as a\n"
          "CUDA graph; argument construction; first compile and cache load; GEMM device time at 128^3 fp16 and\n"
-         "4096^3 bf16 against cuBLAS. Defaults: --iters 100 --warmup 10 --repeats 7 --output ferry-latency.csv.\n"
-         "Without a GPU it says so and exits 0.\n");
+         "4096^3 bf16 against cuBLAS. Host targets are checked on paired differences (methods back to back on the\n"
+         "same operands). Defaults: --iters 100 --warmup 10 --repeats 7 --output ferry-latency.csv.\n"
+         "Without a GPU it says so and exits 0; a measurement that contradicts itself stops it with status 3.\n");
 }
 
 static double median_of(double *v, int n) { return bench_median(v, n); }
@@ -59,34 +71,123 @@ static const ferry_op *op;
 static ferry_artifact *art;
 static ferry__launch raw[SETS]; /* prebuilt launches for the limit */
 
-/* One timed loop: host µs per call, and per iteration including the final synchronisation. */
-static void time_loop(method m, int iters, int warmup, double *host_us, double *e2e_us) {
-  for (int pass = 0; pass < 2; pass++) {
-    int n = pass == 0 ? warmup : iters;
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* One call of method m on operand set s; nothing waits for the GPU. */
+static void call_method(method m, int s) {
+  switch (m) {
+  case M_RAW:
+    BENCH_CU(ferry__drv.cuLaunchKernel(raw[s].fn, raw[s].grid_x, 1, raw[s].grid_z, raw[s].threads, 1, 1, raw[s].smem,
+                                       stream, raw[s].param_ptrs, NULL));
+    break;
+  case M_ASSUME: BENCH_F(ferry_op_run(op, &sets[s].args, stream, art, FERRY_ASSUME_SUPPORTED)); break;
+  case M_CHECKED: BENCH_F(ferry_op_run(op, &sets[s].args, stream, art, 0)); break;
+  case M_MEMO_CHECKED: BENCH_F(ferry_op_run(op, &sets[s].args, stream, NULL, 0)); break;
+  default: BENCH_F(ferry_op_run(op, &sets[s].args, stream, NULL, FERRY_ASSUME_SUPPORTED)); break;
+  }
+}
+
+/* Host µs per call of every method in every block: block_us[r][b][m]. Repeat r first warms every method up on the
+ * warm-up sets, then for each block position b (sets warmup + b*BLOCK ...) runs every method on that block's sets
+ * and waits for the GPU, so the queue stays shallow. The order starts at method (r + b) % M_COUNT and runs forward
+ * or backward by the parity of r + b: each pair of methods runs in both orders, so what one leaves warm for the
+ * next (the same operands, the same code) favours neither. */
+static double block_us[MAX_REPS][MAX_BLOCKS][M_COUNT];
+static int time_host(int iters, int warmup, int reps) {
+  int blocks = (iters + BLOCK - 1) / BLOCK;
+  for (int r = 0; r < reps; r++) {
+    for (int m = 0; m < M_COUNT; m++)
+      for (int i = 0; i < warmup; i++) call_method((method)m, i);
     BENCH_CU(ferry__drv.cuStreamSynchronize(stream));
-    double t0 = bench_now_ms();
-    for (int i = 0; i < n; i++) {
-      operand_set *s = &sets[(pass == 0 ? i : warmup + i) % SETS];
-      switch (m) {
-      case M_RAW:
-        BENCH_CU(ferry__drv.cuLaunchKernel(raw[(pass == 0 ? i : warmup + i) % SETS].fn, raw[0].grid_x, 1, 1,
-                                           raw[0].threads, 1, 1, raw[0].smem, stream,
-                                           raw[(pass == 0 ? i : warmup + i) % SETS].param_ptrs, NULL));
-        break;
-      case M_ASSUME: BENCH_F(ferry_op_run(op, &s->args, stream, art, FERRY_ASSUME_SUPPORTED)); break;
-      case M_CHECKED: BENCH_F(ferry_op_run(op, &s->args, stream, art, 0)); break;
-      case M_MEMO_CHECKED: BENCH_F(ferry_op_run(op, &s->args, stream, NULL, 0)); break;
-      default: BENCH_F(ferry_op_run(op, &s->args, stream, NULL, FERRY_ASSUME_SUPPORTED)); break;
+    for (int b = 0; b < blocks; b++) {
+      int first = warmup + b * BLOCK, calls = iters - b * BLOCK < BLOCK ? iters - b * BLOCK : BLOCK;
+      for (int k = 0; k < M_COUNT; k++) {
+        int step = (r + b) % 2 ? M_COUNT - 1 : 1;
+        method m = (method)((r + b + k * step) % M_COUNT);
+        int64_t t0 = now_ns();
+        for (int i = 0; i < calls; i++) call_method(m, first + i);
+        block_us[r][b][m] = (double)(now_ns() - t0) / 1e3 / calls;
       }
-    }
-    double t1 = bench_now_ms();
-    BENCH_CU(ferry__drv.cuStreamSynchronize(stream));
-    double t2 = bench_now_ms();
-    if (pass == 1) {
-      *host_us = (t1 - t0) * 1e3 / n;
-      *e2e_us = (t2 - t0) * 1e3 / n;
+      BENCH_CU(ferry__drv.cuStreamSynchronize(stream));
     }
   }
+  return blocks;
+}
+
+/* Method m's host µs per call in repeat r (its blocks' calls over all of them). */
+static double host_per_call(int r, int blocks, int iters, method m) {
+  double total = 0;
+  for (int b = 0; b < blocks; b++)
+    total += block_us[r][b][m] * (iters - b * BLOCK < BLOCK ? iters - b * BLOCK : BLOCK);
+  return total / iters;
+}
+
+/* The median over every (repeat, block) of method a's time per call minus method b's, measured back to back. */
+static double paired_delta(int reps, int blocks, method a, method b) {
+  static double d[MAX_REPS * MAX_BLOCKS];
+  int n = 0;
+  for (int r = 0; r < reps; r++)
+    for (int k = 0; k < blocks; k++) d[n++] = block_us[r][k][a] - block_us[r][k][b];
+  return bench_median(d, n);
+}
+
+/* The notebook's way, for the e2e rows: a loop of `iters` calls, then one synchronisation; µs per iteration. */
+static double time_e2e(method m, int iters, int warmup) {
+  for (int i = 0; i < warmup; i++) call_method(m, i);
+  BENCH_CU(ferry__drv.cuStreamSynchronize(stream));
+  int64_t t0 = now_ns();
+  for (int i = 0; i < iters; i++) call_method(m, (warmup + i) % SETS);
+  BENCH_CU(ferry__drv.cuStreamSynchronize(stream));
+  return (double)(now_ns() - t0) / 1e3 / iters;
+}
+
+/* Nanoseconds per call of `expr` (which may use the call's index i) over `calls` calls, counting in `good` the
+ * calls that returned FERRY_OK: the divisor is the number of calls the loop ran, and the clock reads integer
+ * nanoseconds, so there is no unit to convert. */
+#define NS_PER_CALL(calls, good, expr)                                                                       \
+  __extension__({                                                                                            \
+    long n_ = (calls);                                                                                       \
+    int64_t t0_ = now_ns();                                                                                  \
+    for (long i = 0; i < n_; i++) (good) += (expr) == FERRY_OK;                                              \
+    (double)(now_ns() - t0_) / (double)n_;                                                                   \
+  })
+
+/* The cache homes the program made: /tmp/ferry-bench-latency-<pid> and its three -cold<r> siblings. */
+static char cold_home[256];
+static void remove_cache_homes(void) {
+  char cmd[1200];
+  if (!cold_home[0]) return;
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'-cold0 '%s'-cold1 '%s'-cold2", cold_home, cold_home, cold_home, cold_home);
+  if (system(cmd) != 0) fprintf(stderr, "ferry: could not remove %s\n", cold_home);
+}
+
+/* Stops the program when a measurement contradicts itself, rather than print a wrong table. */
+static void self_check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void self_check(int ok, const char *fmt, ...) {
+  if (ok) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "ferry bench latency: self-check failed: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  remove_cache_homes();
+  exit(3);
+}
+
+/* A per-call figure must not depend on how many calls were timed (a total taken for a per-call figure grows with
+ * the count), and must be below `ceiling_ns`, a bound no correct figure comes near. */
+static void check_per_call(const char *what, double ns_long, long calls_long, double ns_short, long calls_short,
+                           double ceiling_ns) {
+  self_check(ns_long < 3 * ns_short && ns_short < 3 * ns_long,
+             "%s measured %.2f ns per call over %ld calls but %.2f ns over %ld", what, ns_long, calls_long, ns_short,
+             calls_short);
+  self_check(ns_long < ceiling_ns, "%s measured %.1f ns per call, past the plausible %.0f ns", what, ns_long,
+             ceiling_ns);
 }
 
 /* Device time of `launches` back-to-back launches of fn (ms each), from events. */
@@ -205,12 +306,22 @@ static void launch_gemm_set(int i, void *p) {
 
 /* ---- the program ------------------------------------------------------------------------------------------- */
 
-typedef struct row { const char *name; double ferry, reference, notebook; const char *unit, *target; int ok; } row;
+/* A row of the table; `delta` is the paired difference from the reference method (NAN where there is none). */
+typedef struct row {
+  const char *name;
+  double ferry, reference, delta, notebook;
+  const char *unit, *target;
+  int ok;
+} row;
 static row table[40];
 static int n_rows;
+static void add_paired_row(const char *name, double ferry, double reference, double delta, double notebook,
+                           const char *unit, const char *target, int ok) {
+  table[n_rows++] = (row){name, ferry, reference, delta, notebook, unit, target, ok};
+}
 static void add_row(const char *name, double ferry, double reference, double notebook, const char *unit,
                     const char *target, int ok) {
-  table[n_rows++] = (row){name, ferry, reference, notebook, unit, target, ok};
+  add_paired_row(name, ferry, reference, NAN, notebook, unit, target, ok);
 }
 
 int bench_latency_main(int argc, char **argv) {
@@ -241,7 +352,6 @@ int bench_latency_main(int argc, char **argv) {
   ferry_device_info info;
   BENCH_F(ferry_device_info_get(dev, &info));
   /* The first compile, cold: a fresh cache home, so it is NVRTC's time. Kept apart for the rows below. */
-  char cold_home[256];
   snprintf(cold_home, sizeof cold_home, "/tmp/ferry-bench-latency-%ld", (long)getpid());
   setenv("XDG_CACHE_HOME", cold_home, 1);
 
@@ -273,7 +383,7 @@ int bench_latency_main(int argc, char **argv) {
   op = found[0];
 
   /* first compile (cold) and loads from the disk cache, medians */
-  double cold[5], disk[15], import_[15];
+  double cold[5], disk[15], import_[15], digest_us[15];
   char path[320];
   for (int r = 0; r < 3; r++) {
     char home[300];
@@ -302,39 +412,64 @@ int bench_latency_main(int argc, char **argv) {
     BENCH_F(ferry_artifact_import(path, &art));
     import_[r] = (bench_now_ms() - t0) * 1e3;
     ferry_artifact_release(art);
+    /* The load above finds the operator's source digest made; a process's first lookup of it makes it. */
+    uint8_t digest[32];
+    int64_t d0 = now_ns();
+    ferry__op_body_digest(op, digest);
+    digest_us[r] = (double)(now_ns() - d0) / 1e3;
   }
   ferry_ops_clear_memo();
   BENCH_F(ferry_op_compile(op, &sets[0].args, &art)); /* the artifact the launch rows use (memoised too) */
   for (int s = 0; s < SETS; s++) BENCH_F(ferry__launch_prepare(art, &sets[s].args, &raw[s]));
   for (int s = 0; s < SETS; s++) raw[s].param_ptrs[0] = raw[s].params;
 
-  /* host rows, interleaved per repeat */
-  double host_us[M_COUNT][64], e2e_us[M_COUNT][64];
-  int reps = o.repeats > 64 ? 64 : o.repeats;
-  for (int r = 0; r < reps; r++)
-    for (int m = 0; m < M_COUNT; m++) time_loop((method)m, o.iters, o.warmup, &host_us[m][r], &e2e_us[m][r]);
-  double mh[M_COUNT], me[M_COUNT];
+  /* host rows: blocks of every method back to back on the same operand sets (time_host), then the notebook's
+   * loop-plus-synchronisation for the e2e rows, the methods' order rotated from repeat to repeat */
+  int reps = o.repeats > MAX_REPS ? MAX_REPS : o.repeats;
+  int blocks = time_host(o.iters, o.warmup, reps);
+  double host_us[M_COUNT][MAX_REPS], e2e_us[M_COUNT][MAX_REPS], mh[M_COUNT], me[M_COUNT];
+  const method e2e_methods[3] = {M_RAW, M_ASSUME, M_CHECKED};
+  for (int r = 0; r < reps; r++) {
+    for (int m = 0; m < M_COUNT; m++) host_us[m][r] = host_per_call(r, blocks, o.iters, (method)m);
+    for (int k = 0; k < 3; k++) {
+      method m = e2e_methods[(r + k) % 3];
+      e2e_us[m][r] = time_e2e(m, o.iters, o.warmup);
+    }
+  }
   for (int m = 0; m < M_COUNT; m++) {
     mh[m] = median_of(host_us[m], reps);
-    me[m] = median_of(e2e_us[m], reps);
+    me[m] = (m == M_RAW || m == M_ASSUME || m == M_CHECKED) ? median_of(e2e_us[m], reps) : NAN;
   }
+  double d_assume = paired_delta(reps, blocks, M_ASSUME, M_RAW);
+  double d_checked = paired_delta(reps, blocks, M_CHECKED, M_ASSUME);
+  double d_memo = paired_delta(reps, blocks, M_MEMO_CHECKED, M_CHECKED);
+  double d_memo_assume = paired_delta(reps, blocks, M_MEMO_ASSUME, M_RAW);
 
-  /* supports check and argument construction, per call */
-  double sup[64], mk[64];
+  /* supports check and argument construction, ns per call; each also timed over a tenth of the calls, which must
+   * give the same figure */
+  enum { CALLS = 100000 };
+  double sup_ns[MAX_REPS], mk_ns[MAX_REPS];
+  long good = 0;
+  ferry_gemm_args tmp;
+#define SUPPORTS_CALL ferry_op_supports(op, &sets[i % SETS].args, NULL, 0)
+#define INIT_CALL                                                                                            \
+  ferry_gemm_args_init(&tmp, &sets[i % SETS].ta, &sets[i % SETS].tb, &sets[i % SETS].tout, FERRY_F32)
   for (int r = 0; r < reps; r++) {
-    int ok = 0;
-    double t0 = bench_now_ms();
-    for (int i = 0; i < 100000; i++) ok += ferry_op_supports(op, &sets[i % SETS].args, NULL, 0) == FERRY_OK;
-    sup[r] = (bench_now_ms() - t0) * 1e6 / 100000;
-    ferry_gemm_args tmp;
-    t0 = bench_now_ms();
-    for (int i = 0; i < 100000; i++) {
-      operand_set *x = &sets[i % SETS];
-      ok += ferry_gemm_args_init(&tmp, &x->ta, &x->tb, &x->tout, FERRY_F32) == FERRY_OK;
-    }
-    mk[r] = (bench_now_ms() - t0) * 1e6 / 100000;
-    if (ok != 200000) fprintf(stderr, "ferry: unexpected failures in the per-call loops\n");
+    sup_ns[r] = NS_PER_CALL(CALLS, good, SUPPORTS_CALL);
+    mk_ns[r] = NS_PER_CALL(CALLS, good, INIT_CALL);
   }
+  double sup_short = NS_PER_CALL(CALLS / 10, good, SUPPORTS_CALL);
+  double mk_short = NS_PER_CALL(CALLS / 10, good, INIT_CALL);
+#undef SUPPORTS_CALL
+#undef INIT_CALL
+  self_check(good == (long)reps * 2 * CALLS + 2 * (CALLS / 10), "%ld of the per-call loops' calls succeeded, "
+             "expected %ld", good, (long)reps * 2 * CALLS + 2 * (CALLS / 10));
+  double m_sup_ns = median_of(sup_ns, reps), m_mk_ns = median_of(mk_ns, reps);
+  check_per_call("the supports check", m_sup_ns, CALLS, sup_short, CALLS / 10, 10000.0);
+  check_per_call("argument construction", m_mk_ns, CALLS, mk_short, CALLS / 10, 10000.0);
+  /* The checked run makes that very check, so the check alone cannot cost more than the whole run. */
+  self_check(m_sup_ns <= mh[M_CHECKED] * 1e3, "the supports check alone (%.1f ns) costs more than a checked run "
+             "(%.1f ns)", m_sup_ns, mh[M_CHECKED] * 1e3);
 
   /* 20 runs: eager + sync, as a ferry graph replay + sync, and the reference graph of 20 empty kernels */
   ferry_op_desc d;
@@ -404,17 +539,18 @@ int bench_latency_main(int argc, char **argv) {
 
   /* the table */
   double limit = mh[M_RAW];
-  add_row("run: artifact, check bypassed (host/call)", mh[M_ASSUME], limit, 5.984, "us", "<= limit + 0.3",
-          mh[M_ASSUME] <= limit + 0.3);
-  add_row("run: artifact, supports check (host/call)", mh[M_CHECKED], mh[M_ASSUME], 24.18, "us", "<= bypassed + 0.2",
-          mh[M_CHECKED] <= mh[M_ASSUME] + 0.2);
-  add_row("run: no artifact, memo hit (host/call)", mh[M_MEMO_CHECKED], mh[M_CHECKED], 1.474e6, "us",
-          "<= checked + 0.5", mh[M_MEMO_CHECKED] <= mh[M_CHECKED] + 0.5);
-  add_row("run: no artifact, check bypassed (host/call)", mh[M_MEMO_ASSUME], limit, NAN, "us", "", 1);
+  add_paired_row("run: artifact, check bypassed (host/call)", mh[M_ASSUME], limit, d_assume, 5.984, "us",
+                 "<= limit + 0.3", d_assume <= 0.3);
+  add_paired_row("run: artifact, supports check (host/call)", mh[M_CHECKED], mh[M_ASSUME], d_checked, 24.18, "us",
+                 "<= bypassed + 0.2", d_checked <= 0.2);
+  add_paired_row("run: no artifact, memo hit (host/call)", mh[M_MEMO_CHECKED], mh[M_CHECKED], d_memo, 1.474e6, "us",
+                 "<= checked + 0.5", d_memo <= 0.5);
+  add_paired_row("run: no artifact, check bypassed (host/call)", mh[M_MEMO_ASSUME], limit, d_memo_assume, NAN, "us",
+                 "", 1);
   add_row("run: artifact, bypassed, e2e/iter (notebook's way)", me[M_ASSUME], me[M_RAW], 6.518, "us", "", 1);
   add_row("run: artifact, checked, e2e/iter (notebook's way)", me[M_CHECKED], me[M_RAW], 24.18, "us", "", 1);
-  add_row("supports check alone", median_of(sup, reps) * 1e3, NAN, 17.7e3, "ns", "<= 200", median_of(sup, reps) * 1e3 <= 200);
-  add_row("argument construction (ferry_gemm_args_init)", median_of(mk, reps) * 1e3, NAN, 159.5e3, "ns", "", 1);
+  add_row("supports check alone", m_sup_ns, NAN, 17.7e3, "ns", "<= 200", m_sup_ns <= 200);
+  add_row("argument construction (ferry_gemm_args_init)", m_mk_ns, NAN, 159.5e3, "ns", "", 1);
   add_row("20 runs eager + sync", m_eager, NAN, 749.6, "us", "", 1);
   double graph_ref = m_empty + GRAPH_RUNS * kernel_us;
   add_row("20 runs as a graph, replay + sync", m_graph, graph_ref, 197.2, "us", "<= 1.2 x (empty graph + 20 kernels)",
@@ -423,6 +559,7 @@ int bench_latency_main(int argc, char **argv) {
   add_row("  GEMM 128^3 kernel device time", kernel_us, NAN, NAN, "us", "", 1);
   add_row("first compile, cold cache (NVRTC)", median_of(cold, 3), NAN, 1469.0, "ms", "<= 200", median_of(cold, 3) <= 200);
   add_row("artifact load from the disk cache", median_of(disk, 15), NAN, NAN, "us", "<= 100", median_of(disk, 15) <= 100);
+  add_row("  + once per operator and process: its source digest", median_of(digest_us, 15), NAN, NAN, "us", "", 1);
   add_row("artifact import from an exported file", median_of(import_, 15), NAN, NAN, "us", "", 1);
   double best_small = 1e30, best_large = 1e30;
   for (int i = 0; i < n_small; i++) best_small = fmin(best_small, small[i].ferry_us);
@@ -443,10 +580,10 @@ int bench_latency_main(int argc, char **argv) {
           "us", "ferry <= 2 x cuBLAS (>= 0.5x speed)", n_large && best_large <= 2.0 * large[0].cublas_us);
 
   FILE *csv = bench_csv_open(o.csv);
-  fprintf(csv, "metric,ferry,reference,unit,cutlass_notebook,target,met\n");
+  fprintf(csv, "metric,ferry,reference,paired_delta,unit,cutlass_notebook,target,met\n");
   for (int i = 0; i < n_rows; i++)
-    fprintf(csv, "\"%s\",%.4f,%.4f,%s,%.4g,\"%s\",%d\n", table[i].name, table[i].ferry, table[i].reference,
-            table[i].unit, table[i].notebook, table[i].target, table[i].ok);
+    fprintf(csv, "\"%s\",%.4f,%.4f,%.4f,%s,%.4g,\"%s\",%d\n", table[i].name, table[i].ferry, table[i].reference,
+            table[i].delta, table[i].unit, table[i].notebook, table[i].target, table[i].ok);
   fclose(csv);
 
   printf("ferry bench latency: %s sm_%d%d, operator %s, %d iterations x %d repeats (medians), CSV in %s\n",
@@ -456,16 +593,19 @@ int bench_latency_main(int argc, char **argv) {
     printf("4096^3 bf16: best ferry %.1f TFLOP/s, cuBLAS %.1f TFLOP/s\n", tflops,
            2.0 * 4096.0 * 4096.0 * 4096.0 / (large[0].cublas_us * 1e-6) / 1e12);
   }
-  printf("\n%-52s %11s %11s %5s %12s  %s\n", "metric", "ferry", "reference", "unit", "CUTLASS nb", "target");
+  printf("\n%-52s %11s %11s %8s %5s %12s  %s\n", "metric", "ferry", "reference", "delta", "unit", "CUTLASS nb",
+         "target");
   for (int i = 0; i < n_rows; i++) {
-    char ref[32] = "", nb[32] = "";
+    char ref[32] = "", delta[32] = "", nb[32] = "";
     if (!isnan(table[i].reference)) snprintf(ref, sizeof ref, "%.3f", table[i].reference);
+    if (!isnan(table[i].delta)) snprintf(delta, sizeof delta, "%+.3f", table[i].delta);
     if (!isnan(table[i].notebook)) snprintf(nb, sizeof nb, "%.4g", table[i].notebook);
-    printf("%-52s %11.3f %11s %5s %12s  %s%s\n", table[i].name, table[i].ferry, ref, table[i].unit, nb,
+    printf("%-52s %11.3f %11s %8s %5s %12s  %s%s\n", table[i].name, table[i].ferry, ref, delta, table[i].unit, nb,
            table[i].target, *table[i].target ? (table[i].ok ? "  ok" : "  MISSED") : "");
   }
-  printf("(reference: the limit or the row it is compared with; CUTLASS nb: the notebook's published figure in the\n"
-         " same unit, Python + CUTLASS DSL on its own machine)\n");
+  printf("(reference: the limit or the row it is compared with; delta: the median of that row's and the reference's\n"
+         " per-call times measured back to back on the same operands, which the host targets are checked on;\n"
+         " CUTLASS nb: the notebook's published figure in the same unit, Python + CUTLASS DSL on its own machine)\n");
 
   ferry_artifact_release(art);
   ferry_ops_clear_memo();
@@ -476,8 +616,6 @@ int bench_latency_main(int argc, char **argv) {
   }
   BENCH_CU(ferry__drv.cuStreamDestroy(stream));
   ferry__ctx_leave();
-  char cmd[1200];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'-cold0 '%s'-cold1 '%s'-cold2", cold_home, cold_home, cold_home, cold_home);
-  if (system(cmd) != 0) fprintf(stderr, "ferry: could not remove %s\n", cold_home);
+  remove_cache_homes();
   return 0;
 }

@@ -17,7 +17,7 @@ endforeach()
 target_sources(ferry_objects PRIVATE
   src/rtc.c src/ops/args.c src/ops/registry.c src/ops/supports.c src/ops/target.c src/ops/source.c
   src/ops/compile.c src/ops/cache.c src/ops/artifact.c src/ops/run.c src/ops/graph.c src/ops/sha256.c
-  ${ferry_kernel_text_sources})
+  src/ops/xxh64.c ${ferry_kernel_text_sources})
 
 if(FERRY_BUILD_TOOLS)
   target_sources(ferry_cli PRIVATE bench/latency.c)

@@ -460,12 +460,13 @@ FERRY_API uint32_t ferry_artifact_kind(const ferry_artifact *artifact);
 /** The cubin (ELF) bytes, owned by the artifact and valid while it lives; *out_size gets their count. */
 FERRY_API const void *ferry_artifact_cubin(const ferry_artifact *artifact, size_t *out_size);
 
-/** Writes the artifact to `path` in ferry's artifact format (magic, format version, key, lengths and SHA-256 of
- *  the content), atomically: a temporary file beside it, written, flushed and renamed over `path`. The file is
- *  created 0644 (less the umask). Errors: FERRY_IO_ERROR naming the path and the system's reason. */
+/** Writes the artifact to `path` in ferry's artifact format (magic, format version, key, lengths and a checksum
+ *  of the content — XXH64, which catches damage, not tampering), atomically: a temporary file beside it,
+ *  written, flushed and renamed over `path`. The file is created 0644 (less the umask). Errors: FERRY_IO_ERROR
+ *  naming the path and the system's reason. Files of an older format are refused by import. */
 FERRY_API ferry_status ferry_artifact_export(const ferry_artifact *artifact, const char *path);
 
-/** Reads an artifact written by ferry_artifact_export, verifying everything (format, version, lengths, SHA-256,
+/** Reads an artifact written by ferry_artifact_export, verifying everything (format, version, lengths, checksum,
  *  a cubin inside) and that an operator of the recorded name is registered with the same source. The artifact
  *  is memoised, so runs without an artifact use it too. On success *out is a new reference (release it); on
  *  failure nothing is loaded: FERRY_BAD_ARTIFACT says what did not verify, FERRY_IO_ERROR why the file could

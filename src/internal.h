@@ -27,6 +27,20 @@ ferry_status ferry__error(ferry_status status, const char *file, int line, const
 ferry_status ferry__cu_error(CUresult r, const char *call, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
+/* Records an error whose failing call is not a driver call — a system call ("open", "rename"), dlopen, a library
+ * entry — with `call` (static) in the record's call field; cu_result stays 0. Returns `status`. */
+ferry_status ferry__call_error(ferry_status status, const char *call, const char *file, int line, const char *fmt,
+                               ...) __attribute__((format(printf, 5, 6)));
+
+/* As ferry__call_error, for a library with result codes of its own (NVRTC): `result_name` (static, e.g.
+ * "NVRTC_ERROR_COMPILATION") goes in the record's cu_name field, cu_result stays 0. */
+ferry_status ferry__lib_error(ferry_status status, const char *call, const char *result_name, const char *file,
+                              int line, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* Puts back a record saved with `ferry_error saved = *ferry_last_error();`: for the library's own probes and
+ * cleanups, which may fail on their way but must not replace the error the caller is about to read. */
+void ferry__error_restore(const ferry_error *saved);
+
 #define FERRY_ERR(status, ...) ferry__error((status), __FILE__, __LINE__, __VA_ARGS__)
 
 /* Calls the driver; on failure records the error, sets `st` and jumps to the function's `cleanup` label. Every

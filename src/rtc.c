@@ -118,20 +118,6 @@ const char *ferry__rtc_name(nvrtcResult r) {
   }
 }
 
-ferry_status ferry__call_error(ferry_status status, const char *call, const char *file, int line, const char *fmt,
-                               ...) {
-  char message[sizeof ferry_last_error()->message];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(message, sizeof message, fmt, ap);
-  va_end(ap);
-  ferry__error(status, file, line, "%s", message);
-  /* status.c records a call name only for driver calls; the record is this thread's own, so naming the failing
-   * library or system call here is safe (the pointer is const only to callers of the public API). */
-  ((ferry_error *)ferry_last_error())->call = call;
-  return status;
-}
-
 ferry_status ferry__rtc_error(nvrtcResult r, const char *call, const char *file, int line, const char *fmt, ...) {
   char what[300];
   va_list ap;
@@ -139,8 +125,6 @@ ferry_status ferry__rtc_error(nvrtcResult r, const char *call, const char *file,
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
   ferry_status status = r == NVRTC_ERROR_OUT_OF_MEMORY ? FERRY_OUT_OF_HOST_MEMORY : FERRY_COMPILE_FAILED;
-  ferry__call_error(status, call, file, line, "%s%s%s failed with %s", what, *what ? ": " : "", call,
-                    ferry__rtc_name(r));
-  ((ferry_error *)ferry_last_error())->cu_name = ferry__rtc_name(r);
-  return status;
+  return ferry__lib_error(status, call, ferry__rtc_name(r), file, line, "%s%s%s failed with %s", what,
+                          *what ? ": " : "", call, ferry__rtc_name(r));
 }

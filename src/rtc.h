@@ -76,9 +76,4 @@ ferry_status ferry__rtc_error(nvrtcResult r, const char *call, const char *file,
     }                                                                                                         \
   } while (0)
 
-/* Records an error whose failing call is not a driver call (an NVRTC entry, a system call such as "rename"):
- * status and message as FERRY_ERR, and `call` (static) in the record's call field. */
-ferry_status ferry__call_error(ferry_status status, const char *call, const char *file, int line, const char *fmt,
-                               ...) __attribute__((format(printf, 5, 6)));
-
 #endif

@@ -71,6 +71,37 @@ ferry_status ferry__error(ferry_status status, const char *file, int line, const
   return status;
 }
 
+/* The message is formatted into a local buffer first: an argument may be the record's own message (a caller that
+ * wraps the error of a call it just made), and vsnprintf must not write over what it reads. */
+static ferry_status record_call(ferry_status status, const char *call, const char *result_name, const char *file,
+                                int line, const char *fmt, va_list ap) {
+  char message[sizeof tls_error.message];
+  vsnprintf(message, sizeof message, fmt, ap);
+  record(status, 0, result_name ? result_name : "", call ? call : "", file, line);
+  memcpy(tls_error.message, message, sizeof message);
+  return status;
+}
+
+ferry_status ferry__call_error(ferry_status status, const char *call, const char *file, int line, const char *fmt,
+                               ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  record_call(status, call, "", file, line, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+ferry_status ferry__lib_error(ferry_status status, const char *call, const char *result_name, const char *file,
+                              int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  record_call(status, call, result_name, file, line, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+void ferry__error_restore(const ferry_error *saved) { tls_error = *saved; }
+
 static ferry_status status_of(CUresult r, const char *call) {
   switch (r) {
   case CUDA_ERROR_OUT_OF_MEMORY:

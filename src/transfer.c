@@ -497,7 +497,7 @@ static ferry_status submit(const ferry_tensor *in, size_t count, const ferry_tra
        * completed, so releasing returns their memory at once. */
       ferry_error saved = *ferry_last_error();
       ferry_transfer_release(t);
-      *(ferry_error *)ferry_last_error() = saved;
+      ferry__error_restore(&saved);
       return st;
     }
   }
@@ -520,7 +520,7 @@ cleanup:
     if (slab) slab->fence = ferry__fence_ref(f);
     if (staging) staging->fence = ferry__fence_ref(f);
     ferry__fence_unref(f);
-    *(ferry_error *)ferry_last_error() = saved;
+    ferry__error_restore(&saved);
   }
   ferry_slab_release(slab);
   ferry_slab_release(staging);

@@ -3,9 +3,15 @@
  * cache and export/import.
  *
  * The file is a fixed 128-byte header (magic, format version, header size, the compile key, the payload's length
- * and SHA-256) followed by the payload: a 128-byte record naming the operator (name, source digest, kind, target)
- * and the cubin. A reader trusts nothing it has not verified: every length against the file's, the hash against
- * the content, the record against what it expects, and the cubin's ELF magic, before any byte reaches the driver.
+ * and a checksum) followed by the payload: a 128-byte record naming the operator (name, source digest, kind,
+ * target) and the cubin. The checksum is XXH64 of the payload, seeded with XXH64 of the header fields before it,
+ * so a damaged key or length is caught as well as a damaged cubin. A reader trusts nothing it has not verified:
+ * every length against the file's, the checksum against the content, the record against what it expects, and the
+ * cubin's ELF magic, before any byte reaches the driver.
+ *
+ * The checksum is there for damage (torn or truncated writes, flipped bits, files of another format), not for an
+ * attacker: see xxh64.c for why a cryptographic hash would add nothing. Format version 1 carried a SHA-256 instead;
+ * its files fail the version check and are rebuilt (cache) or refused (import), never read as version 2.
  */
 #include "ops.h"
 
@@ -19,11 +25,11 @@
 
 /* ---- lifetime ---------------------------------------------------------------------------------------------- */
 
-ferry_status ferry__artifact_new(const ferry_op *op, uint32_t kind, int sm, const uint8_t key[32],
+ferry_status ferry__artifact_new(const ferry_op *op, uint32_t kind, int sm, const uint8_t key[32], void *block,
                                  unsigned char *cubin, size_t cubin_size, ferry_artifact **out) {
   ferry_artifact *a = calloc(1, sizeof *a);
   if (!a) {
-    free(cubin);
+    free(block);
     return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating an artifact of operator %s", op->info.name);
   }
   atomic_init(&a->refs, 1);
@@ -33,6 +39,7 @@ ferry_status ferry__artifact_new(const ferry_op *op, uint32_t kind, int sm, cons
   if (key) memcpy(a->key, key, 32);
   a->cubin = cubin;
   a->cubin_size = cubin_size;
+  a->cubin_block = block;
   a->tile_m = (uint32_t)op->info.tile_m;
   a->tile_n = (uint32_t)op->info.tile_n;
   a->threads = (uint32_t)op->info.threads;
@@ -52,7 +59,7 @@ void ferry_artifact_release(ferry_artifact *artifact) {
   /* Unloading waits for nothing: the driver keeps a library alive while launched work still needs it. */
   if (artifact->library) (void)FERRY_CU(cuLibraryUnload, artifact->library);
   pthread_mutex_destroy(&artifact->lock);
-  free(artifact->cubin);
+  free(artifact->cubin_block);
   free(artifact);
 }
 
@@ -146,8 +153,12 @@ static uint64_t get64(const unsigned char *p) {
 }
 
 /* Offsets in the header and in the meta record. */
-enum { H_MAGIC = 0, H_VERSION = 8, H_HEADER = 12, H_KEY = 16, H_PAYLOAD = 48, H_SHA = 56, H_END = 88 };
+enum { H_MAGIC = 0, H_VERSION = 8, H_HEADER = 12, H_KEY = 16, H_PAYLOAD = 48, H_CHECK = 56, H_END = 64 };
 enum { M_NAME = 0, M_DIGEST = 64, M_KIND = 96, M_SM = 100, M_CUBIN = 104, M_END = 112 };
+
+uint64_t ferry__art_checksum(const unsigned char *file, uint64_t payload) {
+  return ferry__xxh64(file + FERRY__ART_HEADER, (size_t)payload, ferry__xxh64(file, H_CHECK, 0));
+}
 
 ferry_status ferry__art_encode(const ferry_artifact *art, unsigned char **out, size_t *out_size) {
   size_t payload = FERRY__ART_META + art->cubin_size;
@@ -166,7 +177,7 @@ ferry_status ferry__art_encode(const ferry_artifact *art, unsigned char **out, s
   put32(f + H_HEADER, FERRY__ART_HEADER);
   memcpy(f + H_KEY, art->key, 32);
   put64(f + H_PAYLOAD, payload);
-  ferry__sha256_of(m, payload, f + H_SHA);
+  put64(f + H_CHECK, ferry__art_checksum(f, payload));
   *out = f;
   *out_size = total;
   return FERRY_OK;
@@ -186,7 +197,6 @@ static int kind_valid(uint32_t kind) {
 
 int ferry__art_verify(const unsigned char *file, size_t size, const uint8_t *expect_key, ferry__art_meta *meta,
                       uint8_t key[32], size_t *cubin_offset, char *why, size_t why_size) {
-  uint8_t sha[32];
   if (size < FERRY__ART_HEADER) {
     snprintf(why, why_size, "truncated: %zu bytes, shorter than the %u-byte header", size, FERRY__ART_HEADER);
     return 0;
@@ -215,9 +225,8 @@ int ferry__art_verify(const unsigned char *file, size_t size, const uint8_t *exp
     return 0;
   }
   const unsigned char *m = file + FERRY__ART_HEADER;
-  ferry__sha256_of(m, (size_t)payload, sha);
-  if (memcmp(sha, file + H_SHA, 32) != 0) {
-    snprintf(why, why_size, "damaged: the content does not match its SHA-256");
+  if (ferry__art_checksum(file, payload) != get64(file + H_CHECK)) {
+    snprintf(why, why_size, "damaged: the content does not match its checksum");
     return 0;
   }
   if (expect_key && memcmp(expect_key, file + H_KEY, 32) != 0) {
@@ -281,7 +290,7 @@ ferry_status ferry__read_file(const char *path, int require_owner, unsigned char
     goto cleanup;
   }
   while (got < size) {
-    ssize_t r = read(fd, buf + got, size - got);
+    ssize_t r = pread(fd, buf + got, size - got, (off_t)got);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
       st = ferry__call_error(FERRY_IO_ERROR, "read", __FILE__, __LINE__, "reading %s: %s", path,
@@ -377,7 +386,7 @@ cleanup:
 
 ferry_status ferry_artifact_import(const char *path, ferry_artifact **out) {
   ferry_status st = FERRY_OK;
-  unsigned char *file = NULL, *cubin = NULL;
+  unsigned char *file = NULL;
   size_t size = 0, offset = 0;
   ferry__art_meta meta;
   uint8_t key[32];
@@ -400,21 +409,15 @@ ferry_status ferry_artifact_import(const char *path, ferry_artifact **out) {
                    meta.op_name);
     goto cleanup;
   }
-  cubin = malloc((size_t)meta.cubin_size);
-  if (!cubin) {
-    st = FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "importing %s", path);
-    goto cleanup;
-  }
-  memcpy(cubin, file + offset, (size_t)meta.cubin_size);
-  st = ferry__artifact_new(op, meta.kind, meta.sm, key, cubin, (size_t)meta.cubin_size, &art);
-  cubin = NULL; /* owned (or freed) by ferry__artifact_new */
+  /* The artifact keeps the file's image: the cubin is used where it lies, not copied. */
+  st = ferry__artifact_new(op, meta.kind, meta.sm, key, file, file + offset, (size_t)meta.cubin_size, &art);
+  file = NULL; /* owned (or freed) by ferry__artifact_new */
   if (st != FERRY_OK) goto cleanup;
   ferry__memo_insert(art);
   *out = art;
   art = NULL;
 cleanup:
   ferry_artifact_release(art);
-  free(cubin);
   free(file);
   return st;
 }

@@ -5,7 +5,10 @@
  * else, or one that group or others can write is refused (the cache is then skipped, and the stats say why).
  * Files are written atomically (temporary file, fsync, rename), so concurrent writers — threads or processes —
  * and crashes leave either the old file, the new one or none, never a torn one; and every read verifies the whole
- * file (format, lengths, SHA-256, key, operator) before use. A file that fails is removed and rebuilt.
+ * file (format, lengths, checksum, key, operator) before use. A file that fails is removed and rebuilt.
+ *
+ * A hit costs a short key (source.c), one open/fstat/pread of the file, and a checksum at memory speed
+ * (artifact.c); the cubin is then used in place in the file's image.
  */
 #include "ops.h"
 
@@ -86,14 +89,17 @@ int ferry__cache_dir(char *out, size_t size) {
     note(0, "", "the cache directory's path is too long");
     return 0;
   }
-  if (make_dirs(out) != 0) {
-    note(0, out, "cannot create %s: %s", out, strerror(errno));
-    return 0;
-  }
+  /* Usually the directory exists: one lstat, and the mkdir of every component only when it is missing. */
   struct stat sb;
   if (lstat(out, &sb) != 0) {
-    note(0, out, "cannot stat %s: %s", out, strerror(errno));
-    return 0;
+    if (errno != ENOENT || make_dirs(out) != 0) {
+      note(0, out, "cannot create %s: %s", out, strerror(errno));
+      return 0;
+    }
+    if (lstat(out, &sb) != 0) {
+      note(0, out, "cannot stat %s: %s", out, strerror(errno));
+      return 0;
+    }
   }
   if (S_ISLNK(sb.st_mode)) {
     note(0, out, "%s is a symbolic link; refusing it as the cache directory", out);
@@ -123,8 +129,8 @@ static void file_path(const char *dir, const uint8_t key[32], char *out, size_t 
   snprintf(out, size, "%s/%s.ferry", dir, hex);
 }
 
-int ferry__cache_load(const ferry_op *op, uint32_t kind, int sm, const uint8_t key[32], unsigned char **cubin,
-                      size_t *cubin_size) {
+int ferry__cache_load(const ferry_op *op, uint32_t kind, int sm, const uint8_t key[32], void **block,
+                      unsigned char **cubin, size_t *cubin_size) {
   char dir[600], path[700], why[200];
   unsigned char *file = NULL;
   size_t size = 0, offset = 0;
@@ -138,7 +144,7 @@ int ferry__cache_load(const ferry_op *op, uint32_t kind, int sm, const uint8_t k
   if (st != FERRY_OK) {
     /* A miss, or a file that cannot be read (then it is also replaced by the store that follows). */
     if (!missing) note(1, NULL, "skipped: %s", ferry_last_error_message()); /* the message names the path */
-    *(ferry_error *)ferry_last_error() = saved;
+    ferry__error_restore(&saved);
     pthread_mutex_lock(&stats_lock);
     stats.disk_misses++;
     pthread_mutex_unlock(&stats_lock);
@@ -150,15 +156,15 @@ int ferry__cache_load(const ferry_op *op, uint32_t kind, int sm, const uint8_t k
     snprintf(why, sizeof why, "its record names another operator, kind or target");
     ok = 0;
   }
-  unsigned char *c = ok ? malloc((size_t)meta.cubin_size) : NULL;
-  if (ok && c) {
-    memcpy(c, file + offset, (size_t)meta.cubin_size);
-    *cubin = c;
+  if (ok) {
+    *block = file;
+    *cubin = file + offset;
     *cubin_size = (size_t)meta.cubin_size;
+  } else {
+    free(file);
   }
-  free(file);
   pthread_mutex_lock(&stats_lock);
-  if (ok && c) stats.disk_hits++;
+  if (ok) stats.disk_hits++;
   else stats.disk_misses++;
   if (!ok) {
     stats.disk_rejected++;
@@ -167,7 +173,7 @@ int ferry__cache_load(const ferry_op *op, uint32_t kind, int sm, const uint8_t k
   pthread_mutex_unlock(&stats_lock);
   /* Never load a file that failed; remove it so the rebuilt one takes its place. */
   if (!ok) unlink(path);
-  return ok && c;
+  return ok;
 }
 
 void ferry__cache_store(const ferry_artifact *art) {
@@ -186,6 +192,6 @@ void ferry__cache_store(const ferry_artifact *art) {
     snprintf(stats.disk_note, sizeof stats.disk_note, "could not write %.90s: %.130s", path, ferry_last_error_message());
   }
   pthread_mutex_unlock(&stats_lock);
-  *(ferry_error *)ferry_last_error() = saved; /* a cache that cannot be written is not the caller's error */
+  ferry__error_restore(&saved); /* a cache that cannot be written is not the caller's error */
   free(file);
 }

@@ -136,6 +136,7 @@ static ferry_status build(const ferry_op *op, uint32_t kind, int sm, ferry_artif
   char *source = NULL, arch[32];
   size_t source_size = 0, cubin_size = 0;
   unsigned char *cubin = NULL;
+  void *block = NULL;
   const char *opts[4 + 64];
   uint8_t key[32];
   FERRY_TRY(ferry__rtc_load());
@@ -144,18 +145,22 @@ static ferry_status build(const ferry_op *op, uint32_t kind, int sm, ferry_artif
                    ferry__rtc.major, ferry__rtc.minor, sm, ferry__rtc.archs[0], ferry__rtc.archs[ferry__rtc.n_archs - 1]);
     goto cleanup;
   }
-  FERRY_TRY(ferry__op_source(op, kind, sm, &source, &source_size));
   int n_opts = ferry__op_options(op, sm, arch, opts);
   int driver = ferry__driver_quiet() ? ferry__drv.version : 0;
-  ferry__compile_key(source, source_size, opts, n_opts, sm, ferry__rtc.major * 1000 + ferry__rtc.minor * 10,
-                     driver, key);
-  int cached = ferry__cache_load(op, kind, sm, key, &cubin, &cubin_size);
-  if (!cached) FERRY_TRY(nvrtc_compile(op, sm, source, opts, n_opts, &cubin, &cubin_size));
-  FERRY_TRY(ferry__artifact_new(op, kind, sm, key, cubin, cubin_size, out));
-  cubin = NULL;
+  ferry__compile_key(op, kind, sm, opts, n_opts, ferry__rtc.major * 1000 + ferry__rtc.minor * 10, driver, key);
+  int cached = ferry__cache_load(op, kind, sm, key, &block, &cubin, &cubin_size);
+  if (!cached) {
+    /* Only a miss needs the source itself. */
+    FERRY_TRY(ferry__op_source(op, kind, sm, &source, &source_size));
+    FERRY_TRY(nvrtc_compile(op, sm, source, opts, n_opts, &cubin, &cubin_size));
+    block = cubin;
+  }
+  st = ferry__artifact_new(op, kind, sm, key, block, cubin, cubin_size, out);
+  block = NULL; /* owned by the artifact, or already freed by ferry__artifact_new when it failed */
+  if (st != FERRY_OK) goto cleanup;
   if (!cached) ferry__cache_store(*out);
 cleanup:
-  free(cubin);
+  free(block);
   free(source);
   return st;
 }
@@ -201,7 +206,7 @@ ferry_status ferry_op_compile_for(const ferry_op *op, const ferry_gemm_args *arg
   if (ferry__driver_quiet() && ferry__device_sm(args->problem.device, &dev_sm) == FERRY_OK) {
     if (dev_sm == target_sm) FERRY_TRY(ferry__artifact_load(art));
   } else {
-    *(ferry_error *)ferry_last_error() = saved; /* no such device here: nothing to load, nothing to report */
+    ferry__error_restore(&saved); /* no such device here: nothing to load, nothing to report */
   }
   *out = art;
   art = NULL;

@@ -35,7 +35,7 @@ int ferry__driver_quiet(void) {
   ferry_error saved = *ferry_last_error();
   if (ferry__driver_load() == FERRY_OK) return 1;
   /* The library's own probe for a device must not overwrite an error the caller is still reading. */
-  *(ferry_error *)ferry_last_error() = saved;
+  ferry__error_restore(&saved);
   return 0;
 }
 

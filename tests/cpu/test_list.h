@@ -3,6 +3,8 @@
   X(status_names_cover_the_table)           \
   X(status_unknown_value)                   \
   X(last_error_starts_clear)                \
+  X(call_error_names_the_call)              \
+  X(error_restore_puts_it_back)             \
   X(nbytes_multiplies_shape_and_dtype)      \
   X(nbytes_rejects_negative_dimension)      \
   X(nbytes_detects_overflow)                \

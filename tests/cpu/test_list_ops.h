@@ -23,6 +23,8 @@
   X(target_from_the_fake_device)                          \
   X(register_validates_and_rejects_duplicates)            \
   X(sha256_matches_the_standard_vectors)                  \
+  X(xxh64_matches_the_published_values)                   \
+  X(compile_key_covers_the_whole_source)                  \
   X(compile_to_cubin_for_sm80_and_sm90)                   \
   X(compile_is_memoised)                                  \
   X(compile_refuses_old_targets_and_unsupported_args)     \
@@ -44,6 +46,8 @@
   X(cache_can_be_turned_off)                              \
   X(export_import_round_trip)                             \
   X(import_rejects_bad_files)                             \
+  X(checksum_covers_the_header)                           \
+  X(cache_hit_costs_microseconds)                         \
   X(fault_at_every_compile_call_is_clean)                 \
   X(fault_at_every_load_and_run_call_is_clean)            \
   X(fault_at_every_graph_call_is_clean)

@@ -31,6 +31,92 @@ TEST(sha256_matches_the_standard_vectors) {
   ASSERT(!strcmp(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"));
 }
 
+TEST(xxh64_matches_the_published_values) {
+  /* The values of the xxHash reference implementation (XXH64, seeds 0 and 0x9e3779b97f4a7c15). */
+  unsigned char ramp[1027];
+  for (int i = 0; i < 1024; i++) ramp[i] = (unsigned char)i;
+  memcpy(ramp + 1024, "xyz", 3);
+  const char *spam = "Nobody inspects the spammish repetition";
+  const struct { const void *data; size_t n; uint64_t seed0, seed1; } cases[] = {
+      {"", 0, 0xef46db3751d8e999ull, 0xc4349fc93c010000ull},
+      {"a", 1, 0xd24ec4f1a98c6e5bull, 0x9a7c6d2ea45568c9ull},
+      {"abc", 3, 0x44bc2cf5ad770999ull, 0x2ed0f59d6b43ac8bull},
+      {spam, 39, 0xfbcea83c8a378bf1ull, 0xeb8b157ca26cbf34ull},
+      {ramp, sizeof ramp, 0xe146cb31b65bc21aull, 0x86b7211d04e93c1full},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint64_t h0 = ferry__xxh64(cases[i].data, cases[i].n, 0);
+    uint64_t h1 = ferry__xxh64(cases[i].data, cases[i].n, 0x9e3779b97f4a7c15ull);
+    if (h0 != cases[i].seed0 || h1 != cases[i].seed1)
+      FAIL_AT("XXH64 of case %zu (%zu bytes): %016llx/%016llx, expected %016llx/%016llx", i, cases[i].n,
+              (unsigned long long)h0, (unsigned long long)h1, (unsigned long long)cases[i].seed0,
+              (unsigned long long)cases[i].seed1);
+  }
+  /* Unaligned input reads the same bytes. */
+  unsigned char shifted[1028];
+  memcpy(shifted + 1, ramp, sizeof ramp);
+  ASSERT(ferry__xxh64(shifted + 1, sizeof ramp, 0) == 0xe146cb31b65bc21aull);
+}
+
+/* The SHA-256 of everything after the source's head (the "#define FERRY_TARGET_SM" line ends it). */
+static void digest_after_head(const ferry_op *op, uint32_t kind, int sm, uint8_t out[32]) {
+  char *source = NULL;
+  size_t size = 0;
+  ASSERT_OK(ferry__op_source(op, kind, sm, &source, &size));
+  ASSERT_EQ(strlen(source), size);
+  const char *end = strstr(source, "#define FERRY_TARGET_SM ");
+  ASSERT(end != NULL);
+  end = strchr(end, '\n') + 1;
+  ferry__sha256_of(end, size - (size_t)(end - source), out);
+  free(source);
+}
+
+TEST(compile_key_covers_the_whole_source) {
+  ferry_gemm_args f16, f32;
+  test_args(&f16, FERRY_F16, FERRY_F16, 64, 64, 64);
+  test_args(&f32, FERRY_F32, FERRY_F32, 64, 64, 64);
+  const ferry_op *tiny_a = tiny_op("tiny_key_a");
+  ferry_op_desc d;
+  ferry_op_desc_init(&d);
+  d.info.name = "tiny_key_b"; /* tiny_key_a's source but for one character */
+  d.source = "extern \"C\" __global__ void tiny(ferry_gemm_params p) {\n"
+             "  if (threadIdx.x == 0 && p.m > 0) static_cast<float *>(p.out)[0] = p.beta;\n"
+             "}\n";
+  d.entry = "tiny";
+  const ferry_op *tiny_b = NULL;
+  ASSERT_OK(ferry_op_register(&d, &tiny_b));
+  /* The memoised digest the key uses is the digest of the source's bytes after the head, for every kind. */
+  const ferry_op *ops[3] = {ferry_op_by_name("gemm_mma_f16_64x64x32_s3"), tiny_a, tiny_b};
+  for (int i = 0; i < 3; i++) {
+    uint8_t want[32], got[32];
+    ferry__op_body_digest(ops[i], got);
+    digest_after_head(ops[i], f16.problem.kind, 90, want);
+    ASSERT(!memcmp(want, got, 32));
+    if (i > 0) {
+      digest_after_head(ops[i], f32.problem.kind, 80, want);
+      ASSERT(!memcmp(want, got, 32));
+    }
+  }
+  /* Every input changes the key; the same inputs give the same key. */
+  const char *opts[3] = {"--gpu-architecture=sm_90", "--std=c++17", "-DX=1"};
+  uint8_t base[32], again[32], other[32];
+  ferry__compile_key(tiny_a, f32.problem.kind, 90, opts, 2, 13000, 13000, base);
+  ferry__compile_key(tiny_a, f32.problem.kind, 90, opts, 2, 13000, 13000, again);
+  ASSERT(!memcmp(base, again, 32));
+  ferry__compile_key(tiny_b, f32.problem.kind, 90, opts, 2, 13000, 13000, other);
+  ASSERT(memcmp(base, other, 32)); /* one character of the kernel */
+  ferry__compile_key(tiny_a, f16.problem.kind, 90, opts, 2, 13000, 13000, other);
+  ASSERT(memcmp(base, other, 32)); /* the kind */
+  ferry__compile_key(tiny_a, f32.problem.kind, 89, opts, 2, 13000, 13000, other);
+  ASSERT(memcmp(base, other, 32)); /* the target */
+  ferry__compile_key(tiny_a, f32.problem.kind, 90, opts, 3, 13000, 13000, other);
+  ASSERT(memcmp(base, other, 32)); /* an option */
+  ferry__compile_key(tiny_a, f32.problem.kind, 90, opts, 2, 13010, 13000, other);
+  ASSERT(memcmp(base, other, 32)); /* NVRTC's version */
+  ferry__compile_key(tiny_a, f32.problem.kind, 90, opts, 2, 13000, 12080, other);
+  ASSERT(memcmp(base, other, 32)); /* the driver's version */
+}
+
 TEST(compile_to_cubin_for_sm80_and_sm90) {
   if (!test_have_nvrtc()) return;
   char home[300];

@@ -8,8 +8,8 @@
 
 /* An input is one mode byte, then the bytes of a file. The low two bits pick what reads the file:
  *   0  ferry__art_verify over the bytes as they are;
- *   1  the same after fixing the header's payload length and SHA-256 (so mutations reach the checks behind the
- *      hash instead of dying at it);
+ *   1  the same after fixing the header's payload length and checksum (so mutations reach the checks behind the
+ *      checksum instead of dying at it);
  *   2  ferry_artifact_import of the (fixed) bytes written to a file: read_file, verify, the registry lookup,
  *      artifact creation and the memo;
  *   3  the disk cache's reader (ferry__cache_load) of the (fixed) bytes written as the entry of a known key.

@@ -52,15 +52,17 @@ int main(int argc, char **argv) {
   seed(dir, "cut-header", FUZZ_MODE_CACHE, file, 40);
   unsigned char *bad = malloc(size);
   memcpy(bad, file, size);
-  bad[8] = 2; /* another format version */
-  seed(dir, "version-2", FUZZ_MODE_FIXED, bad, size);
+  bad[8] = FERRY__ART_VERSION + 1; /* a newer format */
+  seed(dir, "version-next", FUZZ_MODE_FIXED, bad, size);
+  bad[8] = 1; /* format 1, whose files carried a SHA-256 where the checksum is now */
+  seed(dir, "version-1", FUZZ_MODE_FIXED, bad, size);
   memcpy(bad, file, size);
   memcpy(bad + FERRY__ART_HEADER, "other_op", 9);
   seed(dir, "other-op", FUZZ_MODE_IMPORT, bad, size);
   memcpy(bad, file, size);
   bad[FERRY__ART_HEADER + FERRY__ART_META] = 'M';
   seed(dir, "not-elf", FUZZ_MODE_CACHE | FUZZ_STAMP, bad, size);
-  printf("wrote 11 seeds of up to %zu bytes to %s\n", size + 1, dir);
+  printf("wrote 12 seeds of up to %zu bytes to %s\n", size + 1, dir);
   free(bad);
   free(file);
   ferry_artifact_release(art);
