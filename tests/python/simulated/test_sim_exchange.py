@@ -145,7 +145,7 @@ def test_sync_transfer_of_many_torch_outputs_opens_the_window_while_copies_run(t
 
 
 def test_no_window_when_no_other_python_thread_exists(timing, window):
-    assert threading.active_count() == 1
+    assert threading.active_count() == 1, f"this test needs to be alone: {threading.enumerate()}"
     window(20_000)
     _ferry._sim_hold(True)
     ferry.transfer_tensor_d2h([X(np.full(10, i, np.uint8)) for i in range(64)])
