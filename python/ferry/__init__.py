@@ -12,6 +12,9 @@ Everything here is implemented in C (``ferry._ferry``) over libferry's public C 
     >>> cpu_batch = handle.wait()
 
 See ``help(ferry.transfer_tensor_d2h)`` for the contract, the output framework rule and ownership.
+
+``ferry.ops`` is the operator half: GEMM operators (discovery, support checks, compile once, a fast launch path,
+CUDA graphs) with the CUTLASS Operator API's names; see ``help(ferry.ops)``.
 """
 
 from ._ferry import (
@@ -26,7 +29,7 @@ from ._ferry import (
     transfer_tensor_h2d,
     transfer_tensor_h2d_async,
 )
-from . import pool
+from . import ops, pool
 
 __all__ = [
     "DLPACK_VERSION",
@@ -35,6 +38,7 @@ __all__ = [
     "Transfer",
     "__version__",
     "device_count",
+    "ops",
     "pool",
     "transfer_tensor_d2h",
     "transfer_tensor_d2h_async",

@@ -3,6 +3,7 @@
 
 from typing import Any, Generic, Protocol, TypeVar, final
 
+from . import ops as ops
 from . import pool as pool
 
 __version__: str

@@ -172,6 +172,10 @@ static int parse_stream(PyObject *obj, void **out, int *out_device) {
   return 0;
 }
 
+int ferry_py_stream_from_object(PyObject *obj, void **out, int *out_device) {
+  return parse_stream(obj, out, out_device);
+}
+
 /* producer_event: None, an int handle, torch.cuda.Event (.cuda_event) or a CuPy event (.ptr). */
 static int parse_event(PyObject *obj, void **out) {
   *out = NULL;

@@ -10,6 +10,8 @@
  *     producer order its own work before our copy stream (stream=-1 when the caller gave producer_event, which is
  *     then the readiness boundary). The capsule is renamed "used_..." as the protocol requires, and the producer's
  *     deleter is called once the copies out of it are done (ferry_py_leaf_release_input).
+ * ferry.ops reads GEMM operands through the same two routes (ferry_py_read_operand), wherever they live: the C
+ * library's argument check then names a wrong device, as it names a wrong dtype or shape.
  */
 #include "ferry_py.h"
 
@@ -52,17 +54,16 @@ static PyObject *producer_stream_arg(ferry_py_read_ctx *ctx) {
   return PyLong_FromVoidPtr(ctx->copy_stream);
 }
 
-/* Calls obj.__dlpack__(stream=..., max_version=(1, minor)); a producer that predates max_version (TypeError) is
- * asked again without it and answers with a legacy capsule. */
-static PyObject *export_capsule(ferry_py_read_ctx *ctx, PyObject *obj) {
+/* Calls obj.__dlpack__(stream=..., max_version=(1, minor)), without `stream` when it is NULL (host producers
+ * take none); a producer that predates max_version (TypeError) is asked again without it and answers with a
+ * legacy capsule. */
+static PyObject *export_capsule_with(PyObject *obj, PyObject *stream) {
   PyObject *method = PyObject_GetAttrString(obj, "__dlpack__");
   if (!method) return NULL;
-  PyObject *stream = NULL, *version = NULL, *capsule = NULL;
+  PyObject *version = NULL, *capsule = NULL;
   PyObject *kwargs = PyDict_New(), *empty = PyTuple_New(0);
   if (!kwargs || !empty) goto done;
-  if (!ctx->h2d) { /* host producers take no stream */
-    if (!(stream = producer_stream_arg(ctx)) || PyDict_SetItemString(kwargs, "stream", stream) < 0) goto done;
-  }
+  if (stream && PyDict_SetItemString(kwargs, "stream", stream) < 0) goto done;
   if (!(version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION))) goto done;
   if (PyDict_SetItemString(kwargs, "max_version", version) < 0) goto done;
   capsule = PyObject_Call(method, empty, kwargs);
@@ -72,11 +73,19 @@ static PyObject *export_capsule(ferry_py_read_ctx *ctx, PyObject *obj) {
     capsule = PyObject_Call(method, empty, kwargs);
   }
 done:
-  Py_XDECREF(stream);
   Py_XDECREF(version);
   Py_XDECREF(kwargs);
   Py_XDECREF(empty);
   Py_DECREF(method);
+  return capsule;
+}
+
+/* export_capsule_with for an input of a transfer: the stream is the copy stream (see producer_stream_arg). */
+static PyObject *export_capsule(ferry_py_read_ctx *ctx, PyObject *obj) {
+  PyObject *stream = NULL;
+  if (!ctx->h2d && !(stream = producer_stream_arg(ctx))) return NULL; /* host producers take no stream */
+  PyObject *capsule = export_capsule_with(obj, stream);
+  Py_XDECREF(stream);
   return capsule;
 }
 
@@ -172,4 +181,26 @@ void ferry_py_leaf_release_input(ferry_py_leaf *leaf) {
     leaf->managed_legacy = NULL;
     if (m->deleter) m->deleter(m);
   }
+}
+
+/* ---- operands of ferry.ops: a tensor wherever it lives --------------------------------------------------- */
+
+int ferry_py_read_operand(PyObject *obj, const ferry_py_typeinfo *ti, PyObject *cuda_stream, ferry_tensor *tensor,
+                          ferry_py_leaf *leaf) {
+  memset(leaf, 0, sizeof *leaf);
+  leaf->obj = obj;
+  leaf->family = ti->family;
+  if (ti->kind == FERRY_PY_TENSOR_EXCHANGE) {
+    if (ti->api->dltensor_from_py_object_no_sync(obj, (DLTensor *)tensor) != 0) return -1;
+    leaf->api = ti->api;
+    return 0;
+  }
+  int32_t type, id;
+  if (dlpack_device(obj, &type, &id) < 0) return -1;
+  /* Only CUDA producers take a stream; a host producer would reject one. */
+  PyObject *capsule = export_capsule_with(obj, type == kDLCUDA || type == kDLCUDAManaged ? cuda_stream : NULL);
+  if (!capsule) return -1;
+  int rc = take_capsule(obj, capsule, tensor, leaf);
+  Py_DECREF(capsule); /* renamed: its destructor no longer owns the managed tensor */
+  return rc;
 }

@@ -2,10 +2,10 @@
  * raises it with the message of ferry_last_error().
  *
  * The classes are the builtins a Python caller already catches (ValueError for bad arguments, RuntimeError for a
- * missing device, MemoryError when memory runs out), and ferry.FerryError, a RuntimeError, for the driver and
- * ferry itself. Every exception carries the details of the C error record as attributes: status (the name, e.g.
- * "DEVICE_MISMATCH"), cu_result and cu_name (the failing driver call's CUresult), call, and where (file:line in
- * ferry).
+ * missing device, MemoryError when memory runs out, OSError for files that cannot be read or written), and
+ * ferry.FerryError, a RuntimeError, for the driver and ferry itself. Every exception carries the details of the
+ * C error record as attributes: status (the name, e.g. "DEVICE_MISMATCH"), cu_result and cu_name (the failing
+ * driver call's CUresult), call, and where (file:line in ferry).
  */
 #include "ferry_py.h"
 
@@ -26,6 +26,8 @@ static PyObject **exception_for(ferry_status status) {
     return &PyExc_MemoryError;
   case FERRY_OVERFLOW:
     return &PyExc_OverflowError;
+  case FERRY_IO_ERROR: /* artifact files (ferry.ops) */
+    return &PyExc_OSError;
   case FERRY_DRIVER_ERROR:
   case FERRY_NOT_READY:
   case FERRY_UNSUPPORTED:

@@ -120,7 +120,7 @@ PyMODINIT_FUNC PyInit__ferry(void) {
   if (!m) return NULL;
   if (ferry_py_errors_init(m) < 0 || add_type(m, &ferry_py_SlabTensor_Type, "SlabTensor") < 0 ||
       add_type(m, &ferry_py_Transfer_Type, "Transfer") < 0 ||
-      PyModule_AddStringConstant(m, "__version__", ferry_version()) < 0)
+      PyModule_AddStringConstant(m, "__version__", ferry_version()) < 0 || ferry_py_ops_init(m) < 0)
     goto fail;
   PyObject *dlpack = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
   if (!dlpack || PyModule_AddObject(m, "DLPACK_VERSION", dlpack) < 0) {

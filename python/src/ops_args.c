@@ -1,0 +1,345 @@
+/* ops_args.c — ferry.ops.GemmArguments: A, B and out read once through DLPack and validated once by
+ * ferry_gemm_args_init, so that every run of them is a launch and nothing else.
+ *
+ * Reading: torch tensors through the framework's exchange API (dltensor_from_py_object_no_sync: a C call that
+ * fills a DLTensor from the tensor, no capsule, no synchronisation); other producers (CuPy, JAX, numpy) through
+ * __dlpack__, whose export is then held until the arguments die — the producer's contract for the memory.
+ * Wherever an operand lives, it is handed to the C library, so a host array, a wrong dtype, a rank or shape that
+ * does not chain all fail there, with messages that name the operand and the values.
+ *
+ * Ownership: the arguments keep a reference to each operand object (and the producers' exports), so the memory
+ * the runs read lives as long as the arguments. They capture the operands' data pointers and layouts at
+ * construction: a tensor resized or re-pointed in place afterwards (torch's resize_, set_) is not seen; make new
+ * arguments for it.
+ */
+#include "ops_py.h"
+
+#include <ctype.h>
+#include <string.h>
+
+/* ---- messages ------------------------------------------------------------------------------------------------ */
+
+const char *ferry_py_ops_dtype_name(ferry_dtype d, char *buf, size_t size) {
+  if (d.lanes == 1 && d.code == kDLFloat && d.bits == 16) return "float16";
+  if (d.lanes == 1 && d.code == kDLFloat && d.bits == 32) return "float32";
+  if (d.lanes == 1 && d.code == kDLBfloat && d.bits == 16) return "bfloat16";
+  static const char *codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+  const char *code = d.code < sizeof codes / sizeof codes[0] ? codes[d.code] : "code?";
+  if (d.lanes == 1) snprintf(buf, size, "%s%u", code, (unsigned)d.bits);
+  else snprintf(buf, size, "%s%ux%u", code, (unsigned)d.bits, (unsigned)d.lanes);
+  return buf;
+}
+
+const char *ferry_py_ops_device_name(ferry_device d, char *buf, size_t size) {
+  switch (d.device_type) {
+  case kDLCPU: snprintf(buf, size, "cpu"); break;
+  case kDLCUDA: snprintf(buf, size, "cuda:%d", (int)d.device_id); break;
+  case kDLCUDAHost: snprintf(buf, size, "cuda_host (pinned)"); break;
+  case kDLCUDAManaged: snprintf(buf, size, "cuda_managed:%d", (int)d.device_id); break;
+  default: snprintf(buf, size, "DLPack device (%d, %d)", (int)d.device_type, (int)d.device_id); break;
+  }
+  return buf;
+}
+
+const char *ferry_py_ops_dims(const int64_t *v, int n, char *buf, size_t size) {
+  size_t at = 0;
+  at += (size_t)snprintf(buf, size, "(");
+  for (int i = 0; i < n && at < size; i++)
+    at += (size_t)snprintf(buf + at, size - at, "%s%lld", i ? ", " : "", (long long)v[i]);
+  if (at < size) snprintf(buf + at, size - at, n == 1 ? ",)" : ")");
+  return buf;
+}
+
+/* ---- accumulator_type ---------------------------------------------------------------------------------------- */
+
+/* The last objects seen, by identity (strong references): torch.float32 and friends are singletons, so the
+ * second construction does not format a dtype again. */
+#define ACC_CACHE 8
+static struct { PyObject *obj; ferry_scalar scalar; } acc_cache[ACC_CACHE];
+static unsigned acc_next;
+
+static ferry_scalar scalar_of_text(const char *text) {
+  const char *dot = strrchr(text, '.'); /* "torch.float32", "jax.numpy.float16" */
+  if (dot) text = dot + 1;
+  char t[24];
+  size_t n = 0;
+  for (; text[n] && n + 1 < sizeof t; n++) t[n] = (char)tolower((unsigned char)text[n]);
+  t[n] = '\0';
+  static const struct { const char *name; ferry_scalar s; } names[] = {
+      {"float32", FERRY_F32}, {"fp32", FERRY_F32}, {"f32", FERRY_F32}, {"single", FERRY_F32},
+      {"float16", FERRY_F16}, {"fp16", FERRY_F16}, {"f16", FERRY_F16}, {"half", FERRY_F16}};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(t, names[i].name)) return names[i].s;
+  return FERRY_SCALAR_NONE;
+}
+
+static int parse_accumulator(PyObject *obj, ferry_scalar *out) {
+  if (!obj || obj == Py_None) {
+    *out = FERRY_F32;
+    return 0;
+  }
+  for (int i = 0; i < ACC_CACHE; i++)
+    if (acc_cache[i].obj == obj) {
+      *out = acc_cache[i].scalar;
+      return 0;
+    }
+  /* "fp32" as text; numpy/JAX scalar types by __name__; torch dtypes and numpy dtypes by str(). */
+  PyObject *text = PyUnicode_Check(obj) ? Py_NewRef(obj)
+                   : PyType_Check(obj)  ? PyObject_GetAttrString(obj, "__name__")
+                                        : PyObject_Str(obj);
+  if (!text) return -1;
+  const char *t = PyUnicode_Check(text) ? PyUnicode_AsUTF8(text) : NULL;
+  ferry_scalar s = t ? scalar_of_text(t) : FERRY_SCALAR_NONE;
+  Py_DECREF(text);
+  PyErr_Clear();
+  if (s == FERRY_SCALAR_NONE) {
+    PyErr_Format(PyExc_ValueError, "accumulator_type=%R is not float32 or float16 (give torch.float32, "
+                 "numpy.float32, \"float32\" or \"fp32\"; or the float16 forms)", obj);
+    return -1;
+  }
+  unsigned slot = acc_next++ % ACC_CACHE;
+  Py_XSETREF(acc_cache[slot].obj, Py_NewRef(obj));
+  acc_cache[slot].scalar = s;
+  *out = s;
+  return 0;
+}
+
+/* ---- reading an operand ---------------------------------------------------------------------------------------- */
+
+int ferry_py_ops_read(PyObject *obj, const char *fn, const char *name, PyObject *cuda_stream, ferry_tensor *tensor,
+                      ferry_py_operand *layout, ferry_py_leaf *leaf) {
+  const ferry_py_typeinfo *ti = ferry_py_typeinfo_of(Py_TYPE(obj));
+  if (!ti) return -1;
+  if (ti->kind != FERRY_PY_TENSOR_EXCHANGE && ti->kind != FERRY_PY_TENSOR_PROTOCOL) {
+    PyErr_Format(PyExc_TypeError, "%s: operand %s is a %.200s, not a tensor (pass a torch, CuPy, JAX or numpy "
+                 "array, or another object with __dlpack__ and __dlpack_device__)", fn, name, Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  const DLPackExchangeAPI *api = ti->kind == FERRY_PY_TENSOR_EXCHANGE ? ti->api : NULL;
+  if (ferry_py_read_operand(obj, ti, cuda_stream, tensor, leaf) < 0) return -1;
+  layout->type = Py_TYPE(obj);
+  layout->api = api;
+  layout->dtype = tensor->dtype;
+  layout->device = tensor->device;
+  layout->ndim = tensor->ndim;
+  /* Ranks other than 2 and 3 are left for ferry_gemm_args_init to refuse; it reads no shape to do so. */
+  if (tensor->ndim >= 1 && tensor->ndim <= 3 && tensor->shape) {
+    int64_t compact = 1;
+    for (int d = tensor->ndim - 1; d >= 0; d--) {
+      layout->shape[d] = tensor->shape[d];
+      layout->strides[d] = tensor->strides ? tensor->strides[d] : compact;
+      compact *= tensor->shape[d] > 0 ? tensor->shape[d] : 1;
+    }
+    tensor->shape = layout->shape; /* the producer's arrays are only lent until Python code runs again */
+    tensor->strides = layout->strides;
+  }
+  return 0;
+}
+
+/* ---- the type ------------------------------------------------------------------------------------------------ */
+
+static const char *operand_names[3] = {"A", "B", "out"};
+
+/* What CUDA producers are asked to order their pending work before: the legacy default stream (1 in the
+ * __dlpack__ protocol), the stream a run of operands without an exchange API defaults to. */
+static PyObject *legacy_stream_arg;
+
+static PyObject *args_make(PyTypeObject *type, PyObject **a) {
+  double alpha = 1.0, beta = 0.0;
+  ferry_scalar acc;
+  if (a[4] && a[4] != Py_None && (alpha = PyFloat_AsDouble(a[4])) == -1.0 && PyErr_Occurred()) return NULL;
+  if (a[5] && a[5] != Py_None && (beta = PyFloat_AsDouble(a[5])) == -1.0 && PyErr_Occurred()) return NULL;
+  if (parse_accumulator(a[3], &acc) < 0) return NULL;
+  if (!legacy_stream_arg && !(legacy_stream_arg = PyLong_FromLong(1))) return NULL;
+  ferry_py_gemm_args *self = (ferry_py_gemm_args *)type->tp_alloc(type, 0);
+  if (!self) return NULL;
+  for (int i = 0; i < 3; i++) self->operands[i] = Py_NewRef(a[i]);
+  static PyObject *default_accumulator;
+  if (!default_accumulator && !(default_accumulator = PyUnicode_InternFromString("float32"))) goto fail;
+  self->accumulator = Py_NewRef(a[3] && a[3] != Py_None ? a[3] : default_accumulator);
+  ferry_tensor t[3];
+  for (int i = 0; i < 3; i++) {
+    if (ferry_py_ops_read(a[i], "GemmArguments", operand_names[i], legacy_stream_arg, &t[i], &self->layout[i],
+                          &self->leaves[i]) < 0)
+      goto fail;
+    if (!self->api) self->api = self->layout[i].api;
+  }
+  ferry_status st = ferry_gemm_args_init(&self->args, &t[0], &t[1], &t[2], acc);
+  if (st != FERRY_OK) {
+    ferry_py_raise(st);
+    goto fail;
+  }
+  self->args.alpha = (float)alpha;
+  self->args.beta = (float)beta;
+  return (PyObject *)self;
+fail:
+  Py_DECREF(self);
+  return NULL;
+}
+
+static ferry_py_sig args_sig = {"GemmArguments", 6, 3, 4, {"A", "B", "out", "accumulator_type", "alpha", "beta"},
+                                {0}};
+
+static PyObject *args_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+  PyObject *a[6];
+  if (ferry_py_ops_parse(&args_sig, args, PyVectorcall_NARGS(nargsf), kwnames, a) < 0) return NULL;
+  return args_make((PyTypeObject *)type, a);
+}
+
+/* The tuple/dict path (subclasses, copy, a call through functools.partial): the same parser. */
+static PyObject *args_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  Py_ssize_t nargs = PyTuple_GET_SIZE(args), nkw = kwargs ? PyDict_GET_SIZE(kwargs) : 0;
+  PyObject *stack[12] = {NULL}, *kwnames = nkw ? PyTuple_New(nkw) : NULL;
+  if (nargs + nkw > 12) {
+    Py_XDECREF(kwnames);
+    PyErr_Format(PyExc_TypeError, "GemmArguments() takes at most 6 arguments (%zd given)", nargs + nkw);
+    return NULL;
+  }
+  if (nkw && !kwnames) return NULL;
+  for (Py_ssize_t i = 0; i < nargs; i++) stack[i] = PyTuple_GET_ITEM(args, i);
+  Py_ssize_t pos = 0, i = 0;
+  PyObject *key, *value;
+  while (kwargs && PyDict_Next(kwargs, &pos, &key, &value)) {
+    PyTuple_SET_ITEM(kwnames, i, Py_NewRef(key));
+    stack[nargs + i++] = value;
+  }
+  PyObject *a[6], *r = NULL;
+  if (ferry_py_ops_parse(&args_sig, stack, nargs, kwnames, a) == 0) r = args_make(type, a);
+  Py_XDECREF(kwnames);
+  return r;
+}
+
+static int args_traverse(ferry_py_gemm_args *self, visitproc visit, void *arg) {
+  for (int i = 0; i < 3; i++) Py_VISIT(self->operands[i]);
+  Py_VISIT(self->accumulator);
+  return 0;
+}
+
+static int args_clear(ferry_py_gemm_args *self) {
+  for (int i = 0; i < 3; i++) ferry_py_leaf_release_input(&self->leaves[i]);
+  for (int i = 0; i < 3; i++) Py_CLEAR(self->operands[i]);
+  Py_CLEAR(self->accumulator);
+  return 0;
+}
+
+static void args_dealloc(ferry_py_gemm_args *self) {
+  PyObject_GC_UnTrack(self);
+  args_clear(self);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+ferry_py_gemm_args *ferry_py_ops_args_check(PyObject *obj, const char *fn) {
+  if (ferry_py_is_gemm_args(obj)) return (ferry_py_gemm_args *)obj;
+  PyErr_Format(PyExc_TypeError, "%s() takes a ferry.ops.GemmArguments, got a %.200s", fn, Py_TYPE(obj)->tp_name);
+  return NULL;
+}
+
+static const char *major_name(int m) { return m == FERRY_ROW_MAJOR ? "row" : "column"; }
+
+static PyObject *args_repr(ferry_py_gemm_args *self) {
+  const ferry_gemm_problem *p = &self->args.problem;
+  char *alpha = PyOS_double_to_string(self->args.alpha, 'r', 0, 0, NULL);
+  char *beta = PyOS_double_to_string(self->args.beta, 'r', 0, 0, NULL);
+  PyObject *r = NULL;
+  if (alpha && beta)
+    r = PyUnicode_FromFormat("ferry.ops.GemmArguments(m=%d, n=%d, k=%d, l=%d, A %s %s-major, B %s %s-major, out %s "
+                             "%s-major, accumulate %s, alpha=%s, beta=%s, cuda:%d)",
+                             (int)p->m, (int)p->n, (int)p->k, (int)p->l, ferry_scalar_name(p->a_type),
+                             major_name(p->a_major), ferry_scalar_name(p->b_type), major_name(p->b_major),
+                             ferry_scalar_name(p->out_type), major_name(p->out_major), ferry_scalar_name(p->acc_type),
+                             alpha, beta, (int)p->device);
+  else
+    PyErr_NoMemory();
+  PyMem_Free(alpha);
+  PyMem_Free(beta);
+  return r;
+}
+
+static PyObject *get_operand(ferry_py_gemm_args *self, void *which) {
+  return Py_NewRef(self->operands[(intptr_t)which]);
+}
+
+static PyObject *get_accumulator(ferry_py_gemm_args *self, void *unused) { return Py_NewRef(self->accumulator); }
+
+static PyObject *get_scalar(ferry_py_gemm_args *self, void *which) {
+  return PyFloat_FromDouble(which ? self->args.beta : self->args.alpha);
+}
+
+static int set_scalar(ferry_py_gemm_args *self, PyObject *value, void *which) {
+  if (!value) {
+    PyErr_Format(PyExc_AttributeError, "%s cannot be deleted", which ? "beta" : "alpha");
+    return -1;
+  }
+  double v = PyFloat_AsDouble(value);
+  if (v == -1.0 && PyErr_Occurred()) return -1;
+  if (which) self->args.beta = (float)v;
+  else self->args.alpha = (float)v;
+  return 0;
+}
+
+static PyObject *get_device(ferry_py_gemm_args *self, void *unused) {
+  return PyLong_FromLong(self->args.problem.device);
+}
+
+static PyObject *get_problem(ferry_py_gemm_args *self, void *unused) {
+  const ferry_gemm_problem *p = &self->args.problem;
+  return Py_BuildValue("{sisisisisLsLsLsLsLsLsIsssssssssssssssisisisi}", "m", (int)p->m, "n", (int)p->n, "k",
+                       (int)p->k, "l", (int)p->l, "lda", (long long)p->lda, "ldb", (long long)p->ldb, "ldc",
+                       (long long)p->ldc, "batch_a", (long long)p->batch_a, "batch_b", (long long)p->batch_b,
+                       "batch_c", (long long)p->batch_c, "kind", (unsigned)p->kind, "a_type",
+                       ferry_scalar_name(p->a_type), "b_type", ferry_scalar_name(p->b_type), "out_type",
+                       ferry_scalar_name(p->out_type), "accumulator_type", ferry_scalar_name(p->acc_type), "a_major",
+                       major_name(p->a_major), "b_major", major_name(p->b_major), "out_major",
+                       major_name(p->out_major), "a_align", (int)p->a_align, "b_align", (int)p->b_align, "out_align",
+                       (int)p->out_align, "device", (int)p->device);
+}
+
+static PyGetSetDef args_getset[] = {
+    {"A", (getter)get_operand, NULL, "Operand A (m×k, or l×m×k), the object given.", (void *)0},
+    {"B", (getter)get_operand, NULL, "Operand B (k×n, or l×k×n), the object given.", (void *)1},
+    {"out", (getter)get_operand, NULL, "The output (m×n, or l×m×n), the object given.", (void *)2},
+    {"accumulator_type", (getter)get_accumulator, NULL, "accumulator_type as given (\"float32\" by default).", NULL},
+    {"alpha", (getter)get_scalar, (setter)set_scalar,
+     "out = alpha·A·B + beta·out. Settable; runs read it at launch (a captured graph run keeps the value it was "
+     "captured or last updated with).", NULL},
+    {"beta", (getter)get_scalar, (setter)set_scalar,
+     "See alpha. With beta == 0 the output is never read (it may hold NaN).", (void *)1},
+    {"device", (getter)get_device, NULL, "The CUDA device index of the operands.", NULL},
+    {"problem", (getter)get_problem, NULL,
+     "The validated problem as a dict: m, n, k, l, leading dimensions and batch strides (elements), kind, types, "
+     "majors, alignments (bytes) and device.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyDoc_STRVAR(args_doc,
+             "GemmArguments(A, B, out, accumulator_type='float32', *, alpha=1.0, beta=0.0)\n--\n\n"
+             "The arguments of out = alpha * A @ B + beta * out, validated once.\n\n"
+             "A (m×k), B (k×n) and out (m×n): rank 2, or rank 3 with a leading batch l (a rank-2 or batch-1 A or B\n"
+             "is broadcast over out's batch); float16, bfloat16 or float32; each row- or column-major (a stride of\n"
+             "1 in one of the two matrix dimensions; the other is the leading dimension); all on one CUDA device.\n"
+             "out must not overlap itself; A and B may be expanded (stride-0) views. Tensors from torch (read\n"
+             "through its DLPack exchange API, without synchronising) or from CuPy, JAX, numpy or any producer with\n"
+             "__dlpack__ (called with stream=1, the legacy default stream, once at construction).\n"
+             "accumulator_type: float32 or float16 — a torch or numpy dtype, a numpy/JAX scalar type, or a string\n"
+             "(\"float32\", \"fp32\", \"float16\", \"fp16\"); which operators accept float16 is theirs to say.\n\n"
+             "Raises ValueError (from the C library's check) naming the operand and the values: a host array, a\n"
+             "dtype that is not a GEMM type, a rank or shapes that do not chain, strides that are neither row- nor\n"
+             "column-major, an out that overlaps itself, operands on different devices; OverflowError past 2^31-1\n"
+             "elements in a dimension; TypeError for an object that is not a tensor.\n\n"
+             "Ownership: keeps references to A, B and out (and to the DLPack exports of non-torch operands) until it\n"
+             "dies, so the memory runs read stays alive. Data pointers and layouts are captured now: a tensor\n"
+             "resized or re-pointed in place later (resize_, set_) is not seen — make new arguments.\n"
+             "CUTLASS: cutlass.operators.GemmArguments (about 160 µs there; here about a microsecond).");
+
+PyTypeObject ferry_py_GemmArguments_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ferry.ops.GemmArguments",
+    .tp_basicsize = sizeof(ferry_py_gemm_args),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .tp_doc = args_doc,
+    .tp_new = args_new,
+    .tp_vectorcall = args_vectorcall,
+    .tp_dealloc = (destructor)args_dealloc,
+    .tp_traverse = (traverseproc)args_traverse,
+    .tp_clear = (inquiry)args_clear,
+    .tp_repr = (reprfunc)args_repr,
+    .tp_getset = args_getset,
+};

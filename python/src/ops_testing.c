@@ -1,0 +1,266 @@
+/* ops_testing.c — private test hooks for ferry.ops, compiled only with FERRY_PYTHON_TEST_HOOKS (the project's own
+ * build, never a wheel): the operator runtime's driver entry points added to the simulated driver of testing.c,
+ * so the CPU suite drives GemmArguments -> run / launcher / Graph from Python end to end, and checks the results.
+ *
+ * The simulation: the device is an sm_90; compiled cubins (real NVRTC output) "load" as libraries; a launch of an
+ * operator's kernel *computes the GEMM on the CPU* from the kernel parameter ferry built (ferry_gemm_params:
+ * pointers, leading dimensions, batch strides, alpha/beta, the kind's types and majors) in the host memory that
+ * plays device memory — so a wrong pointer, stride or offset handed down from Python shows up as a wrong result.
+ * Stream capture records launches as nodes (one capture at a time, as the real driver per stream); replaying an
+ * instantiated graph computes its nodes; node updates rewrite them. Every launch records its stream and grid.
+ * Launches of other functions (the transfer half's gather kernel) go to testing.c's simulation unchanged.
+ *
+ * Hooks (all underscored, in ferry._ferry):
+ *   _ops_sim_install()      after _sim_install(): add the operator entry points (RuntimeError before it)
+ *   _ops_sim_compute(flag)  compute launches (the default) or only record them (timing the Python side); returns
+ *                           the old flag
+ *   _ops_sim_state()        dict: launches, replays, last_stream, last_grid, last_block, last_smem, last_kind,
+ *                           live_libraries, live_graphs, live_execs, capturing
+ */
+#include "ops_py.h"
+
+#include "internal.h" /* the driver table: private to the library, test seam only */
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_NODES 256
+
+typedef struct node {
+  CUfunction fn;
+  unsigned grid[3], block, smem;
+  ferry_gemm_params params;
+} node;
+
+typedef struct sim_graph {
+  int n;
+  node nodes[MAX_NODES];
+} sim_graph;
+
+static char gemm_function;  /* the one CUfunction of every loaded operator */
+static int compute = 1, launches, replays, live_libraries, live_graphs, live_execs;
+static node last;
+static CUstream last_stream;
+static CUstream capture_stream;
+static sim_graph *capture_graph;
+static CUgraphNode node_handle;
+static CUresult (*base_launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               CUstream, void **, void **);
+static CUresult (*base_attribute)(int *, CUdevice_attribute, CUdevice);
+
+/* ---- the GEMM on the CPU ------------------------------------------------------------------------------------ */
+
+static double half_to_double(uint16_t h) {
+  int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m | 0x400, e - 25);
+  return h & 0x8000 ? -v : v;
+}
+
+static uint16_t double_to_half(double d) { /* round to nearest even through float */
+  float f = (float)d;
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+  if (isnan(f)) return sign | 0x7e00;
+  float a = fabsf(f);
+  if (a >= 65520.0f) return sign | 0x7c00;
+  if (a < 6.103515625e-05f) return sign | (uint16_t)lrintf(a * 16777216.0f); /* subnormal: units of 2^-24 */
+  int e;
+  float frac = frexpf(a, &e); /* a = frac * 2^e, frac in [0.5, 1) */
+  uint32_t mant = (uint32_t)lrintf(ldexpf(frac, 11)); /* 11 significant bits */
+  if (mant == 2048) mant = 1024, e++;
+  return sign | (uint16_t)(((e + 14) << 10) | (mant & 0x3ff));
+}
+
+static double load(const void *base, int type, int64_t i) {
+  if (type == FERRY_F32) return ((const float *)base)[i];
+  uint16_t h = ((const uint16_t *)base)[i];
+  if (type == FERRY_F16) return half_to_double(h);
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+static void store(void *base, int type, int64_t i, double v) {
+  if (type == FERRY_F32) {
+    ((float *)base)[i] = (float)v;
+  } else if (type == FERRY_F16) {
+    ((uint16_t *)base)[i] = double_to_half(v);
+  } else {
+    float f = (float)v;
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    x = isnan(f) ? 0x7fc00000u : x + 0x7fffu + ((x >> 16) & 1u); /* round to nearest even */
+    ((uint16_t *)base)[i] = (uint16_t)(x >> 16);
+  }
+}
+
+static int64_t at(int row_major, int64_t ld, int64_t i, int64_t j) { return row_major ? i * ld + j : i + j * ld; }
+
+static void gemm_on_cpu(const ferry_gemm_params *p) {
+  int ta = p->kind & 3, tb = (p->kind >> 2) & 3, tc = (p->kind >> 4) & 3;
+  int ra = !((p->kind >> 8) & 1), rb = !((p->kind >> 9) & 1), rc = !((p->kind >> 10) & 1);
+  for (int64_t z = 0; z < p->l; z++)
+    for (int64_t i = 0; i < p->m; i++)
+      for (int64_t j = 0; j < p->n; j++) {
+        double acc = 0;
+        for (int64_t q = 0; q < p->k; q++)
+          acc += load(p->a, ta, z * p->batch_a + at(ra, p->lda, i, q)) *
+                 load(p->b, tb, z * p->batch_b + at(rb, p->ldb, q, j));
+        int64_t o = z * p->batch_c + at(rc, p->ldc, i, j);
+        double v = (double)p->alpha * acc + (p->beta != 0.0f ? (double)p->beta * load(p->out, tc, o) : 0.0);
+        store(p->out, tc, o, v);
+      }
+}
+
+/* ---- the entry points --------------------------------------------------------------------------------------- */
+
+static CUresult s_attribute(int *v, CUdevice_attribute a, CUdevice d) {
+  if (a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) return *v = 9, CUDA_SUCCESS;
+  if (a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) return *v = 0, CUDA_SUCCESS;
+  return base_attribute(v, a, d);
+}
+static CUresult s_ctx_current(CUcontext *c) { *c = NULL; return CUDA_SUCCESS; }
+static CUresult s_lib_load(CUlibrary *l, const void *code, CUjit_option *o, void **ov, unsigned no, CUlibraryOption *lo,
+                           void **lov, unsigned nlo) {
+  if (memcmp(code, "\x7f" "ELF", 4) != 0) return CUDA_ERROR_INVALID_IMAGE;
+  *l = malloc(1);
+  live_libraries++;
+  return CUDA_SUCCESS;
+}
+static CUresult s_lib_unload(CUlibrary l) { free(l); live_libraries--; return CUDA_SUCCESS; }
+static CUresult s_lib_kernel(CUkernel *k, CUlibrary l, const char *name) { *k = (CUkernel)l; return CUDA_SUCCESS; }
+static CUresult s_kernel_fn(CUfunction *f, CUkernel k) { *f = (CUfunction)&gemm_function; return CUDA_SUCCESS; }
+static CUresult s_fn_set(CUfunction f, CUfunction_attribute a, int v) { return CUDA_SUCCESS; }
+static CUresult s_fn_get(int *v, CUfunction_attribute a, CUfunction f) { *v = 0; return CUDA_SUCCESS; }
+
+static CUresult s_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                         unsigned smem, CUstream s, void **params, void **extra) {
+  if (f != (CUfunction)&gemm_function) return base_launch(f, gx, gy, gz, bx, by, bz, smem, s, params, extra);
+  node n = {f, {gx, gy, gz}, bx, smem, {0}};
+  memcpy(&n.params, params[0], sizeof n.params);
+  last = n;
+  last_stream = s;
+  launches++;
+  if (capture_graph && s == capture_stream) {
+    if (capture_graph->n == MAX_NODES) return CUDA_ERROR_OUT_OF_MEMORY;
+    capture_graph->nodes[capture_graph->n++] = n;
+    return CUDA_SUCCESS;
+  }
+  if (compute) gemm_on_cpu(&n.params);
+  return CUDA_SUCCESS;
+}
+
+static CUresult s_begin(CUstream s, CUstreamCaptureMode m) {
+  if (capture_graph) return CUDA_ERROR_ILLEGAL_STATE;
+  if (!(capture_graph = calloc(1, sizeof *capture_graph))) return CUDA_ERROR_OUT_OF_MEMORY;
+  capture_stream = s;
+  live_graphs++;
+  return CUDA_SUCCESS;
+}
+static CUresult s_end(CUstream s, CUgraph *g) {
+  if (!capture_graph || s != capture_stream) return CUDA_ERROR_ILLEGAL_STATE;
+  *g = (CUgraph)capture_graph;
+  capture_graph = NULL;
+  return CUDA_SUCCESS;
+}
+/* Nodes are named by their 1-based index. */
+static CUresult s_capinfo(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g, const CUgraphNode **deps,
+                          size_t *n) {
+  if (!capture_graph || s != capture_stream) {
+    *st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+  }
+  *st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  *id = 1;
+  *g = (CUgraph)capture_graph;
+  node_handle = (CUgraphNode)(uintptr_t)capture_graph->n;
+  *deps = &node_handle;
+  *n = capture_graph->n ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+static CUresult s_node_type(CUgraphNode n, CUgraphNodeType *t) { *t = CU_GRAPH_NODE_TYPE_KERNEL; return CUDA_SUCCESS; }
+static CUresult s_instantiate(CUgraphExec *e, CUgraph g, unsigned long long f) {
+  sim_graph *copy = malloc(sizeof *copy);
+  if (!copy) return CUDA_ERROR_OUT_OF_MEMORY;
+  *copy = *(sim_graph *)g;
+  *e = (CUgraphExec)copy;
+  live_execs++;
+  return CUDA_SUCCESS;
+}
+static CUresult s_graph_launch(CUgraphExec e, CUstream s) {
+  sim_graph *g = (sim_graph *)e;
+  replays++;
+  last_stream = s;
+  for (int i = 0; compute && i < g->n; i++) gemm_on_cpu(&g->nodes[i].params);
+  return CUDA_SUCCESS;
+}
+static CUresult s_exec_set(CUgraphExec e, CUgraphNode h, const CUDA_KERNEL_NODE_PARAMS *p) {
+  sim_graph *g = (sim_graph *)e;
+  int i = (int)(uintptr_t)h - 1;
+  if (i < 0 || i >= g->n || p->func != (CUfunction)&gemm_function) return CUDA_ERROR_INVALID_VALUE;
+  node n = {p->func, {p->gridDimX, p->gridDimY, p->gridDimZ}, p->blockDimX, p->sharedMemBytes, {0}};
+  memcpy(&n.params, p->kernelParams[0], sizeof n.params);
+  g->nodes[i] = n;
+  return CUDA_SUCCESS;
+}
+static CUresult s_graph_destroy(CUgraph g) { free(g); live_graphs--; return CUDA_SUCCESS; }
+static CUresult s_exec_destroy(CUgraphExec e) { free(e); live_execs--; return CUDA_SUCCESS; }
+
+/* ---- the hooks ----------------------------------------------------------------------------------------------- */
+
+static PyObject *ops_sim_install(PyObject *self, PyObject *unused) {
+  /* testing.c's simulation must be in place (ferry__drv is its table); its cuInit answers without a device. */
+  if (!ferry__drv.cuLaunchKernel || !ferry__drv.cuDeviceGetAttribute || ferry__drv.version != 13000) {
+    PyErr_SetString(PyExc_RuntimeError, "_ops_sim_install(): call _sim_install() first");
+    return NULL;
+  }
+  if (ferry__drv.cuLaunchKernel == s_launch) Py_RETURN_NONE;
+  base_launch = ferry__drv.cuLaunchKernel;
+  base_attribute = ferry__drv.cuDeviceGetAttribute;
+  ferry__drv.cuDeviceGetAttribute = s_attribute;
+  ferry__drv.cuCtxGetCurrent = s_ctx_current;
+  ferry__drv.cuLibraryLoadData = s_lib_load;
+  ferry__drv.cuLibraryUnload = s_lib_unload;
+  ferry__drv.cuLibraryGetKernel = s_lib_kernel;
+  ferry__drv.cuKernelGetFunction = s_kernel_fn;
+  ferry__drv.cuFuncSetAttribute = s_fn_set;
+  ferry__drv.cuFuncGetAttribute = s_fn_get;
+  ferry__drv.cuStreamBeginCapture = s_begin;
+  ferry__drv.cuStreamEndCapture = s_end;
+  ferry__drv.cuStreamGetCaptureInfo = s_capinfo;
+  ferry__drv.cuGraphNodeGetType = s_node_type;
+  ferry__drv.cuGraphInstantiateWithFlags = s_instantiate;
+  ferry__drv.cuGraphLaunch = s_graph_launch;
+  ferry__drv.cuGraphExecKernelNodeSetParams = s_exec_set;
+  ferry__drv.cuGraphDestroy = s_graph_destroy;
+  ferry__drv.cuGraphExecDestroy = s_exec_destroy;
+  ferry__drv.cuLaunchKernel = s_launch;
+  Py_RETURN_NONE;
+}
+
+static PyObject *ops_sim_compute(PyObject *self, PyObject *flag) {
+  int on = PyObject_IsTrue(flag);
+  if (on < 0) return NULL;
+  int old = compute;
+  compute = on;
+  return PyBool_FromLong(old);
+}
+
+static PyObject *ops_sim_state(PyObject *self, PyObject *unused) {
+  return Py_BuildValue("{sisisKs(III)sIsIsIsisisisO}", "launches", launches, "replays", replays, "last_stream",
+                       (unsigned long long)(uintptr_t)last_stream, "last_grid", last.grid[0], last.grid[1],
+                       last.grid[2], "last_block", last.block, "last_smem", last.smem, "last_kind", last.params.kind,
+                       "live_libraries", live_libraries, "live_graphs", live_graphs, "live_execs", live_execs,
+                       "capturing", capture_graph ? Py_True : Py_False);
+}
+
+static PyMethodDef hooks[] = {
+    {"_ops_sim_install", ops_sim_install, METH_NOARGS, NULL},
+    {"_ops_sim_compute", ops_sim_compute, METH_O, NULL},
+    {"_ops_sim_state", ops_sim_state, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL}};
+
+int ferry_py_ops_testing_init(PyObject *module) { return PyModule_AddFunctions(module, hooks); }
