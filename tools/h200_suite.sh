@@ -6,7 +6,7 @@
 #
 # usage: tools/h200_suite.sh [--results DIR] PART...
 #   parts: build tests memcheck racecheck synccheck overlap overlap1ms bandwidth python pycall pybench pybench1ms
-#          ops opsmemcheck latency stress ranks plots all
+#          pybenchnohandoff pybandwidth ops opsmemcheck latency stress ranks plots all
 # Environment: RESULTS (default ./h200-results), JOBS (default nproc), PYTHON (default python3).
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,7 +34,7 @@ part() { # part NAME COMMAND...: runs the command with its output in $RESULTS/NA
 
 parts=("$@")
 [ "${parts[0]}" = all ] && parts=(build tests memcheck racecheck synccheck overlap overlap1ms bandwidth python pycall
-                                  pybench pybench1ms ops opsmemcheck latency stress ranks plots)
+                                  pybench pybench1ms pybandwidth ops opsmemcheck latency stress ranks plots)
 for p in "${parts[@]}"; do
   case $p in
   build) part build "cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=\$(command -v $PYTHON) \
@@ -53,7 +53,11 @@ for p in "${parts[@]}"; do
   python) part python "$PYTHON -m pytest -q -rs tests/python" ;;
   pycall) TAILN=20 part pycall "$PYTHON -m ferry.bench.call_overhead --output $RESULTS/py_call_overhead.csv" ;;
   pybench) TAILN=12 part pybench "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \
-           --output $RESULTS/py_overlap.csv --samples-output $RESULTS/py_overlap_samples.csv" ;;
+           --output $RESULTS/py_overlap.csv --samples-output $RESULTS/py_overlap_samples.csv \
+           --diagnostics-output $RESULTS/py_overlap_diagnostics.csv" ;;
+  pybenchnohandoff) TAILN=12 part pybenchnohandoff "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \
+           --ferry-gil-handoff-us 0 --output $RESULTS/py_overlap_nohandoff.csv" ;;
+  pybandwidth) TAILN=30 part pybandwidth "$PYTHON -m ferry.bench.bandwidth --output $RESULTS/py_bandwidth.csv" ;;
   pybench1ms) TAILN=12 part pybench1ms "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 --compute-ms 1 \
            --output $RESULTS/py_overlap_1ms.csv" ;;
   plots) part plots "$PYTHON -m ferry.bench.plot $RESULTS/*.csv --out-dir $RESULTS/plots" ;;
