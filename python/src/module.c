@@ -101,7 +101,8 @@ static void module_free(void *unused) {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, .m_name = "ferry._ferry",
-    .m_doc = "The C extension behind the ferry package: batched GPU<->host tensor transfers over libferry.",
+    .m_doc = "The C extension behind the ferry package: batched GPU<->host tensor transfers over libferry, and "
+             "GEMM operators (ferry.ops, in the submodule _ops).",
     .m_size = -1, .m_methods = methods, .m_free = module_free,
 };
 

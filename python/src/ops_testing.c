@@ -16,6 +16,9 @@
  *                           the old flag
  *   _ops_sim_state()        dict: launches, replays, last_stream, last_grid, last_block, last_smem, last_kind,
  *                           live_libraries, live_graphs, live_execs, capturing
+ *   _ops_sim_capture(handle) -> graph   begin capturing stream `handle` (another framework's capture, as
+ *                           torch.cuda.graph's); _ops_sim_capture_end(handle) -> exec; _ops_sim_replay(exec, handle);
+ *                           _ops_sim_exec_destroy(exec). Handles are ints.
  */
 #include "ops_py.h"
 
@@ -102,17 +105,24 @@ static int64_t at(int row_major, int64_t ld, int64_t i, int64_t j) { return row_
 static void gemm_on_cpu(const ferry_gemm_params *p) {
   int ta = p->kind & 3, tb = (p->kind >> 2) & 3, tc = (p->kind >> 4) & 3;
   int ra = !((p->kind >> 8) & 1), rb = !((p->kind >> 9) & 1), rc = !((p->kind >> 10) & 1);
-  for (int64_t z = 0; z < p->l; z++)
+  /* Each batch's A (row-major) and B (column-major) as doubles first, so the inner loop is a dot product. */
+  double *a = malloc(sizeof(double) * (size_t)(p->m * p->k + 1)), *b = malloc(sizeof(double) * (size_t)(p->k * p->n + 1));
+  for (int64_t z = 0; a && b && z < p->l; z++) {
+    for (int64_t i = 0; i < p->m; i++)
+      for (int64_t q = 0; q < p->k; q++) a[i * p->k + q] = load(p->a, ta, z * p->batch_a + at(ra, p->lda, i, q));
+    for (int64_t j = 0; j < p->n; j++)
+      for (int64_t q = 0; q < p->k; q++) b[j * p->k + q] = load(p->b, tb, z * p->batch_b + at(rb, p->ldb, q, j));
     for (int64_t i = 0; i < p->m; i++)
       for (int64_t j = 0; j < p->n; j++) {
         double acc = 0;
-        for (int64_t q = 0; q < p->k; q++)
-          acc += load(p->a, ta, z * p->batch_a + at(ra, p->lda, i, q)) *
-                 load(p->b, tb, z * p->batch_b + at(rb, p->ldb, q, j));
+        for (int64_t q = 0; q < p->k; q++) acc += a[i * p->k + q] * b[j * p->k + q];
         int64_t o = z * p->batch_c + at(rc, p->ldc, i, j);
         double v = (double)p->alpha * acc + (p->beta != 0.0f ? (double)p->beta * load(p->out, tc, o) : 0.0);
         store(p->out, tc, o, v);
       }
+  }
+  free(a);
+  free(b);
 }
 
 /* ---- the entry points --------------------------------------------------------------------------------------- */
@@ -257,10 +267,57 @@ static PyObject *ops_sim_state(PyObject *self, PyObject *unused) {
                        "capturing", capture_graph ? Py_True : Py_False);
 }
 
+/* Someone else's capture, through the same table ferry uses. */
+static PyObject *ops_sim_capture(PyObject *self, PyObject *handle) {
+  CUstream s = PyLong_AsVoidPtr(handle);
+  if (PyErr_Occurred()) return NULL;
+  if (ferry__drv.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) != CUDA_SUCCESS) {
+    PyErr_SetString(PyExc_RuntimeError, "_ops_sim_capture: a capture is already running");
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject *ops_sim_capture_end(PyObject *self, PyObject *handle) {
+  CUstream s = PyLong_AsVoidPtr(handle);
+  CUgraph g;
+  CUgraphExec e;
+  if (PyErr_Occurred()) return NULL;
+  if (ferry__drv.cuStreamEndCapture(s, &g) != CUDA_SUCCESS) {
+    PyErr_SetString(PyExc_RuntimeError, "_ops_sim_capture_end: that stream is not capturing");
+    return NULL;
+  }
+  CUresult r = ferry__drv.cuGraphInstantiateWithFlags(&e, g, 0);
+  ferry__drv.cuGraphDestroy(g);
+  if (r != CUDA_SUCCESS) return PyErr_NoMemory();
+  return PyLong_FromVoidPtr(e);
+}
+
+static PyObject *ops_sim_replay(PyObject *self, PyObject *args) {
+  PyObject *exec, *handle;
+  if (!PyArg_ParseTuple(args, "OO:_ops_sim_replay", &exec, &handle)) return NULL;
+  CUgraphExec e = PyLong_AsVoidPtr(exec);
+  CUstream s = PyLong_AsVoidPtr(handle);
+  if (PyErr_Occurred()) return NULL;
+  ferry__drv.cuGraphLaunch(e, s);
+  Py_RETURN_NONE;
+}
+
+static PyObject *ops_sim_exec_destroy(PyObject *self, PyObject *exec) {
+  CUgraphExec e = PyLong_AsVoidPtr(exec);
+  if (PyErr_Occurred()) return NULL;
+  ferry__drv.cuGraphExecDestroy(e);
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef hooks[] = {
     {"_ops_sim_install", ops_sim_install, METH_NOARGS, NULL},
     {"_ops_sim_compute", ops_sim_compute, METH_O, NULL},
     {"_ops_sim_state", ops_sim_state, METH_NOARGS, NULL},
+    {"_ops_sim_capture", ops_sim_capture, METH_O, NULL},
+    {"_ops_sim_capture_end", ops_sim_capture_end, METH_O, NULL},
+    {"_ops_sim_replay", ops_sim_replay, METH_VARARGS, NULL},
+    {"_ops_sim_exec_destroy", ops_sim_exec_destroy, METH_O, NULL},
     {NULL, NULL, 0, NULL}};
 
 int ferry_py_ops_testing_init(PyObject *module) { return PyModule_AddFunctions(module, hooks); }

@@ -240,9 +240,21 @@ def _per_call_us(fn, calls):
     return (time.perf_counter_ns() - t0) / calls / 1e3
 
 
+def _attempt(problems, what, fn):
+    """fn() or, when it raises, None with the problem recorded: one broken part of the experiment (a capture that
+    fails, the raw timer) must not lose the figures of all the others on a GPU run."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 (reported, and the run fails at the end)
+        problems.append(f"{what}: {type(e).__name__}: {e}")
+        print(f"latency: {what} failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+
+
 def measure(opts, torch, ops, device):  # noqa: C901 (one experiment, read top to bottom)
-    """Runs the experiment; returns (figures, operator name)."""
-    figures = {}
+    """Runs the experiment; returns (figures, operator name, problems): figures a part could not measure are
+    missing, and `problems` says why (also a wrong result)."""
+    figures, problems = {}, []
     total = opts.warmup + opts.iters
     stream = torch.cuda.Stream(device)
     torch.cuda.set_device(device)
@@ -348,10 +360,15 @@ def measure(opts, torch, ops, device):  # noqa: C901 (one experiment, read top t
         supports_fn = op.supports
         GemmArguments = ops.GemmArguments
         f32 = torch.float32
+        launch_info, raw_ok = None, True
         for _ in range(opts.repeats):
-            h, e, launch_info = ops_c._raw_launch_time(art, args[:total], stream, opts.iters, opts.warmup)
-            raw_host.append(h)
-            raw_e2e.append(e)
+            raw = _attempt(problems, "raw cuLaunchKernel timer", lambda: ops_c._raw_launch_time(
+                art, args[:total], stream, opts.iters, opts.warmup)) if raw_ok else None
+            raw_ok = raw is not None
+            if raw:
+                raw_host.append(raw[0])
+                raw_e2e.append(raw[1])
+                launch_info = raw[2]
             for key, fn in methods.items():
                 h, e = time_loop(fn)
                 host[key].append(h)
@@ -379,28 +396,42 @@ def measure(opts, torch, ops, device):  # noqa: C901 (one experiment, read top t
         print(f"latency: raw launch {launch_info}", file=sys.stderr)
 
         # ---- 20 launches: eager, a torch CUDA graph of op.run (the notebook's code), a ferry graph ----
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for i in range(GRAPH_RUNS):
-                op.run(args[i], compiled_artifact=art, stream=torch.cuda.current_stream(),
-                       assume_supported_args=True)
-        tg = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(tg):
-            for i in range(GRAPH_RUNS):
-                torch.mm(As[i], Bs[i], out=outs[i])
-        with ops.Graph(stream) as fg:
-            for i in range(GRAPH_RUNS):
-                fg.run(op, args[i], compiled_artifact=art, assume_supported_args=True)
-        for i in range(GRAPH_RUNS):  # what each graph must produce: checked after its first replay
-            outs[i].fill_(float("nan"))
+        def capture_op_run():
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for i in range(GRAPH_RUNS):
+                    op.run(args[i], compiled_artifact=art, stream=torch.cuda.current_stream(),
+                           assume_supported_args=True)
+            return g
+
+        def capture_mm():
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for i in range(GRAPH_RUNS):
+                    torch.mm(As[i], Bs[i], out=outs[i])
+            return g
+
+        def capture_ferry():
+            with ops.Graph(stream) as g:
+                for i in range(GRAPH_RUNS):
+                    g.run(op, args[i], compiled_artifact=art, assume_supported_args=True)
+            return g
+
+        g = _attempt(problems, "torch.cuda.graph capture of op.run", capture_op_run)
+        tg = _attempt(problems, "torch.cuda.graph capture of torch.mm", capture_mm)
+        fg = _attempt(problems, "ferry.ops.Graph capture", capture_ferry)
+        stream.synchronize()
         references = [(As[i].float() @ Bs[i].float()).half() for i in range(GRAPH_RUNS)]
-        for name, replay in (("torch graph of op.run", g.replay), ("ferry graph", fg.replay)):
-            replay()
-            stream.synchronize()
-            for i in range(GRAPH_RUNS):
-                if not torch.equal(outs[i], references[i]):
-                    raise RuntimeError(f"latency: the {name} computed a wrong out[{i}]")
+        for name, graph in (("torch graph of op.run", g), ("ferry graph", fg)):
+            if graph is None:
+                continue
+            for i in range(GRAPH_RUNS):  # what the graph must produce, checked after its first replay
                 outs[i].fill_(float("nan"))
+            graph.replay()
+            stream.synchronize()
+            wrong = [i for i in range(GRAPH_RUNS) if not torch.equal(outs[i], references[i])]
+            if wrong:
+                problems.append(f"the {name} computed wrong outputs {wrong}")
 
         def twenty(fn):
             samples = []
@@ -422,34 +453,41 @@ def measure(opts, torch, ops, device):  # noqa: C901 (one experiment, read top t
             for i in range(GRAPH_RUNS):
                 mm(As[i], Bs[i], out=outs[i])
 
-        cases = dict(eager20=eager_ferry, torchgraph20=g.replay, ferrygraph20=fg.replay, torch_eager20=eager_torch,
-                     torch_graph20=tg.replay)
+        cases = dict(eager20=eager_ferry, torch_eager20=eager_torch)
+        for key, graph in (("torchgraph20", g), ("ferrygraph20", fg), ("torch_graph20", tg)):
+            if graph is not None:
+                cases[key] = graph.replay
         samples = {k: [] for k in cases}
         raw20 = []
         for _ in range(opts.repeats):
             for key, fn in cases.items():
                 samples[key].append(twenty(fn))
-            _, e, _ = ops_c._raw_launch_time(art, args[:GRAPH_RUNS], stream, GRAPH_RUNS, 0)
-            raw20.append(e * GRAPH_RUNS)
+            if raw_ok:
+                raw = _attempt(problems, "raw cuLaunchKernel timer, 20 launches",
+                               lambda: ops_c._raw_launch_time(art, args[:GRAPH_RUNS], stream, GRAPH_RUNS, 0))
+                raw_ok = raw is not None
+                if raw:
+                    raw20.append(raw[1] * GRAPH_RUNS)
         for key in ("eager20", "torchgraph20", "ferrygraph20"):
-            figures[key] = _median(samples[key])
+            figures[key] = _median(samples.get(key, []))
             figures[f"torch_{key}"] = _median(samples["torch_eager20"])
-            figures[f"torchgraph_{key}"] = _median(samples["torch_graph20"])
+            figures[f"torchgraph_{key}"] = _median(samples.get("torch_graph20", []))
         figures["raw_eager20"] = _median(raw20)
 
         # ---- correctness of the timed runs: every out is A @ B exactly (values in {-1, 0, 1}) ----
         stream.synchronize()
-        for i in range(GRAPH_RUNS):
+        for i in range(total):
             outs[i].fill_(float("nan"))
         for i in range(total):
             run(args[i], compiled_artifact=art, assume_supported_args=True)
         stream.synchronize()
-        for i in range(total):
-            if not torch.equal(outs[i], (As[i].float() @ Bs[i].float()).half()):
-                raise RuntimeError(f"latency: ferry computed a wrong out[{i}]")
-        fg.close()
+        wrong = [i for i in range(total) if not torch.equal(outs[i], (As[i].float() @ Bs[i].float()).half())]
+        if wrong:
+            problems.append(f"ferry computed wrong outputs {wrong[:10]}")
+        if fg is not None:
+            fg.close()
         del g, tg
-    return figures, op.name
+    return figures, op.name, problems
 
 
 def main(argv=None):
@@ -473,7 +511,7 @@ def main(argv=None):
     if not status:
         print(f"latency: the GEMM operators need sm_80 or newer: {status.error}")
         return 0
-    figures, op_name = measure(opts, torch, ops, device)
+    figures, op_name, problems = measure(opts, torch, ops, device)
     meta = dict(schema_version=SCHEMA_VERSION, created_utc=datetime.now(timezone.utc).isoformat(),
                 device_name=torch.cuda.get_device_name(device), torch_version=torch.__version__,
                 ferry_version=ferry.__version__, operator=op_name)
@@ -492,6 +530,9 @@ def main(argv=None):
     print(format_table(rows))
     missed = [r["metric"] for r in rows if r["met"] == 0]
     print(f"\ntargets: {'all met' if not missed else 'MISSED: ' + '; '.join(missed)}")
+    if problems:
+        print("PROBLEMS (figures missing or results wrong; exit status 1):\n  " + "\n  ".join(problems))
+        return 1
     return 0
 
 
