@@ -31,6 +31,7 @@ import argparse
 import csv
 import math
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -306,6 +307,7 @@ def measure(opts, torch, ops, device):  # noqa: C901 (one experiment, read top t
                 os.environ.pop("XDG_CACHE_HOME", None)
             else:
                 os.environ["XDG_CACHE_HOME"] = saved_home
+            shutil.rmtree(home, ignore_errors=True)
 
         # ---- the per-call rows, interleaved per repeat ----
         run = op.run
