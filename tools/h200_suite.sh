@@ -6,7 +6,7 @@
 #
 # usage: tools/h200_suite.sh [--results DIR] PART...
 #   parts: build tests memcheck racecheck synccheck overlap overlap1ms bandwidth python pycall pybench pybench1ms
-#          pybenchnohandoff pybandwidth ops opsmemcheck latency stress ranks plots all
+#          pybenchnohandoff pybandwidth ops opsmemcheck latency pylatency stress ranks plots all
 # Environment: RESULTS (default ./h200-results), JOBS (default nproc), PYTHON (default python3).
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,7 +34,7 @@ part() { # part NAME COMMAND...: runs the command with its output in $RESULTS/NA
 
 parts=("$@")
 [ "${parts[0]}" = all ] && parts=(build tests memcheck racecheck synccheck overlap overlap1ms bandwidth python pycall
-                                  pybench pybench1ms pybandwidth ops opsmemcheck latency stress ranks plots)
+                                  pybench pybench1ms pybandwidth ops opsmemcheck latency pylatency stress ranks plots)
 for p in "${parts[@]}"; do
   case $p in
   build) part build "cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=\$(command -v $PYTHON) \
@@ -63,6 +63,8 @@ for p in "${parts[@]}"; do
   plots) part plots "$PYTHON -m ferry.bench.plot $RESULTS/*.csv --out-dir $RESULTS/plots" ;;
   ops) TAILN=40 part ops "$build/ferry_test_ops_gpu" ;;
   opsmemcheck) part opsmemcheck "compute-sanitizer --tool memcheck --error-exitcode 1 $build/ferry_test_ops_gpu --quick" ;;
+  pylatency) TAILN=30 part pylatency "$PYTHON -m ferry.bench.latency --output $RESULTS/py_latency.csv \
+           --plot $RESULTS/py_latency.png" ;;
   latency) TAILN=45 part latency "$build/ferry bench latency --output $RESULTS/latency.csv" ;;
   stress) part stress "$build/ferry_stress" ;;
   ranks) TAILN=8 part ranks "torchrun --nproc-per-node 1 --no-python $build/ferry bench ranks --output $RESULTS/ranks.csv \
