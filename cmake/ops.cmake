@@ -2,7 +2,7 @@
 # its sources in libferry, the GEMM kernel sources embedded as text for NVRTC, its CPU and GPU tests, the latency
 # benchmark in the ferry CLI, and `ferry_check_kernels` (nvcc resource report of every kernel design).
 
-set(ferry_kernel_texts gemm_params.cuh gemm_common.cuh gemm_simt.cu gemm_mma.cu)
+set(ferry_kernel_texts gemm_params.cuh gemm_common.cuh gemm_simt.cu gemm_mma.cu gemm_mma_sw.cu)
 set(ferry_kernel_text_sources)
 foreach(f ${ferry_kernel_texts})
   string(REGEX REPLACE "\\.(cuh|cu)$" "" sym ${f})
@@ -61,10 +61,48 @@ if(FERRY_NVCC)
                 -DFERRY_STAGES=${st} -DFERRY_VEC=${vec} ${maj} ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels/gemm_mma.cu)
     endforeach()
   endforeach()
+  # gemm_mma_sw.cu: the designs of add_mma(FERRY__MMA_SW, ...) in src/ops/registry.c, in the benchmark's kind
+  # (bf16 row-major in and out) and column-major throughout; they sit at the 255-register ceiling, so spills are
+  # the thing to watch for.
+  foreach(design "128;128;64;2;2;3" "128;256;64;2;4;3" "256;128;64;4;2;3" "128;256;64;2;4;4")
+    list(GET design 0 bm)
+    list(GET design 1 bn)
+    list(GET design 2 bk)
+    list(GET design 3 wm)
+    list(GET design 4 wn)
+    list(GET design 5 st)
+    foreach(majors "-DFERRY_A_ROW=1 -DFERRY_B_ROW=1 -DFERRY_OUT_ROW=1" "-DFERRY_A_ROW=0 -DFERRY_B_ROW=0 -DFERRY_OUT_ROW=0")
+      separate_arguments(maj UNIX_COMMAND "${majors}")
+      list(APPEND check_cmds COMMAND ${CMAKE_COMMAND} -E echo "gemm_mma_sw ${bm}x${bn}x${bk} s${st} bf16 ${majors}"
+        COMMAND ${FERRY_NVCC} -arch=sm_90 -cubin -o ${CMAKE_CURRENT_BINARY_DIR}/check_mma_sw.cubin -Xptxas -v
+                -DFERRY_BM=${bm} -DFERRY_BN=${bn} -DFERRY_BK=${bk} -DFERRY_WARPS_M=${wm} -DFERRY_WARPS_N=${wn}
+                -DFERRY_STAGES=${st} -DFERRY_A_TYPE=FERRY_BF16 -DFERRY_OUT_TYPE=FERRY_BF16 ${maj}
+                ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels/gemm_mma_sw.cu)
+    endforeach()
+  endforeach()
   add_custom_target(ferry_check_kernels ${check_cmds}
     COMMAND ${CMAKE_COMMAND} -E echo "gemm_simt"
     COMMAND ${FERRY_NVCC} -arch=sm_90 -cubin -o ${CMAKE_CURRENT_BINARY_DIR}/check_simt.cubin -Xptxas -v
             ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels/gemm_simt.cu
     WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels VERBATIM
     COMMENT "nvcc -Xptxas -v over ferry's GEMM designs")
+endif()
+
+# The tensor-core kernels run on the CPU (tests/kernels/emulate_cuda.h): every gemm_mma_sw design in four kinds
+# over edge, batched, alpha/beta and k=0 cases, with gemm_mma.cu as the control, and the mutants the emulation
+# must catch. No GPU needed; a C++17 compiler is. `cmake --build B --target ferry_emulate_kernels`; also a test.
+find_program(FERRY_CXX_FOR_EMULATION NAMES c++ g++ clang++)
+if(FERRY_BUILD_TESTS AND FERRY_CXX_FOR_EMULATION)
+  add_custom_target(ferry_emulate_kernels
+    COMMAND ${CMAKE_COMMAND} -E env CXX=${FERRY_CXX_FOR_EMULATION}
+            sh ${CMAKE_CURRENT_SOURCE_DIR}/tests/kernels/emulate.sh ${CMAKE_CURRENT_BINARY_DIR}/emulate
+    COMMAND ${CMAKE_COMMAND} -E env CXX=${FERRY_CXX_FOR_EMULATION}
+            sh ${CMAKE_CURRENT_SOURCE_DIR}/tests/kernels/mutants.sh ${CMAKE_CURRENT_BINARY_DIR}/mutants
+    USES_TERMINAL VERBATIM COMMENT "the tensor-core GEMM kernels, emulated on the CPU")
+  add_test(NAME kernels_emulated COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tests/kernels/emulate.sh
+           ${CMAKE_CURRENT_BINARY_DIR}/emulate)
+  add_test(NAME kernels_emulated_mutants COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tests/kernels/mutants.sh
+           ${CMAKE_CURRENT_BINARY_DIR}/mutants)
+  set_tests_properties(kernels_emulated kernels_emulated_mutants PROPERTIES
+    ENVIRONMENT "CXX=${FERRY_CXX_FOR_EMULATION}" TIMEOUT 900)
 endif()

@@ -97,6 +97,10 @@ template <int BYTES> __device__ __forceinline__ void cp_async(u32 dst, const voi
   else
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst), "l"(src), "n"(BYTES), "r"(src_bytes));
 }
+// A 16-byte copy with nothing to predicate (the whole chunk is in range).
+__device__ __forceinline__ void cp_async16(u32 dst, const void *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
@@ -109,6 +113,13 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 r[4], u32 addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+
+// The dynamic shared memory this launch was given, in bytes.
+__device__ __forceinline__ unsigned dynamic_smem_size() {
+  unsigned have;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
+  return have;
 }
 
 // d += a·b for one 16×8×16 tile: a row-major 16×16, b column-major 16×8, fp32 accumulators.

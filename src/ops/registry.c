@@ -18,8 +18,15 @@ static size_t n_ops, cap_ops;
 /* ---- designs ----------------------------------------------------------------------------------------------- */
 
 uint32_t ferry__design_smem(const ferry_op *op, uint32_t kind) {
-  if (op->family != FERRY__MMA) return op->info.smem_bytes;
   const ferry__design *d = &op->design;
+  if (op->family == FERRY__MMA_SW) {
+    /* gemm_mma_sw.cu: swizzled tiles without padding, whatever the majors; the epilogue reuses the stages for
+     * 16 rows of fp32 per warp with a pitch of the warp's columns + 8 (SMEM_BYTES there) */
+    uint32_t pipe = (uint32_t)d->stages * (uint32_t)(d->bm + d->bn) * (uint32_t)d->bk * 2u;
+    uint32_t epi = (uint32_t)(d->warps_m * d->warps_n) * 16u * (uint32_t)(d->bn / d->warps_n + 8) * 4u;
+    return pipe > epi ? pipe : epi;
+  }
+  if (op->family != FERRY__MMA) return op->info.smem_bytes;
   int a_row = ((kind >> 8) & 1u) == FERRY_ROW_MAJOR, b_row = ((kind >> 9) & 1u) == FERRY_ROW_MAJOR;
   /* gemm_mma.cu: tiles in the operands' orientation, rows padded by 8 elements, 2 bytes each */
   uint32_t a = a_row ? (uint32_t)(d->bm * (d->bk + 8)) : (uint32_t)(d->bk * (d->bm + 8));
@@ -57,19 +64,27 @@ static int append(ferry_op *op) {
   return 1;
 }
 
-/* A built-in tensor-core operator for fp16 or bf16 operands. */
-static void add_mma(int in_type, int bm, int bn, int bk, int warps_m, int warps_n, int stages, int vec) {
+/* A built-in tensor-core operator for fp16 or bf16 operands: `family` picks the kernel (gemm_mma.cu or
+ * gemm_mma_sw.cu), `speed` its rank among designs (ferry__design). */
+static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, int warps_m, int warps_n, int stages,
+                    int vec, double speed) {
   ferry_op *op = op_alloc();
   char name[96], defines[256];
   if (!op) return;
   const char *t = in_type == FERRY_F16 ? "f16" : "bf16";
-  if (vec == 8) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d", t, bm, bn, bk, stages);
+  if (family == FERRY__MMA_SW) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d_swz", t, bm, bn, bk, stages);
+  else if (vec == 8) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d", t, bm, bn, bk, stages);
   else snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d_align%d", t, bm, bn, bk, stages, 2 * vec);
-  snprintf(defines, sizeof defines, "#define FERRY_BM %d\n#define FERRY_BN %d\n#define FERRY_BK %d\n"
-           "#define FERRY_WARPS_M %d\n#define FERRY_WARPS_N %d\n#define FERRY_STAGES %d\n#define FERRY_VEC %d\n",
-           bm, bn, bk, warps_m, warps_n, stages, vec);
-  op->family = FERRY__MMA;
-  op->design = (ferry__design){bm, bn, bk, warps_m, warps_n, stages, vec};
+  if (family == FERRY__MMA_SW)
+    snprintf(defines, sizeof defines, "#define FERRY_BM %d\n#define FERRY_BN %d\n#define FERRY_BK %d\n"
+             "#define FERRY_WARPS_M %d\n#define FERRY_WARPS_N %d\n#define FERRY_STAGES %d\n",
+             bm, bn, bk, warps_m, warps_n, stages);
+  else
+    snprintf(defines, sizeof defines, "#define FERRY_BM %d\n#define FERRY_BN %d\n#define FERRY_BK %d\n"
+             "#define FERRY_WARPS_M %d\n#define FERRY_WARPS_N %d\n#define FERRY_STAGES %d\n#define FERRY_VEC %d\n",
+             bm, bn, bk, warps_m, warps_n, stages, vec);
+  op->family = family;
+  op->design = (ferry__design){bm, bn, bk, warps_m, warps_n, stages, vec, speed};
   op->info.name = strdup(name);
   op->defines = strdup(defines);
   op->info.instruction = "mma.sync.m16n8k16";
@@ -87,9 +102,15 @@ static void add_mma(int in_type, int bm, int bn, int bk, int warps_m, int warps_
   op->info.out_align = 1;
   op->info.div_m = op->info.div_n = op->info.div_k = 1;
   op->info.builtin = 1;
-  op->kernel_text = (const char *)ferry__kernel_gemm_mma;
-  op->kernel_size = ferry__kernel_gemm_mma_size;
-  op->entry = "ferry_gemm_mma";
+  if (family == FERRY__MMA_SW) {
+    op->kernel_text = (const char *)ferry__kernel_gemm_mma_sw;
+    op->kernel_size = ferry__kernel_gemm_mma_sw_size;
+    op->entry = "ferry_gemm_mma_sw";
+  } else {
+    op->kernel_text = (const char *)ferry__kernel_gemm_mma;
+    op->kernel_size = ferry__kernel_gemm_mma_size;
+    op->entry = "ferry_gemm_mma";
+  }
   op->params_size = sizeof(ferry_gemm_params);
   for (uint32_t kind = 0; kind < 4; kind++) { /* the largest over the four A/B major combinations */
     uint32_t bytes = ferry__design_smem(op, kind << 8);
@@ -104,7 +125,7 @@ static void add_simt(void) {
   ferry_op *op = op_alloc();
   if (!op) return;
   op->family = FERRY__SIMT;
-  op->design = (ferry__design){64, 64, 16, 0, 0, 1, 1};
+  op->design = (ferry__design){64, 64, 16, 0, 0, 1, 1, 0.0};
   op->info.name = "gemm_simt_64x64x16";
   op->info.instruction = "simt.fma";
   op->info.tile_m = 64;
@@ -130,14 +151,25 @@ static void add_simt(void) {
   append(op);
 }
 
+/* The built-in designs. `speed` (ferry__design) orders them in ferry_ops_find together with the tile/wave model
+ * of cost_of(): for the gemm_mma designs it is fitted to their H200 device times at 4096³ bf16 (128×128×32 s4
+ * 456 µs = 1.0, 128×256×32 s3 602 µs, 64×64×32 s3 794 µs, 64×64 align2 2303 µs); for the gemm_mma_swz designs
+ * it is a PREDICTION, not yet measured: ~300-310 µs at 4096³ bf16 (0.55-0.58× cuBLAS's 172.6 µs), from a main
+ * loop of 217 instructions per 128 HMMA (gemm_mma: 326 per 64) with shared-memory traffic under the tensor
+ * cores' time. Re-fit these after a GPU run (ferry bench latency lists every design at 4096³ bf16). */
 static void register_builtins(void) {
   pthread_mutex_lock(&registry_lock);
   static const int types[2] = {FERRY_F16, FERRY_BF16};
   for (int i = 0; i < 2; i++) {
-    add_mma(types[i], 128, 256, 32, 2, 4, 3, 8); /* large problems: 8 warps of 64×64 */
-    add_mma(types[i], 128, 128, 32, 2, 2, 4, 8); /* 4 warps of 64×64, two blocks per SM */
-    add_mma(types[i], 64, 64, 32, 2, 2, 3, 8);   /* small problems: more blocks */
-    add_mma(types[i], 64, 64, 32, 2, 2, 2, 1);   /* any alignment: element loads */
+    add_mma(FERRY__MMA, types[i], 128, 256, 32, 2, 4, 3, 8, 0.663); /* large problems: 8 warps of 64×64 */
+    add_mma(FERRY__MMA, types[i], 128, 128, 32, 2, 2, 4, 8, 1.0);   /* 4 warps of 64×64, two blocks per SM */
+    add_mma(FERRY__MMA, types[i], 64, 64, 32, 2, 2, 3, 8, 0.861);   /* small problems: more blocks */
+    add_mma(FERRY__MMA, types[i], 64, 64, 32, 2, 2, 2, 1, 0.297);   /* any alignment: element loads */
+    /* gemm_mma_sw.cu: swizzled, BK 64, double-buffered fragments; 96 KB (two blocks per SM) to 192 KB */
+    add_mma(FERRY__MMA_SW, types[i], 128, 128, 64, 2, 2, 3, 8, 1.52); /* 4 warps of 64×64, two blocks per SM */
+    add_mma(FERRY__MMA_SW, types[i], 128, 256, 64, 2, 4, 3, 8, 1.29); /* 8 warps of 64×64 */
+    add_mma(FERRY__MMA_SW, types[i], 256, 128, 64, 4, 2, 3, 8, 1.29);
+    add_mma(FERRY__MMA_SW, types[i], 128, 256, 64, 2, 4, 4, 8, 1.31); /* deeper pipeline: sm_90's 227 KB only */
   }
   add_simt();
   pthread_mutex_unlock(&registry_lock);
@@ -200,18 +232,29 @@ static int sms_of(int sm) {
 /* Waves of blocks × the time of one wave, which grows with the blocks sharing a multiprocessor and with each
  * block's tile (its multiply-adds plus the loads of its A and B panels). */
 static double cost_of(const ferry_op *op, const ferry_gemm_problem *p, int sm) {
+  double speed = op->family == FERRY__MMA || op->family == FERRY__MMA_SW ? op->design.speed : 1.0;
   double tiles = (double)((p->m + op->info.tile_m - 1) / op->info.tile_m) *
                  (double)((p->n + op->info.tile_n - 1) / op->info.tile_n) * (double)p->l;
-  int per_sm = op->family == FERRY__MMA ? (op->info.threads >= 256 ? 1 : op->info.tile_m >= 128 ? 2 : 4) : 1;
+  int mma = op->family == FERRY__MMA || op->family == FERRY__MMA_SW;
+  int per_sm = mma ? (op->info.threads >= 256 ? 1 : op->info.tile_m >= 128 ? 2 : 4) : 1;
   double slots = (double)sms_of(sm) * per_sm;
   double waves = tiles > 0 ? (double)(long long)((tiles + slots - 1) / slots) : 0;
   double sharing = tiles / sms_of(sm) < per_sm ? (tiles / sms_of(sm) < 1 ? 1 : tiles / sms_of(sm)) : per_sm;
   double tile_cost = (double)op->info.tile_m * op->info.tile_n + 64.0 * (op->info.tile_m + op->info.tile_n);
-  return waves * sharing * tile_cost;
+  return waves * sharing * tile_cost / speed;
+}
+
+/* Dynamic shared memory one block may have on the usual chip of a target: designs above it cannot launch there. */
+static uint32_t smem_limit_of(int sm) {
+  switch (sm) {
+  case 80: case 87: return 163u * 1024u;
+  case 90: case 100: case 103: return 227u * 1024u;
+  default: return 99u * 1024u; /* sm_86, sm_89, sm_120 and what is not known here */
+  }
 }
 
 static int rank_of(const ferry_op *op) {
-  if (op->family == FERRY__MMA) return op->design.vec == 8 ? 0 : 2;
+  if (op->family == FERRY__MMA || op->family == FERRY__MMA_SW) return op->design.vec == 8 ? 0 : 2;
   if (op->family == FERRY__CUSTOM) return 1;
   return 3;
 }
@@ -242,7 +285,9 @@ ferry_status ferry_ops_find(const ferry_gemm_args *args, int target_sm, ferry_op
   if (c) {
     for (size_t i = 0; i < n; i++) {
       const ferry_op *op = ops[i];
-      if (op->info.min_sm > target_sm || !ferry__supports_fast(op, args)) continue;
+      if (op->info.min_sm > target_sm || (op->info.builtin && op->info.smem_bytes > smem_limit_of(target_sm)) ||
+          !ferry__supports_fast(op, args))
+        continue;
       if (filter && !filter(&op->info, filter_user)) continue;
       c[found++] = (candidate){op, rank_of(op), cost_of(op, &args->problem, target_sm), i};
     }

@@ -15,6 +15,7 @@
   X(find_on_forced_target_orders_tensor_cores_first)      \
   X(find_respects_target_and_filter)                      \
   X(find_filter_keeps_what_it_says)                       \
+  X(find_skips_designs_over_the_targets_shared_memory)    \
   X(unaligned_operands_route_to_the_any_alignment_design) \
   X(supports_reasons_name_operand_and_types)              \
   X(supports_check_costs_nanoseconds)                     \
@@ -27,10 +28,14 @@
   X(compile_key_covers_the_whole_source)                  \
   X(compile_to_cubin_for_sm80_and_sm90)                   \
   X(compile_is_memoised)                                  \
+  X(compile_every_builtin_design_for_sm80)                \
+  X(compile_every_builtin_design_for_sm90)                \
+  X(compile_swizzled_designs_in_every_layout_for_sm90)    \
   X(compile_refuses_old_targets_and_unsupported_args)     \
   X(compile_error_reports_the_nvrtc_log)                  \
   X(nvrtc_absent_is_a_clear_error)                        \
   X(run_through_fake_driver_lays_out_the_launch)          \
+  X(run_swizzled_design_lays_out_the_launch)              \
   X(run_without_artifact_compiles_once)                   \
   X(run_checks_artifact_and_support)                      \
   X(graph_records_runs_and_updates_in_place)              \

@@ -2,6 +2,8 @@
  * loads cubins as tokens and records launches instead of running them. */
 #include "test_ops.h"
 
+#include <pthread.h>
+
 TEST(sha256_matches_the_standard_vectors) {
   uint8_t out[32];
   char hex[65];
@@ -183,6 +185,103 @@ TEST(compile_is_memoised) {
   test_rm_rf(home);
 }
 
+/* ---- every built-in design through NVRTC ------------------------------------------------------------------- */
+
+typedef struct build_job {
+  const ferry_op *op;
+  ferry_gemm_args args;
+  int sm;
+  ferry_status st;
+  size_t cubin_size;
+  char why[400];
+} build_job;
+
+static build_job build_jobs[96];
+static int n_build_jobs;
+static _Atomic int next_build_job;
+
+static void *build_worker(void *unused) {
+  (void)unused;
+  for (int j; (j = atomic_fetch_add(&next_build_job, 1)) < n_build_jobs;) {
+    build_job *b = &build_jobs[j];
+    ferry_artifact *art = NULL;
+    b->st = ferry_op_compile_for(b->op, &b->args, b->sm, &art);
+    if (b->st == FERRY_OK) {
+      const unsigned char *cubin = ferry_artifact_cubin(art, &b->cubin_size);
+      if (b->cubin_size < 1000 || memcmp(cubin, "\x7f" "ELF", 4) != 0) b->st = FERRY_INTERNAL;
+    } else {
+      snprintf(b->why, sizeof b->why, "%s", ferry_last_error_message());
+    }
+    ferry_artifact_release(art);
+  }
+  return NULL;
+}
+
+static void add_build_job(const ferry_op *op, int sm, int in, int out, int acc, int a_col, int b_col, int c_col) {
+  test_matrix a, b, c;
+  test_matrix_make(&a, 0x10000000, in, 0, 200, 72, a_col, 0);
+  test_matrix_make(&b, 0x20000000, in, 0, 72, 136, b_col, 0);
+  test_matrix_make(&c, 0x30000000, out, 0, 200, 136, c_col, 0);
+  build_job *job = &build_jobs[n_build_jobs++];
+  job->op = op;
+  job->sm = sm;
+  ASSERT_OK(ferry_gemm_args_init(&job->args, &a.t, &b.t, &c.t, (ferry_scalar)acc));
+  ASSERT_OK(ferry_op_supports(op, &job->args, NULL, 0));
+}
+
+/* Every built-in operator compiles for `sm` in the all-row-major kind of its own type; or (`layouts`) the swizzled
+ * designs in the other kinds their source branches on: column-major throughout with an fp32 output (.trans
+ * fragments, element epilogue), A row-major with B column-major, and fp16 accumulators. Fresh cache: every one
+ * goes through NVRTC (several seconds each for the swizzled designs, hence two tests). */
+static void compile_every_builtin(int sm, int layouts) {
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, layouts ? "layouts" : sm == 80 ? "every80" : "every90");
+  n_build_jobs = 0;
+  atomic_store(&next_build_job, 0);
+  int designs = 0;
+  for (size_t i = 0; i < ferry_ops_count(); i++) {
+    const ferry_op *op = ferry_ops_get(i);
+    const ferry_op_info *info = ferry_op_get_info(op);
+    if (!info->builtin) continue;
+    designs++;
+    int in = info->a_types & FERRY_SCALAR_BIT(FERRY_BF16) ? FERRY_BF16
+             : info->a_types & FERRY_SCALAR_BIT(FERRY_F16) ? FERRY_F16 : FERRY_F32;
+    if (!layouts) {
+      add_build_job(op, sm, in, in, FERRY_F32, 0, 0, 0);
+    } else if (strstr(info->name, "_swz")) {
+      add_build_job(op, sm, in, FERRY_F32, FERRY_F32, 1, 1, 1);
+      add_build_job(op, sm, in, in, in == FERRY_F16 ? FERRY_F16 : FERRY_F32, 0, 1, 0);
+    }
+  }
+  ASSERT_EQ(designs, 17); /* 2 × (4 gemm_mma + 4 gemm_mma_sw) + SIMT */
+  pthread_t threads[4];
+  int started = 0;
+  for (; started < 4; started++)
+    if (pthread_create(&threads[started], NULL, build_worker, NULL) != 0) break;
+  if (!started) build_worker(NULL);
+  for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+  int failed = 0;
+  for (int j = 0; j < n_build_jobs; j++) {
+    const build_job *b = &build_jobs[j];
+    if (b->st != FERRY_OK) {
+      fprintf(stderr, "  %s (kind 0x%03x) for sm_%d: %s %s\n", ferry_op_get_info(b->op)->name, b->args.problem.kind,
+              sm, ferry_status_name(b->st), b->why);
+      failed++;
+    }
+  }
+  ASSERT_EQ(failed, 0);
+  ferry_cache_stats st;
+  ferry_cache_stats_get(&st);
+  ASSERT_EQ(st.compiles, (uint64_t)n_build_jobs);
+  fprintf(stderr, "  %d NVRTC compiles for sm_%d in %.1f s of compile time\n", n_build_jobs, sm, st.compile_seconds);
+  test_rm_rf(home);
+}
+
+TEST(compile_every_builtin_design_for_sm80) { compile_every_builtin(80, 0); }
+TEST(compile_every_builtin_design_for_sm90) { compile_every_builtin(90, 0); }
+TEST(compile_swizzled_designs_in_every_layout_for_sm90) { compile_every_builtin(90, 1); }
+
 TEST(compile_refuses_old_targets_and_unsupported_args) {
   ferry_gemm_args args;
   test_args(&args, FERRY_F16, FERRY_F16, 64, 64, 64);
@@ -278,6 +377,34 @@ TEST(run_through_fake_driver_lays_out_the_launch) {
   ferry_artifact_release(art);
   ferry_ops_clear_memo();
   ASSERT_EQ(fake_live_libraries, 0);
+  test_rm_rf(home);
+}
+
+TEST(run_swizzled_design_lays_out_the_launch) {
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "runswz");
+  unsetenv("FERRY_ARCH");
+  fake_driver_use();
+  ferry_gemm_args args;
+  test_args(&args, FERRY_BF16, FERRY_BF16, 4096, 4096, 4096);
+  const ferry_op *op = ferry_op_by_name("gemm_mma_bf16_128x256x64_s3_swz");
+  ferry_artifact *art = NULL;
+  ASSERT_OK(ferry_op_compile(op, &args, &art));
+  ASSERT_OK(ferry_op_run(op, &args, (void *)0x5100, art, 0));
+  ASSERT_EQ(fake_last_launch.grid_x, 32 * 16); /* 4096/128 × 4096/256 */
+  ASSERT_EQ(fake_last_launch.grid_z, 1);
+  ASSERT_EQ(fake_last_launch.block, 256);
+  ASSERT_EQ(fake_last_launch.smem, 3 * (128 + 256) * 64 * 2); /* above 48 KB: the limit was raised at load */
+  ferry_artifact_release(art);
+  op = ferry_op_by_name("gemm_mma_bf16_128x128x64_s3_swz");
+  ASSERT_OK(ferry_op_compile(op, &args, &art));
+  ASSERT_OK(ferry_op_run(op, &args, (void *)0x5100, art, 0));
+  ASSERT_EQ(fake_last_launch.grid_x, 32 * 32);
+  ASSERT_EQ(fake_last_launch.block, 128);
+  ASSERT_EQ(fake_last_launch.smem, 3 * 256 * 64 * 2);
+  ferry_artifact_release(art);
+  ferry_ops_clear_memo();
   test_rm_rf(home);
 }
 

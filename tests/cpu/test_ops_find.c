@@ -27,6 +27,23 @@ TEST(builtins_are_registered_with_metadata) {
   ASSERT_EQ(i->a_align, 16);
   ASSERT_EQ(i->smem_bytes, 4 * (128 * 40 + 128 * 40) * 2);
   ASSERT_EQ(i->builtin, 1);
+  /* the swizzled designs: no padding, the stages or the epilogue's staging, whichever is larger */
+  const ferry_op *sw = ferry_op_by_name("gemm_mma_bf16_128x256x64_s3_swz");
+  ASSERT(sw != NULL);
+  i = ferry_op_get_info(sw);
+  ASSERT(!strcmp(i->instruction, "mma.sync.m16n8k16"));
+  ASSERT_EQ(i->tile_m, 128);
+  ASSERT_EQ(i->tile_n, 256);
+  ASSERT_EQ(i->tile_k, 64);
+  ASSERT_EQ(i->stages, 3);
+  ASSERT_EQ(i->threads, 256);
+  ASSERT_EQ(i->a_align, 16);
+  ASSERT_EQ(i->smem_bytes, 3 * (128 + 256) * 64 * 2);
+  ASSERT_EQ(ferry_op_get_info(ferry_op_by_name("gemm_mma_f16_128x128x64_s3_swz"))->smem_bytes, 3 * 256 * 64 * 2);
+  ASSERT_EQ(ferry_op_get_info(ferry_op_by_name("gemm_mma_f16_128x256x64_s4_swz"))->smem_bytes, 4 * 384 * 64 * 2);
+  ASSERT_EQ(ferry_op_get_info(ferry_op_by_name("gemm_mma_bf16_256x128x64_s3_swz"))->threads, 256);
+  for (uint32_t kind = 0; kind < 4; kind++) /* one layout whatever the majors */
+    ASSERT_EQ(ferry__design_smem(sw, kind << 8), 3 * (128 + 256) * 64 * 2);
   ASSERT(ferry_op_by_name("no such operator") == NULL);
   ASSERT(ferry_ops_get(n) == NULL);
   ASSERT(ferry_op_get_info(NULL) == NULL);
@@ -38,18 +55,27 @@ TEST(find_on_forced_target_orders_tensor_cores_first) {
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
-  ASSERT_EQ(n, 5); /* four f16 tensor-core designs and the SIMT one */
+  ASSERT_EQ(n, 9); /* eight f16 tensor-core designs and the SIMT one */
   ASSERT(!strcmp(ferry_op_get_info(ops[0])->name, "gemm_mma_f16_64x64x32_s3")); /* 128³ wants small tiles */
   ASSERT(!strcmp(ferry_op_get_info(ops[n - 1])->instruction, "simt.fma"));
   for (size_t i = 0; i < n; i++) ASSERT_OK(ferry_op_supports(ops[i], &args, NULL, 0));
-  /* 4096² prefers the largest tile */
+  /* 4096³: the designs' speeds decide (registry.c). First the swizzled 128×128×64 (a prediction until the H200
+   * measures it); among the padded designs, the H200's order: 128×128×32 s4 (456 µs) before 128×256×32 s3 (602). */
   test_args(&args, FERRY_BF16, FERRY_BF16, 4096, 4096, 4096);
-  ASSERT(!strcmp(ferry_op_get_info(find_first(&args, 90))->name, "gemm_mma_bf16_128x256x32_s3"));
+  ASSERT(!strcmp(ferry_op_get_info(find_first(&args, 90))->name, "gemm_mma_bf16_128x128x64_s3_swz"));
+  ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
+  ASSERT_EQ(n, 9);
+  size_t at_128 = n, at_256 = n;
+  for (size_t i = 0; i < n; i++) {
+    if (!strcmp(ferry_op_get_info(ops[i])->name, "gemm_mma_bf16_128x128x32_s4")) at_128 = i;
+    if (!strcmp(ferry_op_get_info(ops[i])->name, "gemm_mma_bf16_128x256x32_s3")) at_256 = i;
+  }
+  ASSERT(at_128 < at_256 && at_256 < n);
   /* capacity smaller than the count: the count is still the total */
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 1, &n));
-  ASSERT_EQ(n, 5);
+  ASSERT_EQ(n, 9);
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, NULL, 0, &n));
-  ASSERT_EQ(n, 5);
+  ASSERT_EQ(n, 9);
 }
 
 TEST(find_respects_target_and_filter) {
@@ -80,8 +106,33 @@ TEST(find_filter_keeps_what_it_says) {
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, only_128, NULL, ops, 32, &n));
-  ASSERT_EQ(n, 2);
+  ASSERT_EQ(n, 5); /* 128×256×32, 128×128×32, and the swizzled 128×128×64, 128×256×64 s3 and s4 */
   for (size_t i = 0; i < n; i++) ASSERT_EQ(ferry_op_get_info(ops[i])->tile_m, 128);
+}
+
+static int named(const ferry_op *const *ops, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(ferry_op_get_info(ops[i])->name, name)) return 1;
+  return 0;
+}
+
+TEST(find_skips_designs_over_the_targets_shared_memory) {
+  ferry_gemm_args args;
+  test_args(&args, FERRY_BF16, FERRY_BF16, 4096, 4096, 4096);
+  const ferry_op *ops[32];
+  size_t n = 0;
+  ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n)); /* 227 KB: every design */
+  ASSERT_EQ(n, 9);
+  ASSERT(named(ops, n, "gemm_mma_bf16_128x256x64_s4_swz"));
+  ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n)); /* 163 KB: not the 192 KB one */
+  ASSERT_EQ(n, 8);
+  ASSERT(!named(ops, n, "gemm_mma_bf16_128x256x64_s4_swz"));
+  ASSERT(named(ops, n, "gemm_mma_bf16_128x256x64_s3_swz"));
+  ASSERT_OK(ferry_ops_find(&args, 86, NULL, NULL, ops, 32, &n)); /* 99 KB: not the 144 KB ones either */
+  ASSERT_EQ(n, 6);
+  ASSERT(!named(ops, n, "gemm_mma_bf16_128x256x64_s3_swz") && !named(ops, n, "gemm_mma_bf16_256x128x64_s3_swz"));
+  ASSERT(named(ops, n, "gemm_mma_bf16_128x128x64_s3_swz"));
+  for (size_t i = 0; i < n; i++) ASSERT(ferry_op_get_info(ops[i])->smem_bytes <= 99 * 1024);
 }
 
 TEST(unaligned_operands_route_to_the_any_alignment_design) {

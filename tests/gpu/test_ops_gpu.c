@@ -349,8 +349,11 @@ static void precompile(void) {
 }
 
 typedef struct size_case { int m, n, k, l, pad; } size_case;
+/* The last: 16-byte aligned with whole k-tiles inside the operands and edges in m, n and k after them (the
+ * swizzled designs' unpredicated main loop, then their edge loop). */
 static const size_case sizes[] = {{1, 1, 1, 1, 0},     {127, 127, 127, 1, 0}, {128, 128, 128, 1, 0},
-                                  {129, 129, 129, 1, 0}, {129, 127, 65, 1, 8}, {127, 129, 129, 3, 8}};
+                                  {129, 129, 129, 1, 0}, {129, 127, 65, 1, 8}, {127, 129, 129, 3, 8},
+                                  {264, 392, 328, 1, 8}};
 
 static void correctness_matrix(int quick) {
   typedef struct kind { int a, b, out, acc, all_majors; } kind;

@@ -1,0 +1,85 @@
+#!/bin/sh
+# emulate.sh — builds tests/kernels/emulate_gemm.cpp for every gemm_mma_sw design registered in src/ops/registry.c
+# and four problem kinds (all four A/B major pairs, row- and column-major outputs, bf16/fp16/fp32 outputs, fp16
+# accumulators), runs each over edge, batched, alpha/beta and k=0 cases, and, as a control, does the same for
+# gemm_mma.cu (whose kernels passed on the H200) in two designs. Needs a C++17 compiler; no GPU.
+#
+# usage: tests/kernels/emulate.sh [BUILD_DIR]   (default: a temporary directory; prints a table, exits 1 on failure)
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+out=${1:-$(mktemp -d)}
+mkdir -p "$out"
+cxx=${CXX:-c++}
+
+# The H200 matrix's padded cases, a case with whole k-tiles inside the operands and edges after them, a batch
+# with alpha and beta, k = 0, a single row.
+cases="128,128,128,1,0,1,0 129,127,65,1,8,1,0 127,129,129,3,8,-1.5,0.25 264,392,328,1,8,1,0 392,264,456,1,8,0.5,0
+64,64,0,1,8,1,0.5 1,8,8,1,8,1,0"
+
+kinds="bf16_rrr:-DFERRY_A_TYPE=FERRY_BF16,-DFERRY_OUT_TYPE=FERRY_BF16,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
+bf16_ccc_f32:-DFERRY_A_TYPE=FERRY_BF16,-DFERRY_OUT_TYPE=FERRY_F32,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0
+f16_rcr_acc16:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F16,-DFERRY_ACC_TYPE=FERRY_F16,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=1
+f16_crr_f32:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F32,-DFERRY_A_ROW=0,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1"
+
+# BM BN BK WARPS_M WARPS_N STAGES, as add_mma(FERRY__MMA_SW, ...) in src/ops/registry.c
+designs="128 128 64 2 2 3
+128 256 64 2 4 3
+256 128 64 4 2 3
+128 256 64 2 4 4"
+
+# gemm_mma.cu reads its shared-memory size with inline PTX; the copy built here asks emulate_cuda.h instead.
+sed 's/asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));/have = dynamic_smem_size();/' \
+  "$root/src/kernels/gemm_mma.cu" > "$out/gemm_mma_host.cu"
+grep -q 'have = dynamic_smem_size();' "$out/gemm_mma_host.cu"
+
+pass=0
+fail=0
+table=""
+run() { # name, flags...
+  name=$1
+  shift
+  if ! $cxx -std=c++17 -O2 -Wall -Wno-unknown-pragmas -I "$root/src/kernels" -I "$here" -I "$out" "$@" \
+      "$here/emulate_gemm.cpp" -o "$out/$name" 2> "$out/$name.build.log"; then
+    cat "$out/$name.build.log"
+    fail=$((fail + 1))
+    table="$table
+FAIL  $name (does not build)"
+    return
+  fi
+  # shellcheck disable=SC2086
+  if "$out/$name" $cases > "$out/$name.log" 2>&1; then
+    pass=$((pass + 1))
+    table="$table
+ok    $name"
+  else
+    fail=$((fail + 1))
+    table="$table
+FAIL  $name (see $out/$name.log)"
+    grep -v '^ok' "$out/$name.log" | head -20
+  fi
+}
+
+echo "$designs" | while read -r bm bn bk wm wn st; do echo "$bm $bn $bk $wm $wn $st"; done > "$out/designs"
+while read -r bm bn bk wm wn st; do
+  for kind in $kinds; do
+    kname=${kind%%:*}
+    flags=$(echo "${kind#*:}" | tr ',' ' ')
+    # shellcheck disable=SC2086
+    run "sw_${bm}x${bn}x${bk}_s${st}_$kname" -DFERRY_BM="$bm" -DFERRY_BN="$bn" -DFERRY_BK="$bk" \
+      -DFERRY_WARPS_M="$wm" -DFERRY_WARPS_N="$wn" -DFERRY_STAGES="$st" $flags
+  done
+done < "$out/designs"
+
+# Controls: the padded-tile kernel, as it ran on the H200.
+for kind in $kinds; do
+  kname=${kind%%:*}
+  flags=$(echo "${kind#*:}" | tr ',' ' ')
+  # shellcheck disable=SC2086
+  run "mma_128x128x32_s4_$kname" -DEMU_KERNEL='"gemm_mma_host.cu"' -DEMU_ENTRY=ferry_gemm_mma -DFERRY_BM=128 \
+    -DFERRY_BN=128 -DFERRY_BK=32 -DFERRY_WARPS_M=2 -DFERRY_WARPS_N=2 -DFERRY_STAGES=4 -DFERRY_VEC=8 $flags
+done
+
+echo "$table" | sed '/^$/d'
+echo "emulated: $pass builds passed every case, $fail failed (logs in $out)"
+[ "$fail" -eq 0 ]

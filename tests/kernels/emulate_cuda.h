@@ -1,0 +1,448 @@
+// emulate_cuda.h — runs ferry's CUDA C GEMM kernels on the CPU, so that their indexing, pipelining and
+// synchronisation can be checked on a machine without a GPU (tests/kernels/emulate_gemm.cpp drives it).
+//
+// Every CUDA thread of a block is a fiber (ucontext) on one OS thread; a scheduler runs each ready fiber until it
+// blocks at a barrier, in an order shuffled per round from a seed, so a thread that is missing a barrier reads
+// memory before (or after) the others wrote it. Warp-wide instructions (ldmatrix, mma) are collectives: each lane
+// deposits its operands, the last lane to arrive computes every lane's result from the PTX ISA's fragment layouts,
+// then the warp goes on. cp.async copies are performed either at issue ("early": catches a copy into a stage that
+// another warp is still reading) or only when the issuing thread waits for its group ("late": catches a read of a
+// stage that has not landed for every thread). Shared memory starts as 0xff bytes (NaN in 16-bit and fp32), every
+// shared access and every cp.async source is bounds-checked, and a kernel must leave no copy in flight.
+//
+// This header replaces gemm_common.cuh (whose helpers are inline PTX): it provides the same names, with the same
+// semantics, in plain C++. The kernel file is included unchanged.
+#ifndef FERRY_EMULATE_CUDA_H
+#define FERRY_EMULATE_CUDA_H
+
+#include <setjmp.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <vector>
+
+// ---- CUDA's keywords and built-ins ---------------------------------------------------------------------------
+
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__
+#define __align__(n) __attribute__((aligned(n)))
+
+struct emu_dim3 {
+  unsigned x, y, z;
+};
+
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline float __uint_as_float(unsigned u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+// The kernels' `extern __shared__ unsigned char smem_raw[]`: one block's shared memory at a time.
+namespace ferry {
+alignas(1024) inline unsigned char smem_raw[232448];
+}
+
+namespace emu {
+
+[[noreturn]] inline void fail(const char *what) {
+  fprintf(stderr, "EMULATION FAILURE: %s\n", what);
+  exit(2);
+}
+
+struct copy {
+  uint32_t dst;
+  const unsigned char *src;
+  int bytes, src_bytes;
+};
+
+enum { READY, AT_BLOCK_BARRIER, AT_WARP_BARRIER, DONE };
+
+struct fiber {
+  ucontext_t ctx;                         // how it starts
+  jmp_buf jb;                             // where it continues (switches by _setjmp/_longjmp: no signal-mask
+  bool started;                           // system call per switch, as swapcontext would make)
+  std::vector<char> stack;
+  emu_dim3 tid;
+  int state;
+  std::vector<copy> open;                 // cp.async issued since the last commit
+  std::deque<std::vector<copy>> groups;   // committed, not yet waited for
+};
+
+struct range {
+  const unsigned char *begin, *end;
+};
+
+// One block's world.
+inline fiber *cur;
+inline ucontext_t scheduler;
+inline jmp_buf scheduler_jb;
+inline std::vector<fiber> fibers;
+inline int nthreads;
+inline emu_dim3 block, grid;
+inline int block_arrived;
+inline int warp_arrived[32];
+inline unsigned char *const smem = ferry::smem_raw;
+inline uint32_t dyn_smem;       // the launch's dynamic shared memory
+inline bool early_copies;       // perform cp.async at issue instead of at the issuer's wait
+inline std::vector<range> globals; // where cp.async may read
+inline void (*entry)();
+
+inline void yield() {
+  if (!_setjmp(cur->jb)) _longjmp(scheduler_jb, 1);
+}
+
+inline void block_barrier() {
+  cur->state = AT_BLOCK_BARRIER;
+  if (++block_arrived == nthreads) {
+    for (fiber &f : fibers)
+      if (f.state == AT_BLOCK_BARRIER) f.state = READY;
+    block_arrived = 0;
+  }
+  while (cur->state == AT_BLOCK_BARRIER) yield();
+}
+
+// All 32 lanes of the caller's warp arrive; the last to arrive runs `last` (the collective's work) first.
+template <typename F> inline void warp_arrive(F last) {
+  const int w = (int)cur->tid.x / 32;
+  cur->state = AT_WARP_BARRIER;
+  if (++warp_arrived[w] == 32) {
+    last();
+    for (int l = 0; l < 32; l++) {
+      fiber &f = fibers[(size_t)(w * 32 + l)];
+      if (f.state == AT_WARP_BARRIER) f.state = READY;
+    }
+    warp_arrived[w] = 0;
+  }
+  while (cur->state == AT_WARP_BARRIER) yield();
+}
+
+inline void check_smem(uint32_t addr, uint32_t bytes, const char *what) {
+  if ((uint64_t)addr + bytes > dyn_smem) {
+    fprintf(stderr, "%s: shared bytes [%u, %u) past the launch's %u\n", what, addr, addr + bytes, dyn_smem);
+    fail("shared memory out of bounds");
+  }
+}
+
+inline void check_global(const unsigned char *p, int bytes) {
+  for (const range &r : globals)
+    if (p >= r.begin && p + bytes <= r.end) return;
+  fail("cp.async reads outside every operand");
+}
+
+inline void perform(const copy &c) {
+  check_smem(c.dst, (uint32_t)c.bytes, "cp.async");
+  memset(smem + c.dst, 0, (size_t)c.bytes);
+  if (c.src_bytes) memcpy(smem + c.dst, c.src, (size_t)c.src_bytes);
+}
+
+// Per-warp mailboxes of the collectives.
+struct warp_slot {
+  uint32_t addr[32];
+  uint32_t a[32][4], b[32][2], out[32][4];
+  float c[32][4];
+};
+inline warp_slot slots[32];
+
+// Runs `f` until it blocks or finishes. Kept out of the scheduler's loop so that no local of the loop lives
+// across _setjmp.
+__attribute__((noinline)) inline void switch_to(fiber &f) {
+  cur = &f;
+  if (!_setjmp(scheduler_jb)) {
+    if (!f.started) {
+      f.started = true;
+      swapcontext(&scheduler, &f.ctx);
+    } else {
+      _longjmp(f.jb, 1);
+    }
+  }
+}
+
+static void trampoline() {
+  entry();
+  cur->state = DONE;
+  _longjmp(scheduler_jb, 1);
+}
+
+// Runs one block of `threads` threads to completion. Returns normally only if every thread finished with no
+// cp.async left in flight.
+inline void run_block(emu_dim3 b, int threads, uint32_t smem_bytes, unsigned seed, void (*kernel)()) {
+  block = b;
+  nthreads = threads;
+  dyn_smem = smem_bytes;
+  entry = kernel;
+  block_arrived = 0;
+  memset(warp_arrived, 0, sizeof warp_arrived);
+  memset(smem, 0xff, sizeof ferry::smem_raw);
+  fibers.resize((size_t)threads); // stacks are kept from block to block
+  for (int t = 0; t < threads; t++) {
+    fiber &f = fibers[(size_t)t];
+    f.stack.resize(128 * 1024);
+    f.open.clear();
+    f.groups.clear();
+    f.tid = {(unsigned)t, 0, 0};
+    f.state = READY;
+    f.started = false;
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.data();
+    f.ctx.uc_stack.ss_size = f.stack.size();
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, trampoline, 0);
+  }
+  std::mt19937 rng(seed);
+  std::vector<int> order((size_t)threads);
+  for (int t = 0; t < threads; t++) order[(size_t)t] = t;
+  for (;;) {
+    std::shuffle(order.begin(), order.end(), rng);
+    int ran = 0, done = 0;
+    for (int t : order) {
+      fiber &f = fibers[(size_t)t];
+      if (f.state == DONE) {
+        done++;
+        continue;
+      }
+      if (f.state != READY) continue;
+      switch_to(f);
+      ran++;
+    }
+    if (done == threads) break;
+    if (!ran) fail("deadlock: every unfinished thread waits at a barrier the others never reach");
+  }
+  for (fiber &f : fibers)
+    if (!f.open.empty() || !f.groups.empty()) fail("a thread exited with cp.async copies in flight");
+}
+
+} // namespace emu
+
+#define threadIdx (emu::cur->tid)
+#define blockIdx (emu::block)
+#define gridDim (emu::grid)
+inline void __syncthreads() { emu::block_barrier(); }
+inline void __syncwarp() { emu::warp_arrive([] {}); }
+[[noreturn]] inline void __trap() { emu::fail("__trap()"); }
+
+// ---- gemm_common.cuh in plain C++ ----------------------------------------------------------------------------
+
+#define FERRY_GEMM_COMMON_INCLUDED
+#include "gemm_params.cuh"
+
+#ifndef FERRY_A_TYPE
+#define FERRY_A_TYPE FERRY_F16
+#endif
+#ifndef FERRY_B_TYPE
+#define FERRY_B_TYPE FERRY_A_TYPE
+#endif
+#ifndef FERRY_OUT_TYPE
+#define FERRY_OUT_TYPE FERRY_F32
+#endif
+#ifndef FERRY_ACC_TYPE
+#define FERRY_ACC_TYPE FERRY_F32
+#endif
+#ifndef FERRY_A_ROW
+#define FERRY_A_ROW 1
+#endif
+#ifndef FERRY_B_ROW
+#define FERRY_B_ROW 1
+#endif
+#ifndef FERRY_OUT_ROW
+#define FERRY_OUT_ROW 1
+#endif
+
+namespace ferry {
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef long long i64;
+
+template <int T> struct storage { typedef u16 type; };
+template <> struct storage<FERRY_F32> { typedef float type; };
+
+inline float f16_to_f32(u16 h) {
+  const int sign = h >> 15, exp = (h >> 10) & 31, man = h & 1023;
+  float v;
+  if (exp == 0) v = std::ldexp((float)man, -24);
+  else if (exp == 31) v = man ? NAN : INFINITY;
+  else v = std::ldexp((float)(man | 1024), exp - 25);
+  return sign ? -v : v;
+}
+inline float bf16_to_f32(u16 h) { return __uint_as_float((u32)h << 16); }
+inline u16 f32_to_f16(float f) { // round to nearest even, as cvt.rn.f16.f32
+  u32 x = __float_as_uint(f);
+  const u32 sign = (x >> 16) & 0x8000u;
+  x &= 0x7fffffffu;
+  if (x > 0x7f800000u) return (u16)(sign | 0x7e00u);
+  if (x >= 0x477ff000u) return (u16)(sign | 0x7c00u); // rounds to or past 65520: infinity
+  if (x < 0x38800000u) {                              // below 2^-14: subnormal half
+    const float a = __uint_as_float(x);
+    return (u16)(sign | (u16)std::nearbyint(a * 16777216.0f)); // units of 2^-24, ties to even
+  }
+  const u32 mant = x & 0x7fffffu, exp = (x >> 23) - 112;
+  u32 h = (exp << 10) | (mant >> 13);
+  const u32 rest = mant & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
+  return (u16)(sign | h);
+}
+inline u16 f32_to_bf16(float f) {
+  u32 x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (u16)((x >> 16) | 0x40u);
+  return (u16)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+template <int T> inline float to_f32(typename storage<T>::type v);
+template <> inline float to_f32<FERRY_F16>(u16 v) { return f16_to_f32(v); }
+template <> inline float to_f32<FERRY_BF16>(u16 v) { return bf16_to_f32(v); }
+template <> inline float to_f32<FERRY_F32>(float v) { return v; }
+
+template <int T> inline typename storage<T>::type from_f32(float v);
+template <> inline u16 from_f32<FERRY_F16>(float v) { return f32_to_f16(v); }
+template <> inline u16 from_f32<FERRY_BF16>(float v) { return f32_to_bf16(v); }
+template <> inline float from_f32<FERRY_F32>(float v) { return v; }
+
+typedef storage<FERRY_A_TYPE>::type a_t;
+typedef storage<FERRY_B_TYPE>::type b_t;
+typedef storage<FERRY_OUT_TYPE>::type out_t;
+
+inline u32 smem_addr(const void *p) {
+  const unsigned char *c = static_cast<const unsigned char *>(p);
+  if (c < emu::smem || c > emu::smem + sizeof smem_raw) emu::fail("smem_addr of a non-shared pointer");
+  return (u32)(c - emu::smem);
+}
+
+template <int BYTES> inline void cp_async(u32 dst, const void *src, int src_bytes) {
+  if (BYTES != 4 && BYTES != 8 && BYTES != 16) emu::fail("cp.async of a size PTX does not have");
+  const unsigned char *s = static_cast<const unsigned char *>(src);
+  if (dst % BYTES || (uintptr_t)s % BYTES) emu::fail("cp.async misaligned");
+  if (src_bytes < 0 || src_bytes > BYTES) emu::fail("cp.async source size");
+  if (src_bytes) emu::check_global(s, src_bytes);
+  emu::check_smem(dst, BYTES, "cp.async");
+  const emu::copy c = {dst, s, BYTES, src_bytes};
+  if (emu::early_copies) emu::perform(c);
+  else emu::cur->open.push_back(c);
+}
+inline void cp_async16(u32 dst, const void *src) { cp_async<16>(dst, src, 16); }
+inline void cp_async_commit() {
+  emu::cur->groups.push_back(emu::cur->open);
+  emu::cur->open.clear();
+}
+template <int N> inline void cp_async_wait() {
+  while (emu::cur->groups.size() > (size_t)N) {
+    for (const emu::copy &c : emu::cur->groups.front()) emu::perform(c);
+    emu::cur->groups.pop_front();
+  }
+}
+inline unsigned dynamic_smem_size() { return emu::dyn_smem; }
+
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes 8q..8q+7 address the rows of matrix q; lane l receives
+// row l/4, columns 2(l%4) and 2(l%4)+1 of matrix q (of its transpose with .trans), low half first.
+template <bool TRANS> inline void ldmatrix(u32 r[4], u32 addr) {
+  const int w = (int)emu::cur->tid.x / 32, lane = (int)emu::cur->tid.x % 32;
+  emu::slots[w].addr[lane] = addr;
+  emu::warp_arrive([w] {
+    emu::warp_slot &s = emu::slots[w];
+    for (int q = 0; q < 4; q++) {
+      u16 e[8][8];
+      for (int i = 0; i < 8; i++) {
+        const u32 a = s.addr[8 * q + i];
+        if (a % 16) emu::fail("ldmatrix row address not 16-byte aligned");
+        emu::check_smem(a, 16, "ldmatrix");
+        memcpy(e[i], emu::smem + a, 16);
+      }
+      for (int l = 0; l < 32; l++) {
+        const int g = l / 4, t = l % 4;
+        const u16 lo = TRANS ? e[2 * t][g] : e[g][2 * t], hi = TRANS ? e[2 * t + 1][g] : e[g][2 * t + 1];
+        s.out[l][q] = (u32)lo | (u32)hi << 16;
+      }
+    }
+  });
+  for (int q = 0; q < 4; q++) r[q] = emu::slots[w].out[lane][q];
+}
+inline void ldmatrix_x4(u32 r[4], u32 addr) { ldmatrix<false>(r, addr); }
+inline void ldmatrix_x4_trans(u32 r[4], u32 addr) { ldmatrix<true>(r, addr); }
+
+// mma.sync.aligned.m16n8k16.row.col: lane l = 4g + t holds A[g][2t..], A[g+8][2t..], A[g][2t+8..],
+// A[g+8][2t+8..]; B[2t..][g], B[2t+8..][g]; C/D[g][2t], [g][2t+1], [g+8][2t], [g+8][2t+1].
+template <int IN, bool F16_ACC> inline void mma_emulated(float d[4], const u32 a[4], const u32 b[2]) {
+  const int w = (int)emu::cur->tid.x / 32, lane = (int)emu::cur->tid.x % 32;
+  emu::warp_slot &s = emu::slots[w];
+  for (int i = 0; i < 4; i++) s.a[lane][i] = a[i], s.c[lane][i] = d[i];
+  s.b[lane][0] = b[0], s.b[lane][1] = b[1];
+  emu::warp_arrive([w] {
+    emu::warp_slot &s = emu::slots[w];
+    auto val = [](u32 reg, int half) { return (double)to_f32<IN>((u16)(half ? reg >> 16 : reg & 0xffffu)); };
+    double A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < 32; l++) {
+      const int g = l / 4, t = l % 4;
+      for (int h = 0; h < 2; h++) {
+        A[g][2 * t + h] = val(s.a[l][0], h);
+        A[g + 8][2 * t + h] = val(s.a[l][1], h);
+        A[g][2 * t + 8 + h] = val(s.a[l][2], h);
+        A[g + 8][2 * t + 8 + h] = val(s.a[l][3], h);
+        B[2 * t + h][g] = val(s.b[l][0], h);
+        B[2 * t + 8 + h][g] = val(s.b[l][1], h);
+      }
+      C[g][2 * t] = s.c[l][0], C[g][2 * t + 1] = s.c[l][1];
+      C[g + 8][2 * t] = s.c[l][2], C[g + 8][2 * t + 1] = s.c[l][3];
+    }
+    for (int l = 0; l < 32; l++) {
+      const int g = l / 4, t = l % 4;
+      const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+      for (int e = 0; e < 4; e++) {
+        double acc = C[rows[e]][cols[e]];
+        for (int k = 0; k < 16; k++) acc += A[rows[e]][k] * B[k][cols[e]];
+        float v = (float)acc;
+        if (F16_ACC) v = f16_to_f32(f32_to_f16(v));
+        s.c[l][e] = v; // the results go back through the same mailbox
+      }
+    }
+  });
+  for (int i = 0; i < 4; i++) d[i] = s.c[lane][i];
+}
+template <int IN> inline void mma_f32(float d[4], const u32 a[4], const u32 b[2]) { mma_emulated<IN, false>(d, a, b); }
+inline void mma_f16(u32 d[2], const u32 a[4], const u32 b[2]) {
+  float f[4] = {f16_to_f32((u16)(d[0] & 0xffffu)), f16_to_f32((u16)(d[0] >> 16)), f16_to_f32((u16)(d[1] & 0xffffu)),
+                f16_to_f32((u16)(d[1] >> 16))};
+  mma_emulated<FERRY_F16, true>(f, a, b);
+  d[0] = (u32)f32_to_f16(f[0]) | (u32)f32_to_f16(f[1]) << 16;
+  d[1] = (u32)f32_to_f16(f[2]) | (u32)f32_to_f16(f[3]) << 16;
+}
+
+// As gemm_common.cuh.
+inline void tile_of_block(int m, int n, int bm, int bn, int &tm, int &tn) {
+  const int tiles_m = (m + bm - 1) / bm, tiles_n = (n + bn - 1) / bn;
+  const int group = 8;
+  const int per_group = group * tiles_n;
+  const int bid = (int)blockIdx.x;
+  const int first = bid / per_group * group;
+  const int rows = min(tiles_m - first, group);
+  const int in_group = bid % per_group;
+  tm = first + in_group % rows;
+  tn = in_group / rows;
+}
+
+inline void store_out(out_t *out, long long ldc, int m, int n, int row, int col, float acc, float alpha, float beta) {
+  if (row >= m || col >= n) return;
+  const long long at = FERRY_OUT_ROW ? (long long)row * ldc + col : (long long)col * ldc + row;
+  float v = alpha * acc;
+  if (beta != 0.0f) v += beta * to_f32<FERRY_OUT_TYPE>(out[at]);
+  out[at] = from_f32<FERRY_OUT_TYPE>(v);
+}
+
+} // namespace ferry
+
+#endif

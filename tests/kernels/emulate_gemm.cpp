@@ -1,0 +1,215 @@
+// emulate_gemm.cpp — runs a tensor-core GEMM kernel of src/kernels (gemm_mma_sw.cu, or gemm_mma.cu with EMU_KERNEL)
+// on the CPU through emulate_cuda.h, for one design and one problem kind given as the same FERRY_* macros NVRTC
+// gets, and checks every output element against a float64
+// reference: values within rounding, no element left unwritten (the output starts as NaN), nothing written outside
+// the matrices (guard bytes around them, and in the padding between rows, stay as they were), every cp.async in
+// bounds. tests/kernels/emulate.sh builds it for each design and kind.
+//
+// usage: emulate_gemm [--seed S] CASE...   where CASE is m,n,k,l,pad,alpha,beta (pad: leading dimensions rounded
+// up to a multiple of pad elements, as tests/gpu/test_ops_gpu.c does). Each case runs twice, with cp.async
+// performed at issue and at the issuer's wait. Exit status 0 only when every case passed.
+#include "emulate_cuda.h"
+
+#ifndef EMU_KERNEL
+#define EMU_KERNEL "gemm_mma_sw.cu"
+#define EMU_ENTRY ferry_gemm_mma_sw
+#endif
+#ifndef EMU_ALIGN
+#define EMU_ALIGN 16 // bytes of alignment the design requires of A and B (the host checks it)
+#endif
+#include EMU_KERNEL
+
+namespace {
+
+using ferry::u16;
+using ferry::u32;
+
+constexpr int GUARD = 256; // bytes before and after each matrix
+
+size_t esize(int type) { return type == FERRY_F32 ? 4 : 2; }
+
+double get(const unsigned char *p, size_t i, int type) {
+  if (type == FERRY_F32) {
+    float f;
+    memcpy(&f, p + 4 * i, 4);
+    return f;
+  }
+  u16 h;
+  memcpy(&h, p + 2 * i, 2);
+  return type == FERRY_F16 ? ferry::f16_to_f32(h) : ferry::bf16_to_f32(h);
+}
+
+void put(unsigned char *p, size_t i, int type, double v) {
+  if (type == FERRY_F32) {
+    float f = (float)v;
+    memcpy(p + 4 * i, &f, 4);
+    return;
+  }
+  u16 h = type == FERRY_F16 ? ferry::f32_to_f16((float)v) : ferry::f32_to_bf16((float)v);
+  memcpy(p + 2 * i, &h, 2);
+}
+
+// A rows×cols matrix (l of them), laid out as the GPU test lays them out.
+struct mat {
+  int type, col, rows, cols, l;
+  long long ld, batch;
+  size_t elems;
+  std::vector<unsigned char> mem; // GUARD, the elements, GUARD
+  size_t at(int z, int i, int j) const {
+    return (size_t)z * (size_t)batch + (col ? (size_t)i + (size_t)j * (size_t)ld : (size_t)i * (size_t)ld + (size_t)j);
+  }
+  bool logical(size_t e) const { // element e is inside the matrix, not in the padding
+    const size_t in_batch = e % (size_t)batch, inner = in_batch % (size_t)ld;
+    return (size_t)e / (size_t)batch < (size_t)l && (int)inner < (col ? rows : cols);
+  }
+};
+
+mat make(int type, int col, int l, int rows, int cols, int pad) {
+  mat m;
+  m.type = type, m.col = col, m.rows = rows, m.cols = cols, m.l = l;
+  const long long inner = col ? rows : cols, outer = col ? cols : rows;
+  m.ld = pad ? (inner + pad - 1) / pad * pad : inner;
+  if (m.ld < 1) m.ld = 1;
+  m.batch = m.ld * outer;
+  if (m.batch < 1) m.batch = 1;
+  m.elems = (size_t)(m.batch * l);
+  // 1024-aligned storage: the matrix starts 16-byte aligned, as cudaMalloc's would.
+  m.mem.assign(m.elems * esize(type) + 2 * GUARD + 1024, 0xa5);
+  return m;
+}
+
+unsigned char *base_of(mat &m) {
+  // Align the element area itself to 1024 bytes inside the vector, keeping GUARD bytes before it.
+  uintptr_t p = (uintptr_t)m.mem.data() + GUARD;
+  p = (p + 1023) & ~(uintptr_t)1023;
+  return (unsigned char *)p;
+}
+
+ferry_gemm_params params;
+void kernel() { ferry::EMU_ENTRY(params); }
+
+uint64_t rng_state = 1;
+double uniform() { // [-1, 1)
+  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+  return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+// Runs one case in one cp.async mode; returns the number of bad elements.
+int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool early, unsigned seed) {
+  mat A = make(FERRY_A_TYPE, !FERRY_A_ROW, l, m, k, pad), B = make(FERRY_B_TYPE, !FERRY_B_ROW, l, k, n, pad);
+  mat C = make(FERRY_OUT_TYPE, !FERRY_OUT_ROW, l, m, n, pad);
+  unsigned char *a = base_of(A), *b = base_of(B), *c = base_of(C);
+  // Everything around and between the elements starts as a pattern that must survive.
+  memset(c - GUARD, 0x5a, C.elems * esize(C.type) + 2 * GUARD);
+  for (size_t e = 0; e < A.elems; e++) put(a, e, A.type, A.logical(e) ? uniform() : NAN);
+  for (size_t e = 0; e < B.elems; e++) put(b, e, B.type, B.logical(e) ? uniform() : NAN);
+  std::vector<double> c0(C.elems, 0.0);
+  for (size_t e = 0; e < C.elems; e++)
+    if (C.logical(e)) {
+      if (beta != 0.0f) {
+        put(c, e, C.type, uniform());
+        c0[e] = get(c, e, C.type);
+      } else {
+        memset(c + e * esize(C.type), 0xff, esize(C.type)); // NaN: must be overwritten
+      }
+    }
+  const std::vector<unsigned char> before(c - GUARD, c + C.elems * esize(C.type) + GUARD);
+  for (long long v : {A.ld, B.ld, A.batch, B.batch})
+    if (k > 0 && v * 2 % EMU_ALIGN) { // (k = 0: nothing is loaded, the host accepts any layout)
+      fprintf(stderr, "case %d,%d,%d,%d,%d: operands not 16-byte aligned; the host would not run this design\n", m,
+              n, k, l, pad);
+      exit(2);
+    }
+
+  params = ferry_gemm_params{};
+  params.a = a, params.b = b, params.out = c;
+  params.lda = A.ld, params.ldb = B.ld, params.ldc = C.ld;
+  params.batch_a = l > 1 ? A.batch : 0, params.batch_b = l > 1 ? B.batch : 0, params.batch_c = C.batch;
+  params.m = m, params.n = n, params.k = k, params.l = l;
+  params.alpha = alpha, params.beta = beta;
+  emu::globals = {{a, a + A.elems * 2}, {b, b + B.elems * 2}};
+  emu::early_copies = early;
+
+  // The kernel's own figure (src/ops/registry.c computes the same; the CPU tests compare the two).
+  const unsigned smem = ferry::SMEM_BYTES;
+  const int tiles = (m + FERRY_BM - 1) / FERRY_BM * ((n + FERRY_BN - 1) / FERRY_BN);
+  emu::grid = {(unsigned)tiles, 1, (unsigned)l};
+  for (int z = 0; z < l; z++)
+    for (int x = 0; x < tiles; x++)
+      emu::run_block({(unsigned)x, 0, (unsigned)z}, ferry::THREADS, smem, seed + (unsigned)(x * 131 + z), kernel);
+
+  // The reference, and what must not have changed.
+  const double rel_out = C.type == FERRY_BF16 ? 1.0 / 128 : C.type == FERRY_F16 ? 1.0 / 1024 : 1e-6;
+  const double eps_acc = FERRY_ACC_TYPE == FERRY_F16 ? 4e-3 : 1e-6;
+  int bad = 0;
+  double worst = 0;
+  std::vector<double> av((size_t)m * k), bv((size_t)k * n);
+  for (int z = 0; z < l; z++) {
+    for (int i = 0; i < m; i++)
+      for (int p = 0; p < k; p++) av[(size_t)i * k + p] = get(a, A.at(l > 1 ? z : 0, i, p), A.type);
+    for (int p = 0; p < k; p++)
+      for (int j = 0; j < n; j++) bv[(size_t)p * n + j] = get(b, B.at(l > 1 ? z : 0, p, j), B.type);
+    for (int i = 0; i < m; i++)
+      for (int j = 0; j < n; j++) {
+        double acc = 0, mag = 0;
+        for (int p = 0; p < k; p++) {
+          const double x = av[(size_t)i * k + p] * bv[(size_t)p * n + j];
+          acc += x;
+          mag += std::fabs(x);
+        }
+        const size_t e = C.at(z, i, j);
+        const double ref = alpha * acc + beta * c0[e], got = get(c, e, C.type);
+        const double tol = rel_out * std::fabs(ref) + eps_acc * std::fabs(alpha) * mag + 1e-30;
+        const double err = std::fabs(got - ref);
+        if (!(err <= tol)) {
+          if (bad < 5)
+            fprintf(stderr, "  out[%d][%d][%d] = %.6g, expected %.6g (tolerance %.2g)\n", z, i, j, got, ref, tol);
+          bad++;
+        }
+        const double rel = err / (std::fabs(ref) + 1e-3);
+        if (std::isnan(rel) || (!std::isnan(worst) && rel > worst)) worst = rel; // a NaN stays the worst
+      }
+  }
+  const unsigned char *now = c - GUARD;
+  int stray = 0;
+  for (size_t byte = 0; byte < before.size(); byte++) {
+    const long long rel = (long long)byte - GUARD;
+    const bool element = rel >= 0 && (size_t)rel < C.elems * esize(C.type) && C.logical((size_t)rel / esize(C.type));
+    if (!element && now[byte] != before[byte]) stray++;
+  }
+  if (stray) fprintf(stderr, "  %d bytes written outside the output's elements\n", stray);
+  printf("%s %4d×%4d×%4d l=%d pad=%d alpha=%g beta=%g cp.async %-5s: %s (worst relative error %.2g)\n",
+         bad || stray ? "FAIL" : "ok  ", m, n, k, l, pad, alpha, beta, early ? "early" : "late",
+         bad || stray ? "wrong" : "exact within rounding", worst);
+  return bad + stray;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  unsigned seed = 1;
+  int failures = 0, cases = 0;
+  printf("%s %dx%dx%d warps %dx%d s%d; A %s, B %s, out %s %s, acc %s\n", EMU_KERNEL, FERRY_BM, FERRY_BN, FERRY_BK,
+         FERRY_WARPS_M, FERRY_WARPS_N, FERRY_STAGES, FERRY_A_ROW ? "row" : "col", FERRY_B_ROW ? "row" : "col",
+         FERRY_OUT_TYPE == FERRY_F32 ? "fp32" : FERRY_OUT_TYPE == FERRY_F16 ? "fp16" : "bf16",
+         FERRY_OUT_ROW ? "row" : "col", FERRY_ACC_TYPE == FERRY_F16 ? "fp16" : "fp32");
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
+      seed = (unsigned)strtoul(argv[++i], nullptr, 10);
+      continue;
+    }
+    int m, n, k, l, pad;
+    float alpha, beta;
+    if (sscanf(argv[i], "%d,%d,%d,%d,%d,%f,%f", &m, &n, &k, &l, &pad, &alpha, &beta) != 7) {
+      fprintf(stderr, "bad case '%s' (m,n,k,l,pad,alpha,beta)\n", argv[i]);
+      return 2;
+    }
+    rng_state = seed * 7919u + (unsigned)i;
+    failures += run_case(m, n, k, l, pad, alpha, beta, true, seed) != 0;
+    rng_state = seed * 7919u + (unsigned)i;
+    failures += run_case(m, n, k, l, pad, alpha, beta, false, seed + 1000) != 0;
+    cases += 2;
+  }
+  printf("%d of %d runs passed\n", cases - failures, cases);
+  return failures ? 1 : 0;
+}
