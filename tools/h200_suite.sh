@@ -6,7 +6,8 @@
 #
 # usage: tools/h200_suite.sh [--results DIR] PART...
 #   parts: build tests memcheck racecheck synccheck overlap overlap1ms bandwidth python pycall pybench pybench1ms
-#          pybenchnohandoff pybandwidth ops opsmemcheck latency pylatency stress ranks plots all
+#          pybenchnohandoff pybandwidth ops opsmemcheck latency pylatency stress soak ranks plots all
+# Environment also: SOAK_SECONDS (default 30).
 # Environment: RESULTS (default ./h200-results), JOBS (default nproc), PYTHON (default python3).
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,7 +35,7 @@ part() { # part NAME COMMAND...: runs the command with its output in $RESULTS/NA
 
 parts=("$@")
 [ "${parts[0]}" = all ] && parts=(build tests memcheck racecheck synccheck overlap overlap1ms bandwidth python pycall
-                                  pybench pybench1ms pybandwidth ops opsmemcheck latency pylatency stress ranks plots)
+                                  pybench pybench1ms pybandwidth ops opsmemcheck latency pylatency stress soak ranks plots)
 for p in "${parts[@]}"; do
   case $p in
   build) part build "cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=\$(command -v $PYTHON) \
@@ -43,8 +44,12 @@ for p in "${parts[@]}"; do
   memcheck) part memcheck "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 \
            $build/ferry_test_gpu round_trips mixed_dtypes_and_pass_through producer_event_is_waited_for \
            producer_stream_is_waited_for pool_never_reuses_under_a_running_copy" ;;
-  racecheck) part racecheck "compute-sanitizer --tool racecheck --error-exitcode 1 $build/ferry_test_gpu round_trips" ;;
-  synccheck) part synccheck "compute-sanitizer --tool synccheck --error-exitcode 1 $build/ferry_test_gpu round_trips" ;;
+  racecheck) part racecheck "compute-sanitizer --tool racecheck --error-exitcode 1 $build/ferry_test_gpu \
+           mixed_dtypes_and_pass_through producer_event_is_waited_for && timeout 240 compute-sanitizer --tool \
+           racecheck --error-exitcode 1 $build/ferry_test_ops_gpu --quick" ;;
+  synccheck) part synccheck "compute-sanitizer --tool synccheck --error-exitcode 1 $build/ferry_test_gpu \
+           mixed_dtypes_and_pass_through producer_event_is_waited_for && timeout 240 compute-sanitizer --tool \
+           synccheck --error-exitcode 1 $build/ferry_test_ops_gpu --quick" ;;
   overlap) part overlap "$build/ferry bench overlap --num-tensors 1 32 256 --output $RESULTS/overlap.csv \
            --samples-output $RESULTS/overlap_samples.csv" ;;
   overlap1ms) part overlap1ms "$build/ferry bench overlap --compute-ms 1 --num-tensors 1 32 256 \
@@ -66,7 +71,8 @@ for p in "${parts[@]}"; do
   pylatency) TAILN=30 part pylatency "$PYTHON -m ferry.bench.latency --output $RESULTS/py_latency.csv \
            --plot $RESULTS/py_latency.png" ;;
   latency) TAILN=45 part latency "$build/ferry bench latency --output $RESULTS/latency.csv" ;;
-  stress) part stress "$build/ferry_stress" ;;
+  stress) TAILN=12 part stress "$build/ferry_stress && $build/ferry_stress --faults && $build/ferry_stress --fork" ;;
+  soak) TAILN=8 part soak "$build/ferry_stress --seconds \${SOAK_SECONDS:-30} --csv $RESULTS/soak.csv" ;;
   ranks) TAILN=8 part ranks "torchrun --nproc-per-node 1 --no-python $build/ferry bench ranks --output $RESULTS/ranks.csv \
            && torchrun --nproc-per-node 1 --no-python $build/ferry bench overlap --num-runs 10 --num-tensors 1 256 \
               --output $RESULTS/overlap_torchrun.csv && { LOCAL_RANK=1 $build/ferry bench ranks; test \$? -eq 1; }" ;;
