@@ -525,9 +525,11 @@ int main(int argc, char **argv) {
 
   ferry_device_info info;
   REQUIRE_OK(ferry_device_info_get(dev, &info));
-  printf("ferry_stress: %d threads x %s on cuda:%d (%s), up to %d tensors of up to %zu bytes per batch%s\n",
-         opt.threads, opt.seconds > 0 ? "a soak" : "batches", dev, info.name, opt.max_count, opt.max_bytes,
-         stress_simulated ? " [simulated driver]" : "");
+  char what[64];
+  if (opt.seconds > 0) snprintf(what, sizeof what, "for %.0f s (soak)", opt.seconds);
+  else snprintf(what, sizeof what, "x %d batches", opt.batches);
+  printf("ferry_stress: %d threads %s on cuda:%d (%s), up to %d tensors of up to %zu bytes per batch%s\n",
+         opt.threads, what, dev, info.name, opt.max_count, opt.max_bytes, stress_simulated ? " [simulated driver]" : "");
   worker *w = calloc((size_t)opt.threads, sizeof *w);
   pthread_t *tid = calloc((size_t)opt.threads, sizeof *tid), sampler_tid;
   sampler sm = {dev, now_s(), NULL, 0, 0};
