@@ -2,7 +2,7 @@
 # its sources in libferry, the GEMM kernel sources embedded as text for NVRTC, its CPU and GPU tests, the latency
 # benchmark in the ferry CLI, and `ferry_check_kernels` (nvcc resource report of every kernel design).
 
-set(ferry_kernel_texts gemm_params.cuh gemm_common.cuh gemm_simt.cu gemm_mma.cu gemm_mma_sw.cu)
+set(ferry_kernel_texts gemm_params.cuh gemm_common.cuh gemm_simt.cu gemm_mma.cu gemm_mma_sw.cu gemm_wgmma.cu)
 set(ferry_kernel_text_sources)
 foreach(f ${ferry_kernel_texts})
   string(REGEX REPLACE "\\.(cuh|cu)$" "" sym ${f})
@@ -35,6 +35,12 @@ if(FERRY_BUILD_TESTS)
   if(FERRY_NVRTC_LIBRARY)
     set_tests_properties(ops PROPERTIES ENVIRONMENT "FERRY_REQUIRE_NVRTC=1")
   endif()
+
+  # ferry_time_gemm: device time of every tensor-core design (wgmma too, with FERRY_WGMMA=1) beside cuBLAS, each
+  # output checked against cuBLAS's; cuBLAS through the benchmarks' dlopen wrapper.
+  add_executable(ferry_time_gemm tests/gpu/time_gemm.c bench/cublas.c)
+  target_include_directories(ferry_time_gemm PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops)
+  target_link_libraries(ferry_time_gemm PRIVATE ferry_static m ${CMAKE_DL_LIBS})
 
   add_executable(ferry_test_ops_gpu tests/gpu/test_ops_gpu.c)
   target_include_directories(ferry_test_ops_gpu PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops)
@@ -80,6 +86,14 @@ if(FERRY_NVCC)
                 ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels/gemm_mma_sw.cu)
     endforeach()
   endforeach()
+  # gemm_wgmma.cu: sm_90a only (the -gencode form; see HOPPER.md), in the same two kinds.
+  foreach(majors "-DFERRY_A_ROW=1 -DFERRY_B_ROW=1 -DFERRY_OUT_ROW=1" "-DFERRY_A_ROW=0 -DFERRY_B_ROW=0 -DFERRY_OUT_ROW=0")
+    separate_arguments(maj UNIX_COMMAND "${majors}")
+    list(APPEND check_cmds COMMAND ${CMAKE_COMMAND} -E echo "gemm_wgmma 128x256x64 s4 bf16 ${majors}"
+      COMMAND ${FERRY_NVCC} -gencode=arch=compute_90a,code=sm_90a -cubin
+              -o ${CMAKE_CURRENT_BINARY_DIR}/check_wgmma.cubin -Xptxas -v -DFERRY_A_TYPE=FERRY_BF16
+              -DFERRY_OUT_TYPE=FERRY_BF16 ${maj} ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels/gemm_wgmma.cu)
+  endforeach()
   add_custom_target(ferry_check_kernels ${check_cmds}
     COMMAND ${CMAKE_COMMAND} -E echo "gemm_simt"
     COMMAND ${FERRY_NVCC} -arch=sm_90 -cubin -o ${CMAKE_CURRENT_BINARY_DIR}/check_simt.cubin -Xptxas -v
@@ -88,9 +102,9 @@ if(FERRY_NVCC)
     COMMENT "nvcc -Xptxas -v over ferry's GEMM designs")
 endif()
 
-# The tensor-core kernels run on the CPU (tests/kernels/emulate_cuda.h): every gemm_mma_sw design in four kinds
-# over edge, batched, alpha/beta and k=0 cases, with gemm_mma.cu as the control, and the mutants the emulation
-# must catch. No GPU needed; a C++17 compiler is. `cmake --build B --target ferry_emulate_kernels`; also a test.
+# The tensor-core kernels run on the CPU (tests/kernels/emulate_cuda.h): every gemm_mma_sw design and the
+# gemm_wgmma design in four kinds over edge, batched, alpha/beta and k=0 cases, with gemm_mma.cu as the control, and
+# the mutants the emulation must catch. No GPU needed; a C++17 compiler is. `cmake --build B --target ferry_emulate_kernels`; also a test.
 find_program(FERRY_CXX_FOR_EMULATION NAMES c++ g++ clang++)
 if(FERRY_BUILD_TESTS AND FERRY_CXX_FOR_EMULATION)
   add_custom_target(ferry_emulate_kernels

@@ -19,6 +19,13 @@ static size_t n_ops, cap_ops;
 
 uint32_t ferry__design_smem(const ferry_op *op, uint32_t kind) {
   const ferry__design *d = &op->design;
+  if (op->family == FERRY__WGMMA) {
+    /* gemm_wgmma.cu: stages of swizzled panels, or the epilogue's 16 rows of fp32 per warp (BN + 8 pitch), plus
+     * 1024 bytes to align the swizzle atoms (SMEM_BYTES there) */
+    uint32_t pipe = (uint32_t)d->stages * (uint32_t)(d->bm + d->bn) * (uint32_t)d->bk * 2u;
+    uint32_t epi = (uint32_t)(d->bm / 64 * 4) * 16u * (uint32_t)(d->bn + 8) * 4u;
+    return (pipe > epi ? pipe : epi) + 1024u;
+  }
   if (op->family == FERRY__MMA_SW) {
     /* gemm_mma_sw.cu: swizzled tiles without padding, whatever the majors; the epilogue reuses the stages for
      * 16 rows of fp32 per warp with a pitch of the warp's columns + 8 (SMEM_BYTES there) */
@@ -72,10 +79,14 @@ static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, i
   char name[96], defines[256];
   if (!op) return;
   const char *t = in_type == FERRY_F16 ? "f16" : "bf16";
-  if (family == FERRY__MMA_SW) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d_swz", t, bm, bn, bk, stages);
+  if (family == FERRY__WGMMA) snprintf(name, sizeof name, "gemm_wgmma_%s_%dx%dx%d_s%d", t, bm, bn, bk, stages);
+  else if (family == FERRY__MMA_SW) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d_swz", t, bm, bn, bk, stages);
   else if (vec == 8) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d", t, bm, bn, bk, stages);
   else snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d_align%d", t, bm, bn, bk, stages, 2 * vec);
-  if (family == FERRY__MMA_SW)
+  if (family == FERRY__WGMMA)
+    snprintf(defines, sizeof defines, "#define FERRY_BM %d\n#define FERRY_BN %d\n#define FERRY_BK %d\n"
+             "#define FERRY_STAGES %d\n", bm, bn, bk, stages);
+  else if (family == FERRY__MMA_SW)
     snprintf(defines, sizeof defines, "#define FERRY_BM %d\n#define FERRY_BN %d\n#define FERRY_BK %d\n"
              "#define FERRY_WARPS_M %d\n#define FERRY_WARPS_N %d\n#define FERRY_STAGES %d\n",
              bm, bn, bk, warps_m, warps_n, stages);
@@ -87,22 +98,27 @@ static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, i
   op->design = (ferry__design){bm, bn, bk, warps_m, warps_n, stages, vec, speed};
   op->info.name = strdup(name);
   op->defines = strdup(defines);
-  op->info.instruction = "mma.sync.m16n8k16";
+  op->info.instruction = family == FERRY__WGMMA ? "wgmma.m64n256k16" : "mma.sync.m16n8k16";
   op->info.tile_m = bm;
   op->info.tile_n = bn;
   op->info.tile_k = bk;
   op->info.stages = stages;
   op->info.threads = warps_m * warps_n * 32;
-  op->info.min_sm = 80; /* cp.async, bf16 mma */
+  op->info.min_sm = family == FERRY__WGMMA ? 90 : 80; /* wgmma; cp.async and bf16 mma */
   op->info.a_types = op->info.b_types = FERRY_SCALAR_BIT(in_type);
   op->info.out_types = FERRY_SCALARS_FLOAT;
-  op->info.acc_types = FERRY_SCALAR_BIT(FERRY_F32) | (in_type == FERRY_F16 ? FERRY_SCALAR_BIT(FERRY_F16) : 0);
+  op->info.acc_types = FERRY_SCALAR_BIT(FERRY_F32) |
+                       (in_type == FERRY_F16 && family != FERRY__WGMMA ? FERRY_SCALAR_BIT(FERRY_F16) : 0);
   op->info.a_majors = op->info.b_majors = op->info.out_majors = FERRY_MAJORS_ANY;
   op->info.a_align = op->info.b_align = (uint32_t)(2 * vec);
   op->info.out_align = 1;
   op->info.div_m = op->info.div_n = op->info.div_k = 1;
   op->info.builtin = 1;
-  if (family == FERRY__MMA_SW) {
+  if (family == FERRY__WGMMA) {
+    op->kernel_text = (const char *)ferry__kernel_gemm_wgmma;
+    op->kernel_size = ferry__kernel_gemm_wgmma_size;
+    op->entry = "ferry_gemm_wgmma";
+  } else if (family == FERRY__MMA_SW) {
     op->kernel_text = (const char *)ferry__kernel_gemm_mma_sw;
     op->kernel_size = ferry__kernel_gemm_mma_sw_size;
     op->entry = "ferry_gemm_mma_sw";
@@ -171,6 +187,13 @@ static void register_builtins(void) {
     add_mma(FERRY__MMA_SW, types[i], 256, 128, 64, 4, 2, 3, 8, 1.29);
     add_mma(FERRY__MMA_SW, types[i], 128, 256, 64, 2, 4, 4, 8, 1.31); /* deeper pipeline: sm_90's 227 KB only */
   }
+  /* gemm_wgmma.cu (sm_90a): two warpgroups of m64n256k16, 4 stages of 48 KB. Not yet run on a GPU, so it is
+   * registered only on request (FERRY_WGMMA=1) — a kernel fault in a new design would take down every run after
+   * it in the process — and ranked after every mma.sync design (speed 0.25) until the H200 has measured it;
+   * expected ~2.2 (≈ 200-250 µs at 4096³ bf16, L2 bandwidth with 128×256 tiles and no multicast the limit). */
+  const char *wgmma = getenv("FERRY_WGMMA");
+  if (wgmma && !strcmp(wgmma, "1"))
+    for (int i = 0; i < 2; i++) add_mma(FERRY__WGMMA, types[i], 128, 256, 64, 2, 4, 4, 8, 0.25);
   add_simt();
   pthread_mutex_unlock(&registry_lock);
 }
@@ -232,10 +255,10 @@ static int sms_of(int sm) {
 /* Waves of blocks × the time of one wave, which grows with the blocks sharing a multiprocessor and with each
  * block's tile (its multiply-adds plus the loads of its A and B panels). */
 static double cost_of(const ferry_op *op, const ferry_gemm_problem *p, int sm) {
-  double speed = op->family == FERRY__MMA || op->family == FERRY__MMA_SW ? op->design.speed : 1.0;
+  int mma = op->family == FERRY__MMA || op->family == FERRY__MMA_SW || op->family == FERRY__WGMMA;
+  double speed = mma ? op->design.speed : 1.0;
   double tiles = (double)((p->m + op->info.tile_m - 1) / op->info.tile_m) *
                  (double)((p->n + op->info.tile_n - 1) / op->info.tile_n) * (double)p->l;
-  int mma = op->family == FERRY__MMA || op->family == FERRY__MMA_SW;
   int per_sm = mma ? (op->info.threads >= 256 ? 1 : op->info.tile_m >= 128 ? 2 : 4) : 1;
   double slots = (double)sms_of(sm) * per_sm;
   double waves = tiles > 0 ? (double)(long long)((tiles + slots - 1) / slots) : 0;
@@ -254,7 +277,8 @@ static uint32_t smem_limit_of(int sm) {
 }
 
 static int rank_of(const ferry_op *op) {
-  if (op->family == FERRY__MMA || op->family == FERRY__MMA_SW) return op->design.vec == 8 ? 0 : 2;
+  if (op->family == FERRY__MMA || op->family == FERRY__MMA_SW || op->family == FERRY__WGMMA)
+    return op->design.vec == 8 ? 0 : 2;
   if (op->family == FERRY__CUSTOM) return 1;
   return 3;
 }
@@ -286,8 +310,8 @@ ferry_status ferry_ops_find(const ferry_gemm_args *args, int target_sm, ferry_op
     for (size_t i = 0; i < n; i++) {
       const ferry_op *op = ops[i];
       if (op->info.min_sm > target_sm || (op->info.builtin && op->info.smem_bytes > smem_limit_of(target_sm)) ||
-          !ferry__supports_fast(op, args))
-        continue;
+          (op->family == FERRY__WGMMA && target_sm != 90) || !ferry__supports_fast(op, args))
+        continue; /* sm_90a code runs on sm_90 alone */
       if (filter && !filter(&op->info, filter_user)) continue;
       c[found++] = (candidate){op, rank_of(op), cost_of(op, &args->problem, target_sm), i};
     }

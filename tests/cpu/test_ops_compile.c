@@ -282,6 +282,67 @@ TEST(compile_every_builtin_design_for_sm80) { compile_every_builtin(80, 0); }
 TEST(compile_every_builtin_design_for_sm90) { compile_every_builtin(90, 0); }
 TEST(compile_swizzled_designs_in_every_layout_for_sm90) { compile_every_builtin(90, 1); }
 
+/* gemm_wgmma.cu: registered only with FERRY_WGMMA=1 (read when the registry first fills, which in this test's own
+ * process is now), found only for sm_90, compiled by NVRTC for sm_90a in every layout its source branches on. */
+TEST(wgmma_design_on_request_for_sm90a_only) {
+  setenv("FERRY_WGMMA", "1", 1);
+  const ferry_op *op = ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4");
+  ASSERT(op != NULL);
+  const ferry_op_info *info = ferry_op_get_info(op);
+  ASSERT(!strcmp(info->instruction, "wgmma.m64n256k16"));
+  ASSERT_EQ(info->min_sm, 90);
+  ASSERT_EQ(info->threads, 256);
+  ASSERT_EQ(info->smem_bytes, 4 * (128 + 256) * 64 * 2 + 1024);
+  ASSERT_EQ(info->acc_types, FERRY_SCALAR_BIT(FERRY_F32));
+  ferry_gemm_args args;
+  test_args(&args, FERRY_BF16, FERRY_BF16, 4096, 4096, 4096);
+  const ferry_op *ops[32];
+  size_t n = 0;
+  ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
+  ASSERT_EQ(n, 10);
+  /* after every 16-byte mma.sync design until measured; then the any-alignment design and SIMT */
+  ASSERT(ops[n - 3] == op);
+  ASSERT(!strcmp(ferry_op_get_info(ops[n - 2])->name, "gemm_mma_bf16_64x64x32_s2_align2"));
+  ASSERT_OK(ferry_ops_find(&args, 100, NULL, NULL, ops, 32, &n)); /* sm_90a code: not for sm_100 */
+  for (size_t i = 0; i < n; i++) ASSERT(ops[i] != op);
+  ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n));
+  for (size_t i = 0; i < n; i++) ASSERT(ops[i] != op);
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "wgmma");
+  n_build_jobs = 0;
+  atomic_store(&next_build_job, 0);
+  const ferry_op *f16 = ferry_op_by_name("gemm_wgmma_f16_128x256x64_s4");
+  ASSERT(f16 != NULL);
+  add_build_job(op, 90, FERRY_BF16, FERRY_BF16, FERRY_F32, 0, 0, 0);
+  add_build_job(op, 90, FERRY_BF16, FERRY_F32, FERRY_F32, 1, 1, 1);
+  add_build_job(f16, 90, FERRY_F16, FERRY_F16, FERRY_F32, 0, 1, 0);
+  add_build_job(f16, 90, FERRY_F16, FERRY_F32, FERRY_F32, 1, 0, 0);
+  build_worker(NULL);
+  for (int j = 0; j < n_build_jobs; j++) {
+    if (build_jobs[j].st != FERRY_OK) fprintf(stderr, "  job %d: %s\n", j, build_jobs[j].why);
+    ASSERT_OK(build_jobs[j].st);
+  }
+  /* the options name the "a" target */
+  char arch[32];
+  const char *opts[8];
+  ferry__op_options(op, 90, arch, opts);
+  ASSERT(!strcmp(arch, "--gpu-architecture=sm_90a"));
+  ferry__op_options(ferry_op_by_name("gemm_mma_bf16_128x256x64_s3_swz"), 90, arch, opts);
+  ASSERT(!strcmp(arch, "--gpu-architecture=sm_90"));
+  /* any other target is refused with the source's own reason */
+  ferry_artifact *art = NULL;
+  test_args(&args, FERRY_BF16, FERRY_BF16, 256, 256, 256);
+  ASSERT_STATUS(ferry_op_compile_for(op, &args, 100, &art), FERRY_COMPILE_FAILED);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "needs the sm_90a target");
+  test_rm_rf(home);
+}
+
+TEST(wgmma_design_absent_unless_asked) {
+  unsetenv("FERRY_WGMMA");
+  ASSERT(ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4") == NULL);
+}
+
 TEST(compile_refuses_old_targets_and_unsupported_args) {
   ferry_gemm_args args;
   test_args(&args, FERRY_F16, FERRY_F16, 64, 64, 64);

@@ -1,6 +1,6 @@
 #!/bin/sh
 # emulate.sh — builds tests/kernels/emulate_gemm.cpp for every gemm_mma_sw design registered in src/ops/registry.c
-# and four problem kinds (all four A/B major pairs, row- and column-major outputs, bf16/fp16/fp32 outputs, fp16
+# and the gemm_wgmma one, in four problem kinds (all four A/B major pairs, row- and column-major outputs, bf16/fp16/fp32 outputs, fp16
 # accumulators), runs each over edge, batched, alpha/beta and k=0 cases, and, as a control, does the same for
 # gemm_mma.cu (whose kernels passed on the H200) in two designs. Needs a C++17 compiler; no GPU.
 #
@@ -70,6 +70,15 @@ while read -r bm bn bk wm wn st; do
       -DFERRY_WARPS_M="$wm" -DFERRY_WARPS_N="$wn" -DFERRY_STAGES="$st" $flags
   done
 done < "$out/designs"
+
+# gemm_wgmma.cu in its registered design (fp32 accumulation only: the fp16-accumulator kind runs with fp32).
+for kind in $kinds; do
+  kname=${kind%%:*}
+  flags=$(echo "${kind#*:}" | tr ',' ' ' | sed 's/-DFERRY_ACC_TYPE=FERRY_F16//')
+  # shellcheck disable=SC2086
+  run "wgmma_128x256x64_s4_$kname" -DEMU_KERNEL='"gemm_wgmma.cu"' -DEMU_ENTRY=ferry_gemm_wgmma -DFERRY_BM=128 \
+    -DFERRY_BN=256 -DFERRY_BK=64 -DFERRY_STAGES=4 $flags
+done
 
 # Controls: the padded-tile kernel, as it ran on the H200.
 for kind in $kinds; do

@@ -5,9 +5,10 @@
 // blocks at a barrier, in an order shuffled per round from a seed, so a thread that is missing a barrier reads
 // memory before (or after) the others wrote it. Warp-wide instructions (ldmatrix, mma) are collectives: each lane
 // deposits its operands, the last lane to arrive computes every lane's result from the PTX ISA's fragment layouts,
-// then the warp goes on. cp.async copies are performed either at issue ("early": catches a copy into a stage that
-// another warp is still reading) or only when the issuing thread waits for its group ("late": catches a read of a
-// stage that has not landed for every thread). Shared memory starts as 0xff bytes (NaN in 16-bit and fp32), every
+// then the warp goes on. Each case runs twice: cp.async copies performed at issue and wgmma only when its group is
+// waited for (catches a copy into a stage that another warp or an unfinished wgmma is still reading), then copies
+// performed only when the issuing thread waits for its group and wgmma at issue (catches a read of a stage that
+// has not landed for every thread). Shared memory starts as 0xff bytes (NaN in 16-bit and fp32), every
 // shared access and every cp.async source is bounds-checked, and a kernel must leave no copy in flight.
 //
 // This header replaces gemm_common.cuh (whose helpers are inline PTX): it provides the same names, with the same
@@ -72,7 +73,7 @@ struct copy {
   int bytes, src_bytes;
 };
 
-enum { READY, AT_BLOCK_BARRIER, AT_WARP_BARRIER, DONE };
+enum { READY, AT_BLOCK_BARRIER, AT_WARP_BARRIER, AT_WARPGROUP_BARRIER, DONE };
 
 struct fiber {
   ucontext_t ctx;                         // how it starts
@@ -98,11 +99,15 @@ inline int nthreads;
 inline emu_dim3 block, grid;
 inline int block_arrived;
 inline int warp_arrived[32];
+inline int warpgroup_arrived[8];
 inline unsigned char *const smem = ferry::smem_raw;
 inline uint32_t dyn_smem;       // the launch's dynamic shared memory
 inline bool early_copies;       // perform cp.async at issue instead of at the issuer's wait
+inline bool early_wgmma;        // perform wgmma at issue instead of when its group is waited for
 inline std::vector<range> globals; // where cp.async may read
 inline void (*entry)();
+
+inline void (*after_block)() = [] {}; // set by the wgmma emulation: nothing may be left in flight
 
 inline void yield() {
   if (!_setjmp(cur->jb)) _longjmp(scheduler_jb, 1);
@@ -131,6 +136,21 @@ template <typename F> inline void warp_arrive(F last) {
     warp_arrived[w] = 0;
   }
   while (cur->state == AT_WARP_BARRIER) yield();
+}
+
+// All 128 threads of the caller's warpgroup (4 consecutive warps) arrive; the last runs `last` first.
+template <typename F> inline void warpgroup_arrive(F last) {
+  const int g = (int)cur->tid.x / 128;
+  cur->state = AT_WARPGROUP_BARRIER;
+  if (++warpgroup_arrived[g] == 128) {
+    last();
+    for (int l = 0; l < 128; l++) {
+      fiber &f = fibers[(size_t)(g * 128 + l)];
+      if (f.state == AT_WARPGROUP_BARRIER) f.state = READY;
+    }
+    warpgroup_arrived[g] = 0;
+  }
+  while (cur->state == AT_WARPGROUP_BARRIER) yield();
 }
 
 inline void check_smem(uint32_t addr, uint32_t bytes, const char *what) {
@@ -189,6 +209,7 @@ inline void run_block(emu_dim3 b, int threads, uint32_t smem_bytes, unsigned see
   entry = kernel;
   block_arrived = 0;
   memset(warp_arrived, 0, sizeof warp_arrived);
+  memset(warpgroup_arrived, 0, sizeof warpgroup_arrived);
   memset(smem, 0xff, sizeof ferry::smem_raw);
   fibers.resize((size_t)threads); // stacks are kept from block to block
   for (int t = 0; t < threads; t++) {
@@ -226,6 +247,7 @@ inline void run_block(emu_dim3 b, int threads, uint32_t smem_bytes, unsigned see
   }
   for (fiber &f : fibers)
     if (!f.open.empty() || !f.groups.empty()) fail("a thread exited with cp.async copies in flight");
+  after_block();
 }
 
 } // namespace emu
@@ -421,6 +443,118 @@ inline void mma_f16(u32 d[2], const u32 a[4], const u32 b[2]) {
   d[0] = (u32)f32_to_f16(f[0]) | (u32)f32_to_f16(f[1]) << 16;
   d[1] = (u32)f32_to_f16(f[2]) | (u32)f32_to_f16(f[3]) << 16;
 }
+
+// ---- wgmma (gemm_wgmma.cu) ----------------------------------------------------------------------------------
+// Descriptors are decoded from the PTX ISA's definitions, independently of how the kernel builds them: start, LBO
+// and SBO (each stored >> 4), the swizzle mode (only 128-byte is used), the canonical layouts
+//   K-major:  ((8,m),(T,2k)):((8T,SBO),(1,T))      MN-major: ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO))
+// in elements (T = 8 for 16-bit types), and the 128-byte swizzle on the resulting byte address: bits 4..6 ^= bits
+// 7..9. The accumulator fragment: thread 32w + l of the warpgroup holds, for each 8-column block j, rows 16w + l/4
+// and 16w + l/4 + 8, columns 8j + 2(l%4) and 8j + 2(l%4) + 1, as d[4j..4j+3].
+// A wgmma reads shared memory when it is issued or when its group is waited for (emu::early_wgmma), so a stage
+// refilled while its wgmma may still run, or accumulators read before the wait, give wrong results.
+namespace wg {
+struct op {
+  unsigned long long da, db;
+  int in, ta, tb;
+  float *d[128]; // each thread's accumulators
+};
+struct state {
+  std::vector<op> open;               // issued since the last commit
+  std::deque<std::vector<op>> groups; // committed, not yet waited for
+  unsigned long long da[128], db[128];
+  float *d[128];
+  bool fenced;                        // wgmma.fence since the last accumulator access by other code
+};
+inline state groups[8];
+
+inline uint32_t element_address(unsigned long long desc, int trans, int mn, int k) {
+  const uint32_t start = (uint32_t)(desc & 0x3fff) << 4, lbo = (uint32_t)((desc >> 16) & 0x3fff) << 4,
+                 sbo = (uint32_t)((desc >> 32) & 0x3fff) << 4;
+  if ((desc >> 62) != 1 || ((desc >> 49) & 7)) emu::fail("wgmma descriptor: only 128-byte swizzle, base offset 0");
+  const uint32_t T = 8;
+  uint32_t off; // bytes, before the swizzle
+  if (!trans) off = 2 * ((mn % 8) * 8 * T + (k % T) + (k / T) * T) + (mn / 8) * sbo;
+  else off = 2 * ((mn % T) + (mn / T % 8) * T + (k % 8) * 8 * T) + (mn / (8 * T)) * lbo + (k / 8) * sbo;
+  const uint32_t byte = start + off;
+  return byte ^ (((byte >> 7) & 7) << 4);
+}
+
+inline void perform(const op &o) {
+  auto load = [&](unsigned long long desc, int trans, int mn, int k) {
+    const uint32_t a = element_address(desc, trans, mn, k);
+    emu::check_smem(a, 2, "wgmma operand");
+    u16 h;
+    memcpy(&h, emu::smem + a, 2);
+    return (double)(o.in == FERRY_BF16 ? bf16_to_f32(h) : f16_to_f32(h));
+  };
+  static double A[64][16], B[256][16];
+  for (int m = 0; m < 64; m++)
+    for (int k = 0; k < 16; k++) A[m][k] = load(o.da, o.ta, m, k);
+  for (int n = 0; n < 256; n++)
+    for (int k = 0; k < 16; k++) B[n][k] = load(o.db, o.tb, n, k);
+  for (int t = 0; t < 128; t++) {
+    const int w = t / 32, l = t % 32;
+    for (int j = 0; j < 32; j++)
+      for (int e = 0; e < 4; e++) {
+        const int row = 16 * w + l / 4 + (e >= 2 ? 8 : 0), col = 8 * j + 2 * (l % 4) + (e & 1);
+        double acc = o.d[t][4 * j + e];
+        for (int k = 0; k < 16; k++) acc += A[row][k] * B[col][k];
+        o.d[t][4 * j + e] = (float)acc;
+      }
+  }
+}
+} // namespace wg
+
+template <int IN, int TRANS_A, int TRANS_B>
+inline void wgmma_m64n256k16(float (&d)[128], unsigned long long desc_a, unsigned long long desc_b) {
+  const int g = (int)emu::cur->tid.x / 128, t = (int)emu::cur->tid.x % 128;
+  wg::state &s = wg::groups[g];
+  s.da[t] = desc_a, s.db[t] = desc_b, s.d[t] = d;
+  emu::warpgroup_arrive([g] {
+    wg::state &s = wg::groups[g];
+    if (!s.fenced) emu::fail("wgmma without a wgmma.fence before it");
+    for (int i = 1; i < 128; i++)
+      if (s.da[i] != s.da[0] || s.db[i] != s.db[0]) emu::fail("wgmma descriptors differ across the warpgroup");
+    wg::op o;
+    o.da = s.da[0], o.db = s.db[0], o.in = IN, o.ta = TRANS_A, o.tb = TRANS_B;
+    for (int i = 0; i < 128; i++) o.d[i] = s.d[i];
+    if (emu::early_wgmma) wg::perform(o);
+    else s.open.push_back(o);
+  });
+}
+inline void wgmma_fence() {
+  const int g = (int)emu::cur->tid.x / 128;
+  emu::warpgroup_arrive([g] { wg::groups[g].fenced = true; });
+}
+inline void wgmma_commit() {
+  const int g = (int)emu::cur->tid.x / 128;
+  emu::warpgroup_arrive([g] {
+    wg::state &s = wg::groups[g];
+    s.groups.push_back(s.open);
+    s.open.clear();
+    s.fenced = false; // the next batch needs its own fence
+  });
+}
+template <int N> inline void wgmma_wait() {
+  const int g = (int)emu::cur->tid.x / 128;
+  emu::warpgroup_arrive([g] {
+    wg::state &s = wg::groups[g];
+    while (s.groups.size() > (size_t)N) {
+      for (const wg::op &o : s.groups.front()) wg::perform(o);
+      s.groups.pop_front();
+    }
+  });
+}
+inline void wgmma_fence_operand(float &) {}
+// Every block must leave no wgmma in flight; the next block starts with a clean state.
+inline const bool wgmma_checked_after_each_block = (emu::after_block = [] {
+  for (wg::state &s : wg::groups) {
+    if (!s.open.empty() || !s.groups.empty()) emu::fail("a warpgroup exited with wgmma in flight");
+    s.fenced = false;
+  }
+}, true);
+inline void fence_proxy_async_shared() {}
 
 // As gemm_common.cuh.
 inline void tile_of_block(int m, int n, int bm, int bn, int &tm, int &tn) {

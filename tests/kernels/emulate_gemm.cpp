@@ -6,8 +6,9 @@
 // bounds. tests/kernels/emulate.sh builds it for each design and kind.
 //
 // usage: emulate_gemm [--seed S] CASE...   where CASE is m,n,k,l,pad,alpha,beta (pad: leading dimensions rounded
-// up to a multiple of pad elements, as tests/gpu/test_ops_gpu.c does). Each case runs twice, with cp.async
-// performed at issue and at the issuer's wait. Exit status 0 only when every case passed.
+// up to a multiple of pad elements, as tests/gpu/test_ops_gpu.c does). Each case runs twice: cp.async performed at
+// issue with wgmma at its wait, then cp.async at the issuer's wait with wgmma at issue. Exit status 0 only when
+// every case passed.
 #include "emulate_cuda.h"
 
 #ifndef EMU_KERNEL
@@ -129,6 +130,7 @@ int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool 
   params.alpha = alpha, params.beta = beta;
   emu::globals = {{a, a + A.elems * 2}, {b, b + B.elems * 2}};
   emu::early_copies = early;
+  emu::early_wgmma = !early;
 
   // The kernel's own figure (src/ops/registry.c computes the same; the CPU tests compare the two).
   const unsigned smem = ferry::SMEM_BYTES;
@@ -178,8 +180,9 @@ int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool 
     if (!element && now[byte] != before[byte]) stray++;
   }
   if (stray) fprintf(stderr, "  %d bytes written outside the output's elements\n", stray);
-  printf("%s %4d×%4d×%4d l=%d pad=%d alpha=%g beta=%g cp.async %-5s: %s (worst relative error %.2g)\n",
-         bad || stray ? "FAIL" : "ok  ", m, n, k, l, pad, alpha, beta, early ? "early" : "late",
+  printf("%s %4d×%4d×%4d l=%d pad=%d alpha=%g beta=%g %s: %s (worst relative error %.2g)\n",
+         bad || stray ? "FAIL" : "ok  ", m, n, k, l, pad, alpha, beta,
+         early ? "copies at issue, wgmma at wait" : "copies at wait, wgmma at issue",
          bad || stray ? "wrong" : "exact within rounding", worst);
   return bad + stray;
 }
@@ -189,8 +192,8 @@ int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool 
 int main(int argc, char **argv) {
   unsigned seed = 1;
   int failures = 0, cases = 0;
-  printf("%s %dx%dx%d warps %dx%d s%d; A %s, B %s, out %s %s, acc %s\n", EMU_KERNEL, FERRY_BM, FERRY_BN, FERRY_BK,
-         FERRY_WARPS_M, FERRY_WARPS_N, FERRY_STAGES, FERRY_A_ROW ? "row" : "col", FERRY_B_ROW ? "row" : "col",
+  printf("%s %dx%dx%d, %d threads, s%d; A %s, B %s, out %s %s, acc %s\n", EMU_KERNEL, FERRY_BM, FERRY_BN, FERRY_BK,
+         ferry::THREADS, FERRY_STAGES, FERRY_A_ROW ? "row" : "col", FERRY_B_ROW ? "row" : "col",
          FERRY_OUT_TYPE == FERRY_F32 ? "fp32" : FERRY_OUT_TYPE == FERRY_F16 ? "fp16" : "bf16",
          FERRY_OUT_ROW ? "row" : "col", FERRY_ACC_TYPE == FERRY_F16 ? "fp16" : "fp32");
   for (int i = 1; i < argc; i++) {

@@ -1,9 +1,9 @@
 #!/bin/sh
-# mutants.sh — checks that the emulator (emulate_gemm.cpp) would catch the mistakes that matter in
-# gemm_mma_sw.cu: each mutant is the kernel with one plausible bug (a missing barrier or wait, a copy into a stage
-# still being read, a wrong swizzle, an off-by-one at an edge, a full-tile copy past k, a missing __syncwarp, a
-# wide store past n), and each must FAIL the emulated cases of tests/kernels/emulate.sh. A surviving mutant means
-# the emulation cannot see that kind of bug.
+# mutants.sh — checks that the emulator (emulate_gemm.cpp) would catch the mistakes that matter in the new kernels:
+# each mutant is gemm_mma_sw.cu or gemm_wgmma.cu with one plausible bug (a missing barrier or wait, a copy into a
+# stage still being read, a wrong swizzle or descriptor, an off-by-one at an edge, a full-tile copy past k, a
+# missing __syncwarp or wgmma.fence, a wide store past n, a wrong accumulator row), and each must FAIL the emulated
+# cases. A surviving mutant means the emulation cannot see that kind of bug.
 #
 # usage: tests/kernels/mutants.sh [BUILD_DIR]
 set -eu
@@ -12,11 +12,11 @@ root=$(cd "$here/../.." && pwd)
 out=${1:-$(mktemp -d)}
 mkdir -p "$out"
 cxx=${CXX:-c++}
-src="$root/src/kernels/gemm_mma_sw.cu"
 cases="129,127,65,1,8,1,0 127,129,129,3,8,-1.5,0.25 264,392,328,1,8,1,0 392,264,456,1,8,0.5,0"
+rm -f "$out/survivors" # the loops below run in subshells: survivors are counted in this file
 
 # name | sed expression (addressed by a pattern that matches one line of the kernel)
-mutants='no_barrier_in_k_tile|/^        __syncthreads();$/s/__syncthreads();/;/
+sw_mutants='no_barrier_in_k_tile|/^        __syncthreads();$/s/__syncthreads();/;/
 wait_one_group_short|/^        cp_async_wait<STAGES - 2>();$/s/STAGES - 2/STAGES - 1/
 copy_into_stage_being_read|/load_stage<FULL>(write_stage,/s/(write_stage,/(read_stage,/
 a_swizzle_add_not_xor|/if (A_ROW) return (base ^/s/(base ^ (((2 \* ks) \& 7) << 4))/(base + (((2 * ks) \& 7) << 4))/
@@ -27,26 +27,50 @@ no_syncwarp_before_reading_strip|/^      __syncwarp();$/s/__syncwarp();/;/
 no_syncwarp_before_next_strip|/__syncwarp(); \/\/ the strip/s/__syncwarp();/;/
 wide_store_past_n|/col + 3 < p.n/s/col + 3 < p.n/col < p.n/'
 
-rm -f "$out/survivors" # the pipe below runs in a subshell: survivors are counted in this file
-echo "$mutants" | while IFS='|' read -r name expr; do
-  sed "$expr" "$src" > "$out/$name.cu"
-  if cmp -s "$src" "$out/$name.cu"; then
-    echo "STALE  $name: the expression no longer matches gemm_mma_sw.cu"
-    echo 1 >> "$out/survivors"
-    continue
-  fi
-  $cxx -std=c++17 -O2 -Wno-unknown-pragmas -I "$root/src/kernels" -I "$here" -I "$out" \
-    -DEMU_KERNEL="\"$name.cu\"" -DEMU_ENTRY=ferry_gemm_mma_sw -DFERRY_A_TYPE=FERRY_BF16 -DFERRY_OUT_TYPE=FERRY_BF16 \
-    -DFERRY_BM=128 -DFERRY_BN=256 -DFERRY_BK=64 -DFERRY_WARPS_M=2 -DFERRY_WARPS_N=4 -DFERRY_STAGES=3 \
-    "$here/emulate_gemm.cpp" -o "$out/$name"
-  # shellcheck disable=SC2086
-  if "$out/$name" $cases > "$out/$name.log" 2>&1; then
-    echo "SURVIVED $name"
-    echo 1 >> "$out/survivors"
-  else
-    echo "killed   $name: $(grep -m1 -E 'FAIL|FAILURE' "$out/$name.log")"
-  fi
-done
+wg_mutants='mn_major_lbo_sbo_swapped|/return smem_desc(sb + ks \* 16 \* 128, BK \* 128, 1024);/s/BK \* 128, 1024/1024, BK * 128/
+k_major_step_64_bytes|/sa + wg \* 64 \* 128 + ks \* 32/s/ks \* 32/ks * 64/
+b_transpose_flag_inverted|/B_ROW ? 1 : 0>/s/B_ROW ? 1 : 0>/B_ROW ? 0 : 1>/
+stage_refilled_while_wgmma_runs|/wgmma_wait<1>();/s/wgmma_wait<1>/wgmma_wait<2>/
+no_barrier_in_k_tile|/^    __syncthreads();             \/\/ everyone/s/__syncthreads();/;/
+wait_one_group_short|/cp_async_wait<STAGES - 3>();/s/STAGES - 3/STAGES - 2/
+copies_into_the_wrong_stage|/write_stage = STAGES - 2;/s/STAGES - 2/STAGES - 1/
+no_wgmma_fence|/^    wgmma_fence();/s/wgmma_fence();/;/
+copies_not_swizzled|/((((c >> 3) ^ r) \& 7) << 4)/s/((((c >> 3) ^ r) \& 7) << 4)/((((c >> 3)) \& 7) << 4)/
+accumulator_rows_wrong|/(warp % 4) \* 16;/s/(warp % 4) \* 16/(warp % 4) * 8/'
+
+# kernel file | entry | design flags | mutants
+run_mutants() {
+  kernel=$1
+  entry=$2
+  flags=$3
+  list=$4
+  echo "$list" | while IFS='|' read -r name expr; do
+    sed "$expr" "$root/src/kernels/$kernel" > "$out/${entry}_$name.cu"
+    if cmp -s "$root/src/kernels/$kernel" "$out/${entry}_$name.cu"; then
+      echo "STALE    $entry $name: the expression no longer matches $kernel"
+      echo 1 >> "$out/survivors"
+      continue
+    fi
+    # shellcheck disable=SC2086
+    $cxx -std=c++17 -O2 -Wno-unknown-pragmas -I "$root/src/kernels" -I "$here" -I "$out" \
+      -DEMU_KERNEL="\"${entry}_$name.cu\"" -DEMU_ENTRY="$entry" -DFERRY_A_TYPE=FERRY_BF16 -DFERRY_OUT_TYPE=FERRY_BF16 \
+      $flags "$here/emulate_gemm.cpp" -o "$out/${entry}_$name"
+    # shellcheck disable=SC2086
+    if "$out/${entry}_$name" $cases > "$out/${entry}_$name.log" 2>&1; then
+      echo "SURVIVED $entry $name"
+      echo 1 >> "$out/survivors"
+    else
+      echo "killed   $entry $name: $(grep -m1 -E 'FAIL|FAILURE' "$out/${entry}_$name.log")"
+    fi
+  done
+}
+
+run_mutants gemm_mma_sw.cu ferry_gemm_mma_sw "-DFERRY_BM=128 -DFERRY_BN=256 -DFERRY_BK=64 -DFERRY_WARPS_M=2 \
+-DFERRY_WARPS_N=4 -DFERRY_STAGES=3" "$sw_mutants"
+# gemm_wgmma.cu in its default design, A and B row-major (N-major B) and, for the K-major paths, B column-major.
+run_mutants gemm_wgmma.cu ferry_gemm_wgmma "" "$wg_mutants"
+run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_B_ROW=0" "$(echo "$wg_mutants" | grep -E '^k_major|^b_transpose')"
+
 if [ -s "$out/survivors" ]; then
   echo "some mutants survived: the emulation misses those bugs"
   exit 1

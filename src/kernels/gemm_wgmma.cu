@@ -1,0 +1,287 @@
+// gemm_wgmma.cu — ferry's Hopper GEMM: fp16/bf16 operands, fp32 accumulators, wgmma.mma_async (sm_90a only) with
+// both operands read by the tensor cores straight from shared memory, fed by a cp.async pipeline.
+//
+// A block of WGS warpgroups computes a BM×BN tile (BM = 64·WGS, BN ≤ 256); warpgroup g owns rows 64g..64g+63 and
+// issues one m64nBNk16 wgmma per k16 step, so its 64×BN fp32 accumulators (BN/2 registers a thread) never leave
+// registers until the epilogue. K advances BK = 64 at a time through STAGES shared buffers.
+//
+// Shared layout (the canonical 128-byte-swizzle layouts of the PTX ISA's "Shared Memory Matrix Layout"): each
+// operand tile is stored as it lies in memory, rows of its contiguous dimension, cut into 64-element panels; a
+// panel is rows of 128 bytes (64 elements), and within each 1024-byte group of 8 rows the 16-byte chunk c of row r
+// sits at c ^ (r % 8). For an operand whose contiguous dimension is K (A row-major, B column-major) a panel is the
+// whole tile: MN rows of one 64-element K row each — "K-major", descriptor SBO = 1024 (8 rows), the k16 step
+// advances the start address by 32 bytes. Otherwise (A column-major, B row-major) rows are K and panels are 64
+// elements of M or N — "MN-major" (imm-trans 1), LBO = the panel size (BK·128 bytes), SBO = 1024, the k16 step
+// advances by 16 rows = 2048 bytes. The same function (panel_offset) places the cp.async chunks, so the copies and
+// the descriptors agree by construction; tests/kernels/emulate_cuda.h decodes the descriptors independently, from
+// the ISA's canonical-layout formulas, to check that they do.
+//
+// Pipeline, per k-tile kt (one barrier): wait for this thread's copies of k-tile kt, fence.proxy.async (cp.async
+// writes are generic-proxy, wgmma reads are async-proxy), barrier; then copy k-tile kt+STAGES-2 into the stage that
+// k-tile kt-2 used — every warpgroup waited for its wgmma of kt-2 before the barrier — and issue kt's 4 wgmma as one
+// group, then wait until only that group is in flight. So the tensor cores always have the next k-tile's group queued
+// while the block crosses its barrier, and copies run STAGES-2 k-tiles ahead.
+//
+// Edges and epilogue as in gemm_mma_sw.cu: predicated copies at the edges (an unpredicated loop while every k-tile
+// to load lies inside the operands), accumulators staged through shared memory per warp and stored 4 elements at a
+// time where aligned and in range, element stores otherwise and for column-major outputs. Operands 16-byte aligned.
+#ifndef FERRY_GEMM_COMMON_INCLUDED
+#include "gemm_common.cuh"
+#endif
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "gemm_wgmma.cu needs the sm_90a target (wgmma): --gpu-architecture=sm_90a"
+#endif
+
+#ifndef FERRY_BM
+#define FERRY_BM 128
+#define FERRY_BN 256
+#define FERRY_BK 64
+#define FERRY_STAGES 4
+#endif
+
+namespace ferry {
+
+constexpr int BM = FERRY_BM, BN = FERRY_BN, BK = FERRY_BK, STAGES = FERRY_STAGES;
+constexpr int WGS = BM / 64, THREADS = WGS * 128, WARPS = WGS * 4;
+constexpr int KS = BK / 16;
+constexpr bool A_ROW = FERRY_A_ROW, B_ROW = FERRY_B_ROW;
+constexpr unsigned A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+// Epilogue staging: per warp, its 16 rows of BN fp32 values, pitch BN + 8 (conflict-free float2 writes).
+constexpr int EPI_PITCH = BN + 8;
+constexpr unsigned EPI_BYTES = WARPS * 16 * EPI_PITCH * 4;
+constexpr unsigned PIPE_BYTES = STAGES * STAGE_BYTES;
+// +1024: the swizzle atoms must start on 1024-byte boundaries; the kernel aligns the dynamic area up itself.
+constexpr unsigned SMEM_BYTES = (PIPE_BYTES > EPI_BYTES ? PIPE_BYTES : EPI_BYTES) + 1024; // registry.c mirrors this
+
+static_assert(FERRY_A_TYPE == FERRY_B_TYPE && (FERRY_A_TYPE == FERRY_F16 || FERRY_A_TYPE == FERRY_BF16),
+              "the tensor-core GEMM takes two fp16 or two bf16 operands");
+static_assert(FERRY_ACC_TYPE == FERRY_F32, "wgmma accumulates in fp32 here");
+static_assert(BK == 64, "one 128-byte swizzle row of K per row of a K-major tile");
+static_assert(BM % 64 == 0 && BN == 256, "warpgroups of 64 rows, one m64n256k16 each");
+static_assert(STAGES >= 3, "copies run STAGES-2 k-tiles ahead of the wgmma");
+static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "every tile starts on a 1024-byte swizzle boundary");
+
+typedef u16 elem;
+struct __align__(8) f32x2 { float x, y; };
+struct __align__(16) f32x4 { float x, y, z, w; };
+struct __align__(8) u32x2 { u32 x, y; };
+
+// Byte offset of element (r, c) of a ROWS×COLS tile (COLS contiguous) in its panel layout: 64-column panels of
+// ROWS rows of 128 bytes, 16-byte chunks swizzled with the row within each group of 8 rows.
+template <int ROWS> __device__ __forceinline__ u32 panel_offset(int r, int c) {
+  return (u32)((c >> 6) * (ROWS * 128) + r * 128 + ((((c >> 3) ^ r) & 7) << 4) + (c & 7) * 2);
+}
+
+// A ROWS×COLS tile's copies, each thread the same 16-byte chunk of rows r0, r0+STEP, ... (STEP a multiple of 8, so
+// one swizzle key and destinations one offset plus constants).
+template <int ROWS, int COLS> struct tile_copy {
+  static constexpr int CHUNKS_PER_ROW = COLS / 8, STEP = THREADS / CHUNKS_PER_ROW, N = ROWS / STEP;
+  static_assert(THREADS % CHUNKS_PER_ROW == 0 && ROWS % STEP == 0 && STEP % 8 == 0, "tile split");
+  static __device__ __forceinline__ int row0() { return threadIdx.x / CHUNKS_PER_ROW; }
+  static __device__ __forceinline__ int col0() { return threadIdx.x % CHUNKS_PER_ROW * 8; }
+  static __device__ __forceinline__ u32 dst0() { return panel_offset<ROWS>(row0(), col0()); }
+
+  static __device__ __forceinline__ void full(u32 dst, const elem *src, i64 ld) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) cp_async16(dst + i * STEP * 128, src + i * STEP * ld);
+  }
+  static __device__ __forceinline__ void edge(u32 dst, const elem *src, const elem *in_range, i64 ld,
+                                              int rows_left, int cols_left) {
+    const int c_valid = max(0, min(cols_left, 8));
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int n = i * STEP < rows_left ? c_valid : 0;
+      cp_async<16>(dst + i * STEP * 128, n ? src + i * STEP * ld : in_range, n * 2);
+    }
+  }
+};
+
+// Shared-memory matrix descriptor, 128-byte swizzle: start, leading and stride byte offsets, each >> 4.
+__device__ __forceinline__ unsigned long long smem_desc(u32 addr, u32 lbo, u32 sbo) {
+  return (unsigned long long)((addr & 0x3ffffu) >> 4) | (unsigned long long)((lbo & 0x3ffffu) >> 4) << 16 |
+         (unsigned long long)((sbo & 0x3ffffu) >> 4) << 32 | 1ull << 62;
+}
+
+// Warpgroup wg's A (rows 64wg..64wg+63) and the block's B, at k16 step ks of the stage whose tiles start at sa, sb.
+__device__ __forceinline__ unsigned long long desc_a(u32 sa, int wg, int ks) {
+  if (A_ROW) return smem_desc(sa + wg * 64 * 128 + ks * 32, 16, 1024);  // K-major: LBO unused (1)
+  return smem_desc(sa + wg * BK * 128 + ks * 16 * 128, BK * 128, 1024); // M-major: panel wg
+}
+__device__ __forceinline__ unsigned long long desc_b(u32 sb, int ks) {
+  if (!B_ROW) return smem_desc(sb + ks * 32, 16, 1024);
+  return smem_desc(sb + ks * 16 * 128, BK * 128, 1024);
+}
+
+struct mainloop {
+  typedef tile_copy<A_ROW ? BM : BK, A_ROW ? BK : BM> copy_a;
+  typedef tile_copy<B_ROW ? BK : BN, B_ROW ? BN : BK> copy_b;
+
+  const ferry_gemm_params &p;
+  const elem *A, *B;
+  const elem *a_next, *b_next; // the thread's first chunk of the next k-tile to load
+  i64 a_kstep, b_kstep;
+  u32 smem, a_dst, b_dst;
+  int m0, n0, ktiles, wg;
+  bool inside_mn;
+  int read_stage, write_stage;
+  float acc[128]; // this thread's part of the warpgroup's 64×256 accumulators
+
+  __device__ __forceinline__ mainloop(const ferry_gemm_params &p_, const elem *A_, const elem *B_, u32 smem_, int m0_,
+                                      int n0_)
+      : p(p_), A(A_), B(B_), smem(smem_), m0(m0_), n0(n0_) {
+    a_kstep = A_ROW ? (i64)BK : (i64)BK * p.lda;
+    b_kstep = B_ROW ? (i64)BK * p.ldb : (i64)BK;
+    a_next = A + (A_ROW ? (i64)m0 * p.lda : (i64)m0) + (i64)copy_a::row0() * p.lda + copy_a::col0();
+    b_next = B + (B_ROW ? (i64)n0 : (i64)n0 * p.ldb) + (i64)copy_b::row0() * p.ldb + copy_b::col0();
+    a_dst = copy_a::dst0();
+    b_dst = A_BYTES + copy_b::dst0();
+    ktiles = (p.k + BK - 1) / BK;
+    inside_mn = m0 + BM <= p.m && n0 + BN <= p.n;
+    wg = threadIdx.x / 128;
+    read_stage = 0;
+    write_stage = STAGES - 2;
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  }
+
+  template <bool FULL> __device__ __forceinline__ void load_stage(int s, int kt) {
+    const int k0 = kt * BK;
+    const u32 stage = smem + s * STAGE_BYTES;
+    if (FULL || (inside_mn && k0 + BK <= p.k)) {
+      copy_a::full(stage + a_dst, a_next, p.lda);
+      copy_b::full(stage + b_dst, b_next, p.ldb);
+    } else {
+      const int m_left = p.m - m0, n_left = p.n - n0, k_left = p.k - k0;
+      copy_a::edge(stage + a_dst, a_next, A, p.lda, (A_ROW ? m_left : k_left) - copy_a::row0(),
+                   (A_ROW ? k_left : m_left) - copy_a::col0());
+      copy_b::edge(stage + b_dst, b_next, B, p.ldb, (B_ROW ? k_left : n_left) - copy_b::row0(),
+                   (B_ROW ? n_left : k_left) - copy_b::col0());
+    }
+    a_next += a_kstep;
+    b_next += b_kstep;
+  }
+
+  // k-tile kt. FULL: the k-tile it copies (kt+STAGES-2) exists and lies inside the operands.
+  template <bool FULL> __device__ __forceinline__ void k_tile(int kt) {
+    cp_async_wait<STAGES - 3>(); // this thread's copies of k-tile kt have landed
+    fence_proxy_async_shared();  // ... and are visible to the tensor cores' (async) proxy
+    __syncthreads();             // everyone's are; every warpgroup is done with k-tile kt-2's stage
+    if (FULL || kt + STAGES - 2 < ktiles) load_stage<FULL>(write_stage, kt + STAGES - 2);
+    cp_async_commit();
+    write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
+
+    const u32 sa = smem + read_stage * STAGE_BYTES, sb = sa + A_BYTES;
+#pragma unroll
+    for (int i = 0; i < 128; ++i) wgmma_fence_operand(acc[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) wgmma_m64n256k16<FERRY_A_TYPE, A_ROW ? 0 : 1, B_ROW ? 1 : 0>(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
+    wgmma_commit();
+    wgmma_wait<1>(); // k-tile kt-1's group is done: its stage may be refilled after the next barrier
+#pragma unroll
+    for (int i = 0; i < 128; ++i) wgmma_fence_operand(acc[i]);
+    read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
+  }
+
+  __device__ __forceinline__ void run() {
+#pragma unroll
+    for (int s = 0; s < STAGES - 2; ++s) {
+      if (s < ktiles) load_stage<false>(s, s);
+      cp_async_commit(); // empty groups keep the count of groups in flight the same for every iteration
+    }
+    const int full_until = inside_mn ? p.k / BK - (STAGES - 2) : 0;
+    int kt = 0;
+    for (; kt < full_until; ++kt) k_tile<true>(kt);
+    for (; kt < ktiles; ++kt) k_tile<false>(kt);
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 128; ++i) wgmma_fence_operand(acc[i]);
+  }
+};
+
+__device__ __forceinline__ void store4(out_t *at, const float a[4], float alpha, float beta) {
+  float v[4] = {alpha * a[0], alpha * a[1], alpha * a[2], alpha * a[3]};
+#if FERRY_OUT_TYPE == FERRY_F32
+  if (beta != 0.0f) {
+    const f32x4 old = *reinterpret_cast<const f32x4 *>(at);
+    v[0] += beta * old.x, v[1] += beta * old.y, v[2] += beta * old.z, v[3] += beta * old.w;
+  }
+  *reinterpret_cast<f32x4 *>(at) = f32x4{v[0], v[1], v[2], v[3]};
+#else
+  if (beta != 0.0f) {
+    const u32x2 old = *reinterpret_cast<const u32x2 *>(at);
+    v[0] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.x & 0xffffu));
+    v[1] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.x >> 16));
+    v[2] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.y & 0xffffu));
+    v[3] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.y >> 16));
+  }
+  u32x2 w;
+  w.x = (u32)from_f32<FERRY_OUT_TYPE>(v[0]) | (u32)from_f32<FERRY_OUT_TYPE>(v[1]) << 16;
+  w.y = (u32)from_f32<FERRY_OUT_TYPE>(v[2]) | (u32)from_f32<FERRY_OUT_TYPE>(v[3]) << 16;
+  *reinterpret_cast<u32x2 *>(at) = w;
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const ferry_gemm_params p) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  if (dynamic_smem_size() < SMEM_BYTES) __trap();
+  // The swizzle atoms need 1024-byte alignment of the shared address; SMEM_BYTES has the slack for it.
+  const u32 raw = smem_addr(smem_raw), smem = (raw + 1023u) & ~1023u;
+  unsigned char *smem_aligned = smem_raw + (smem - raw);
+
+  int tm, tn;
+  tile_of_block(p.m, p.n, BM, BN, tm, tn);
+  const int m0 = tm * BM, n0 = tn * BN;
+  const int z = blockIdx.z;
+  const elem *A = static_cast<const elem *>(p.a) + z * p.batch_a;
+  const elem *B = static_cast<const elem *>(p.b) + z * p.batch_b;
+
+  mainloop ml(p, A, B, smem, m0, n0);
+  ml.run();
+  cp_async_wait<0>(); // nothing in flight into the stages the epilogue reuses
+  __syncthreads();
+
+  // ---- epilogue: warp w of warpgroup g holds rows 64g + 16(w%4) + {lane/4, lane/4 + 8}, columns 8j + 2(lane%4)
+  // + {0, 1} for j < 32: acc[4j..4j+3] (the mma.sync C layout, repeated along N).
+  out_t *C = static_cast<out_t *>(p.out) + z * p.batch_c;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int row0 = m0 + (warp / 4) * 64 + (warp % 4) * 16;
+  const float alpha = p.alpha, beta = p.beta;
+  const float *acc = ml.acc;
+  if (FERRY_OUT_ROW) {
+    float *stage = reinterpret_cast<float *>(smem_aligned) + warp * 16 * EPI_PITCH;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      *reinterpret_cast<f32x2 *>(stage + g * EPI_PITCH + j * 8 + 2 * t) = f32x2{acc[4 * j], acc[4 * j + 1]};
+      *reinterpret_cast<f32x2 *>(stage + (g + 8) * EPI_PITCH + j * 8 + 2 * t) = f32x2{acc[4 * j + 2], acc[4 * j + 3]};
+    }
+    __syncwarp();
+    const bool wide = ((unsigned long long)C % (4 * sizeof(out_t))) == 0 && (p.ldc & 3) == 0;
+    constexpr int CHUNKS = 16 * BN / 4; // float4 chunks of the warp's 16 rows
+#pragma unroll 4
+    for (int idx = lane; idx < CHUNKS; idx += 32) {
+      const int r = idx / (BN / 4), c = idx % (BN / 4) * 4;
+      const f32x4 q = *reinterpret_cast<const f32x4 *>(stage + r * EPI_PITCH + c);
+      const float v[4] = {q.x, q.y, q.z, q.w};
+      const int row = row0 + r, col = n0 + c;
+      if (wide && row < p.m && col + 3 < p.n) {
+        store4(C + (i64)row * p.ldc + col, v, alpha, beta);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) store_out(C, p.ldc, p.m, p.n, row, col + e, v[e], alpha, beta);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int row = row0 + g, col = n0 + j * 8 + t * 2;
+      store_out(C, p.ldc, p.m, p.n, row, col, acc[4 * j], alpha, beta);
+      store_out(C, p.ldc, p.m, p.n, row, col + 1, acc[4 * j + 1], alpha, beta);
+      store_out(C, p.ldc, p.m, p.n, row + 8, col, acc[4 * j + 2], alpha, beta);
+      store_out(C, p.ldc, p.m, p.n, row + 8, col + 1, acc[4 * j + 3], alpha, beta);
+    }
+  }
+}
+
+}  // namespace ferry
