@@ -89,7 +89,11 @@ cleanup:
 }
 
 void ferry__unpin(void *ptr, size_t bytes) {
-  (void)FERRY_CU(cuMemHostUnregister, ptr);
+  CUresult r = FERRY_CU(cuMemHostUnregister, ptr);
+  /* If the driver still holds the registration, the range stays mapped (and leaks): unmapped, its addresses would
+   * be handed to the next mmap — typically the pool's next region — which the driver then refuses to register
+   * (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED), failing every later pin there. */
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED) return;
   munmap(ptr, bytes);
 }
 

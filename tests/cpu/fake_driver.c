@@ -41,6 +41,12 @@ static CUresult f_reg(void *p, size_t n, unsigned f) {
   (void)f;
   CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
   pthread_mutex_lock(&ranges_lock);
+  /* As the real driver: a range overlapping one still registered is refused. */
+  for (int i = 0; i < FAKE_MAX_RANGES; i++)
+    if (ranges[i].lo && (uintptr_t)p < ranges[i].hi && (uintptr_t)p + n > ranges[i].lo) {
+      pthread_mutex_unlock(&ranges_lock);
+      return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    }
   for (int i = 0; i < FAKE_MAX_RANGES; i++)
     if (ranges[i].lo == 0) {
       ranges[i].lo = (uintptr_t)p;

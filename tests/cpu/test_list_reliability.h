@@ -15,7 +15,9 @@
   X(import_of_a_fifo_does_not_block)                             \
   X(cache_entry_that_is_a_fifo_does_not_block)                   \
   X(import_of_a_huge_sparse_file_is_refused_unread)              \
-  X(cache_dir_that_is_a_file_is_refused)
+  X(cache_dir_that_is_a_file_is_refused)                         \
+  X(trim_with_a_failing_unregister_keeps_the_pool_usable)        \
+  X(reserve_with_a_failing_register_reports_it_and_recovers)
 
 int reliability_main_hook(int argc, char **argv);
 #define TEST_MAIN_HOOK reliability_main_hook
