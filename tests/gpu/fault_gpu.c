@@ -68,7 +68,9 @@ static int rig_setup(rig *r, int dev) {
       return 0;
   }
   /* Pinned host memory of the harness's own, registered directly. */
-  r->pinned_bytes = HOST_BYTES, r->download_bytes = 2 * HOST_BYTES + N * 512;
+  /* Whole pages: cuMemHostRegister pins pages, and aligned_alloc wants a multiple of the alignment. */
+  r->pinned_bytes = (HOST_BYTES + 4095) / 4096 * 4096;
+  r->download_bytes = (2 * HOST_BYTES + N * 512 + 4095) / 4096 * 4096;
   r->pinned = aligned_alloc(4096, r->pinned_bytes);
   r->download = aligned_alloc(4096, r->download_bytes);
   unsigned flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
