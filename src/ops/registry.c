@@ -170,9 +170,11 @@ static void add_simt(void) {
 /* The built-in designs. `speed` (ferry__design) orders them in ferry_ops_find together with the tile/wave model
  * of cost_of(): for the gemm_mma designs it is fitted to their H200 device times at 4096³ bf16 (128×128×32 s4
  * 456 µs = 1.0, 128×256×32 s3 602 µs, 64×64×32 s3 794 µs, 64×64 align2 2303 µs); for the gemm_mma_swz designs
- * it is a PREDICTION, not yet measured: ~300-310 µs at 4096³ bf16 (0.55-0.58× cuBLAS's 172.6 µs), from a main
- * loop of 217 instructions per 128 HMMA (gemm_mma: 326 per 64) with shared-memory traffic under the tensor
- * cores' time. Re-fit these after a GPU run (ferry bench latency lists every design at 4096³ bf16). */
+ * it is a PREDICTION, not yet measured. Their main loop is ~220 instructions per 128 HMMA (gemm_mma: 326 per 64,
+ * nearly issue-bound), so the tensor pipe and L2 bandwidth set the time: 128×256 tiles read 1.6 GB from L2 per
+ * 4096³ GEMM, 128×128 tiles 2.1 GB (~330 µs at ~6.5 TB/s). Predicted: 128×256 s4 ~290 µs, 128×256 / 256×128 s3
+ * ~300 µs, 128×128 s3 ~340 µs (0.51-0.60× cuBLAS's 172.6 µs). speed = (cost without speed / 262144) × 456 µs /
+ * time. Re-fit after a GPU run: build/ferry_time_gemm lists every design at 4096³ bf16 beside cuBLAS. */
 static void register_builtins(void) {
   pthread_mutex_lock(&registry_lock);
   static const int types[2] = {FERRY_F16, FERRY_BF16};
@@ -182,10 +184,10 @@ static void register_builtins(void) {
     add_mma(FERRY__MMA, types[i], 64, 64, 32, 2, 2, 3, 8, 0.861);   /* small problems: more blocks */
     add_mma(FERRY__MMA, types[i], 64, 64, 32, 2, 2, 2, 1, 0.297);   /* any alignment: element loads */
     /* gemm_mma_sw.cu: swizzled, BK 64, double-buffered fragments; 96 KB (two blocks per SM) to 192 KB */
-    add_mma(FERRY__MMA_SW, types[i], 128, 128, 64, 2, 2, 3, 8, 1.52); /* 4 warps of 64×64, two blocks per SM */
-    add_mma(FERRY__MMA_SW, types[i], 128, 256, 64, 2, 4, 3, 8, 1.29); /* 8 warps of 64×64 */
-    add_mma(FERRY__MMA_SW, types[i], 256, 128, 64, 4, 2, 3, 8, 1.29);
-    add_mma(FERRY__MMA_SW, types[i], 128, 256, 64, 2, 4, 4, 8, 1.31); /* deeper pipeline: sm_90's 227 KB only */
+    add_mma(FERRY__MMA_SW, types[i], 128, 128, 64, 2, 2, 3, 8, 1.34);  /* 4 warps of 64×64, two blocks per SM */
+    add_mma(FERRY__MMA_SW, types[i], 128, 256, 64, 2, 4, 3, 8, 1.33);  /* 8 warps of 64×64 */
+    add_mma(FERRY__MMA_SW, types[i], 256, 128, 64, 4, 2, 3, 8, 1.33);
+    add_mma(FERRY__MMA_SW, types[i], 128, 256, 64, 2, 4, 4, 8, 1.376); /* deeper pipeline: sm_90's 227 KB only */
   }
   /* gemm_wgmma.cu (sm_90a): two warpgroups of m64n256k16, 4 stages of 48 KB. Not yet run on a GPU, so it is
    * registered only on request (FERRY_WGMMA=1) — a kernel fault in a new design would take down every run after

@@ -59,10 +59,12 @@ TEST(find_on_forced_target_orders_tensor_cores_first) {
   ASSERT(!strcmp(ferry_op_get_info(ops[0])->name, "gemm_mma_f16_64x64x32_s3")); /* 128³ wants small tiles */
   ASSERT(!strcmp(ferry_op_get_info(ops[n - 1])->instruction, "simt.fma"));
   for (size_t i = 0; i < n; i++) ASSERT_OK(ferry_op_supports(ops[i], &args, NULL, 0));
-  /* 4096³: the designs' speeds decide (registry.c). First the swizzled 128×128×64 (a prediction until the H200
-   * measures it); among the padded designs, the H200's order: 128×128×32 s4 (456 µs) before 128×256×32 s3 (602). */
+  /* 4096³: the designs' speeds decide (registry.c). First the swizzled 128×256×64 s4 on sm_90, s3 where 192 KB do
+   * not fit (predictions until the H200 measures them); among the padded designs, the H200's order: 128×128×32 s4
+   * (456 µs) before 128×256×32 s3 (602 µs). */
   test_args(&args, FERRY_BF16, FERRY_BF16, 4096, 4096, 4096);
-  ASSERT(!strcmp(ferry_op_get_info(find_first(&args, 90))->name, "gemm_mma_bf16_128x128x64_s3_swz"));
+  ASSERT(!strcmp(ferry_op_get_info(find_first(&args, 90))->name, "gemm_mma_bf16_128x256x64_s4_swz"));
+  ASSERT(!strcmp(ferry_op_get_info(find_first(&args, 80))->name, "gemm_mma_bf16_128x256x64_s3_swz"));
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
   ASSERT_EQ(n, 9);
   size_t at_128 = n, at_256 = n;
