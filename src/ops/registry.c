@@ -71,8 +71,8 @@ static int append(ferry_op *op) {
   return 1;
 }
 
-/* A built-in tensor-core operator for fp16 or bf16 operands: `family` picks the kernel (gemm_mma.cu or
- * gemm_mma_sw.cu), `speed` its rank among designs (ferry__design). */
+/* A built-in tensor-core operator for fp16 or bf16 operands: `family` picks the kernel (gemm_mma.cu, gemm_mma_sw.cu
+ * or gemm_wgmma.cu, whose warpgroups are warps_m×warps_n/4), `speed` its rank among designs (ferry__design). */
 static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, int warps_m, int warps_n, int stages,
                     int vec, double speed) {
   ferry_op *op = op_alloc();
