@@ -6,7 +6,7 @@
 #
 # usage: tools/h200_suite.sh [--results DIR] PART...
 #   parts: build tests memcheck racecheck synccheck overlap overlap1ms bandwidth python pycall pybench pybench1ms
-#          pybenchnohandoff pybandwidth ops opsmemcheck latency pylatency stress soak ranks plots all
+#          pybenchnohandoff pybandwidth ops opsmemcheck gemm wgmma latency pylatency stress soak ranks plots all
 # Environment also: SOAK_SECONDS (default 30).
 # Environment: RESULTS (default ./h200-results), JOBS (default nproc), PYTHON (default python3).
 set -u
@@ -35,11 +35,12 @@ part() { # part NAME COMMAND...: runs the command with its output in $RESULTS/NA
 
 parts=("$@")
 [ "${parts[0]}" = all ] && parts=(build tests memcheck racecheck synccheck overlap overlap1ms bandwidth python pycall
-                                  pybench pybench1ms pybandwidth ops opsmemcheck latency pylatency stress soak ranks plots)
+                                  pybench pybench1ms pybandwidth ops opsmemcheck gemm wgmma latency pylatency stress soak ranks plots)
 for p in "${parts[@]}"; do
   case $p in
   build) part build "cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=\$(command -v $PYTHON) \
-           -DFERRY_REQUIRE_PYTHON=ON && cmake --build $build -j$JOBS && ctest --test-dir $build --output-on-failure" ;;
+           -DFERRY_REQUIRE_PYTHON=ON && cmake --build $build -j$JOBS && ctest --test-dir $build --output-on-failure \
+           -E kernels_emulated" ;; # the kernel emulation is CPU work (minutes): CI runs it, the GPU machine need not
   tests) part tests "$build/ferry info && $build/ferry_test_gpu" ;;
   memcheck) part memcheck "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 \
            $build/ferry_test_gpu round_trips mixed_dtypes_and_pass_through producer_event_is_waited_for \
@@ -70,6 +71,8 @@ for p in "${parts[@]}"; do
   opsmemcheck) part opsmemcheck "compute-sanitizer --tool memcheck --error-exitcode 1 $build/ferry_test_ops_gpu --quick" ;;
   pylatency) TAILN=30 part pylatency "$PYTHON -m ferry.bench.latency --output $RESULTS/py_latency.csv \
            --plot $RESULTS/py_latency.png" ;;
+  gemm) TAILN=30 part gemm "$build/ferry_time_gemm && $build/ferry_time_gemm --fp16" ;;
+  wgmma) TAILN=30 part wgmma "FERRY_WGMMA=1 $build/ferry_time_gemm && FERRY_WGMMA=1 $build/ferry_test_ops_gpu --quick" ;;
   latency) TAILN=45 part latency "$build/ferry bench latency --output $RESULTS/latency.csv" ;;
   stress) TAILN=12 part stress "$build/ferry_stress && $build/ferry_stress --faults && $build/ferry_stress --fork" ;;
   soak) TAILN=8 part soak "$build/ferry_stress --seconds \${SOAK_SECONDS:-30} --csv $RESULTS/soak.csv" ;;
