@@ -46,10 +46,10 @@ for p in "${parts[@]}"; do
            $build/ferry_test_gpu round_trips mixed_dtypes_and_pass_through producer_event_is_waited_for \
            producer_stream_is_waited_for pool_never_reuses_under_a_running_copy" ;;
   racecheck) part racecheck "compute-sanitizer --tool racecheck --error-exitcode 1 $build/ferry_test_gpu \
-           mixed_dtypes_and_pass_through producer_event_is_waited_for && timeout 240 compute-sanitizer --tool \
+           mixed_dtypes_and_pass_through producer_event_is_waited_for && timeout 100 compute-sanitizer --tool \
            racecheck --error-exitcode 1 $build/ferry_test_ops_gpu --quick" ;;
   synccheck) part synccheck "compute-sanitizer --tool synccheck --error-exitcode 1 $build/ferry_test_gpu \
-           mixed_dtypes_and_pass_through producer_event_is_waited_for && timeout 240 compute-sanitizer --tool \
+           mixed_dtypes_and_pass_through producer_event_is_waited_for && timeout 100 compute-sanitizer --tool \
            synccheck --error-exitcode 1 $build/ferry_test_ops_gpu --quick" ;;
   overlap) part overlap "$build/ferry bench overlap --num-tensors 1 32 256 --output $RESULTS/overlap.csv \
            --samples-output $RESULTS/overlap_samples.csv" ;;
