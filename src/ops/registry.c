@@ -168,13 +168,11 @@ static void add_simt(void) {
 }
 
 /* The built-in designs. `speed` (ferry__design) orders them in ferry_ops_find together with the tile/wave model
- * of cost_of(): for the gemm_mma designs it is fitted to their H200 device times at 4096³ bf16 (128×128×32 s4
- * 456 µs = 1.0, 128×256×32 s3 602 µs, 64×64×32 s3 794 µs, 64×64 align2 2303 µs); for the gemm_mma_swz designs
- * it is a PREDICTION, not yet measured. Their main loop is ~220 instructions per 128 HMMA (gemm_mma: 326 per 64,
- * nearly issue-bound), so the tensor pipe and L2 bandwidth set the time: 128×256 tiles read 1.6 GB from L2 per
- * 4096³ GEMM, 128×128 tiles 2.1 GB (~330 µs at ~6.5 TB/s). Predicted: 128×256 s4 ~290 µs, 128×256 / 256×128 s3
- * ~300 µs, 128×128 s3 ~340 µs (0.51-0.60× cuBLAS's 172.6 µs). speed = (cost without speed / 262144) × 456 µs /
- * time. Re-fit after a GPU run: build/ferry_time_gemm lists every design at 4096³ bf16 beside cuBLAS. */
+ * of cost_of(), fitted to their H200 device times at 4096³ bf16 (build/ferry_time_gemm, 2026-12-02; cuBLAS
+ * 175.5 µs): gemm_mma 128×128×32 s4 461 µs = 1.0, 128×256×32 s3 610 µs, 64×64×32 s3 794 µs, 64×64 align2
+ * 2297 µs; gemm_mma_sw 128×256×64 s4 277.9 µs, 128×256×64 s3 280.3 µs, 256×128×64 s3 282.9 µs, 128×128×64 s3
+ * 289.4 µs; gemm_wgmma 128×256×64 s4 202.2 µs (0.87× cuBLAS). speed = (cost without speed / 262144) × 456 µs /
+ * time: for designs of one tile shape, speeds scale as 1 / time. */
 static void register_builtins(void) {
   pthread_mutex_lock(&registry_lock);
   static const int types[2] = {FERRY_F16, FERRY_BF16};
@@ -184,18 +182,17 @@ static void register_builtins(void) {
     add_mma(FERRY__MMA, types[i], 64, 64, 32, 2, 2, 3, 8, 0.861);   /* small problems: more blocks */
     add_mma(FERRY__MMA, types[i], 64, 64, 32, 2, 2, 2, 1, 0.297);   /* any alignment: element loads */
     /* gemm_mma_sw.cu: swizzled, BK 64, double-buffered fragments; 96 KB (two blocks per SM) to 192 KB */
-    add_mma(FERRY__MMA_SW, types[i], 128, 128, 64, 2, 2, 3, 8, 1.34);  /* 4 warps of 64×64, two blocks per SM */
-    add_mma(FERRY__MMA_SW, types[i], 128, 256, 64, 2, 4, 3, 8, 1.33);  /* 8 warps of 64×64 */
-    add_mma(FERRY__MMA_SW, types[i], 256, 128, 64, 4, 2, 3, 8, 1.33);
-    add_mma(FERRY__MMA_SW, types[i], 128, 256, 64, 2, 4, 4, 8, 1.376); /* deeper pipeline: sm_90's 227 KB only */
+    add_mma(FERRY__MMA_SW, types[i], 128, 128, 64, 2, 2, 3, 8, 1.574); /* 4 warps of 64×64, two blocks per SM */
+    add_mma(FERRY__MMA_SW, types[i], 128, 256, 64, 2, 4, 3, 8, 1.423); /* 8 warps of 64×64 */
+    add_mma(FERRY__MMA_SW, types[i], 256, 128, 64, 4, 2, 3, 8, 1.410);
+    add_mma(FERRY__MMA_SW, types[i], 128, 256, 64, 2, 4, 4, 8, 1.436); /* deeper pipeline: sm_90's 227 KB only */
   }
-  /* gemm_wgmma.cu (sm_90a): two warpgroups of m64n256k16, 4 stages of 48 KB. Not yet run on a GPU, so it is
-   * registered only on request (FERRY_WGMMA=1) — a kernel fault in a new design would take down every run after
-   * it in the process — and ranked after every mma.sync design (speed 0.25) until the H200 has measured it;
-   * expected ~2.2 (≈ 200-250 µs at 4096³ bf16, L2 bandwidth with 128×256 tiles and no multicast the limit). */
+  /* gemm_wgmma.cu (sm_90a): two warpgroups of m64n256k16, 4 stages of 48 KB; found for sm_90 targets only. Ranked
+   * first there since its H200 run (202 µs at 4096³ bf16, every correctness check passed). FERRY_WGMMA=0 leaves
+   * it out (for comparing, or for a driver that cannot load sm_90a code). */
   const char *wgmma = getenv("FERRY_WGMMA");
-  if (wgmma && !strcmp(wgmma, "1"))
-    for (int i = 0; i < 2; i++) add_mma(FERRY__WGMMA, types[i], 128, 256, 64, 2, 4, 4, 8, 0.25);
+  if (!wgmma || strcmp(wgmma, "0") != 0)
+    for (int i = 0; i < 2; i++) add_mma(FERRY__WGMMA, types[i], 128, 256, 64, 2, 4, 4, 8, 1.973);
   add_simt();
   pthread_mutex_unlock(&registry_lock);
 }

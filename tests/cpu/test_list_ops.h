@@ -31,8 +31,8 @@
   X(compile_every_builtin_design_for_sm80)                \
   X(compile_every_builtin_design_for_sm90)                \
   X(compile_swizzled_designs_in_every_layout_for_sm90)    \
-  X(wgmma_design_on_request_for_sm90a_only)               \
-  X(wgmma_design_absent_unless_asked)                     \
+  X(wgmma_design_by_default_for_sm90a_only)               \
+  X(wgmma_design_absent_when_turned_off)                     \
   X(compile_refuses_old_targets_and_unsupported_args)     \
   X(compile_error_reports_the_nvrtc_log)                  \
   X(nvrtc_absent_is_a_clear_error)                        \

@@ -245,6 +245,7 @@ static void compile_every_builtin(int sm, int layouts) {
     const ferry_op_info *info = ferry_op_get_info(op);
     if (!info->builtin) continue;
     designs++;
+    if (info->min_sm > sm) continue; /* the wgmma design is sm_90a code: not compiled for sm_80 */
     int in = info->a_types & FERRY_SCALAR_BIT(FERRY_BF16) ? FERRY_BF16
              : info->a_types & FERRY_SCALAR_BIT(FERRY_F16) ? FERRY_F16 : FERRY_F32;
     if (!layouts) {
@@ -254,7 +255,7 @@ static void compile_every_builtin(int sm, int layouts) {
       add_build_job(op, sm, in, in, in == FERRY_F16 ? FERRY_F16 : FERRY_F32, 0, 1, 0);
     }
   }
-  ASSERT_EQ(designs, 17); /* 2 × (4 gemm_mma + 4 gemm_mma_sw) + SIMT */
+  ASSERT_EQ(designs, 19); /* 2 × (4 gemm_mma + 4 gemm_mma_sw + 1 gemm_wgmma) + SIMT */
   pthread_t threads[4];
   int started = 0;
   for (; started < 4; started++)
@@ -282,10 +283,11 @@ TEST(compile_every_builtin_design_for_sm80) { compile_every_builtin(80, 0); }
 TEST(compile_every_builtin_design_for_sm90) { compile_every_builtin(90, 0); }
 TEST(compile_swizzled_designs_in_every_layout_for_sm90) { compile_every_builtin(90, 1); }
 
-/* gemm_wgmma.cu: registered only with FERRY_WGMMA=1 (read when the registry first fills, which in this test's own
- * process is now), found only for sm_90, compiled by NVRTC for sm_90a in every layout its source branches on. */
-TEST(wgmma_design_on_request_for_sm90a_only) {
-  setenv("FERRY_WGMMA", "1", 1);
+/* gemm_wgmma.cu: registered by default (FERRY_WGMMA is read when the registry first fills, which in this test's own
+ * process is now), found only for sm_90 and ranked first there, compiled by NVRTC for sm_90a in every layout its
+ * source branches on. */
+TEST(wgmma_design_by_default_for_sm90a_only) {
+  unsetenv("FERRY_WGMMA");
   const ferry_op *op = ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4");
   ASSERT(op != NULL);
   const ferry_op_info *info = ferry_op_get_info(op);
@@ -300,8 +302,8 @@ TEST(wgmma_design_on_request_for_sm90a_only) {
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
   ASSERT_EQ(n, 10);
-  /* after every 16-byte mma.sync design until measured; then the any-alignment design and SIMT */
-  ASSERT(ops[n - 3] == op);
+  /* first (measured fastest at 4096³ on the H200); the any-alignment design and SIMT last */
+  ASSERT(ops[0] == op);
   ASSERT(!strcmp(ferry_op_get_info(ops[n - 2])->name, "gemm_mma_bf16_64x64x32_s2_align2"));
   ASSERT_OK(ferry_ops_find(&args, 100, NULL, NULL, ops, 32, &n)); /* sm_90a code: not for sm_100 */
   for (size_t i = 0; i < n; i++) ASSERT(ops[i] != op);
@@ -338,9 +340,10 @@ TEST(wgmma_design_on_request_for_sm90a_only) {
   test_rm_rf(home);
 }
 
-TEST(wgmma_design_absent_unless_asked) {
-  unsetenv("FERRY_WGMMA");
+TEST(wgmma_design_absent_when_turned_off) {
+  setenv("FERRY_WGMMA", "0", 1);
   ASSERT(ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4") == NULL);
+  ASSERT(ferry_op_by_name("gemm_mma_bf16_128x256x64_s4_swz") != NULL);
 }
 
 TEST(compile_refuses_old_targets_and_unsupported_args) {
