@@ -153,7 +153,12 @@ TEST(cache_entry_that_is_a_fifo_does_not_block) {
   char home[300], file[600];
   fifo_op = cached_once("hostile_fifo", home, sizeof home, file, sizeof file);
   ASSERT(unlink(file) == 0 && mkfifo(file, 0600) == 0);
-  within_5s(compile_over_fifo, "a cache entry that is a FIFO");
+  /* In this process, not a forked child: the compile that follows the refused entry needs NVRTC, which cannot be
+   * used in a child forked after the parent used it (seen on the H200 machine: NVRTC_ERROR_INTERNAL_ERROR). A
+   * blocked open still shows as a failure: the alarm ends the test process, and the runner reports the signal. */
+  alarm(5);
+  compile_over_fifo();
+  alarm(0);
   test_rm_rf(home);
 }
 

@@ -327,7 +327,10 @@ def test_compile_for_a_forced_target_and_the_caches(args128):
     again = op.compile(args128)
     after = ops.cache_stats()
     assert after["memo_hits"] > before["memo_hits"]
-    assert after["disk_writes"] >= before["disk_writes"] + 1 and after["disk_enabled"]
+    # The first compile either wrote the disk cache or found the artifact there already: the user's cache is shared
+    # with earlier processes (on the H200 machine the C suites had compiled the same kernel before this test ran).
+    wrote_or_found = (after["disk_writes"] - before["disk_writes"]) + (after["disk_hits"] - before["disk_hits"])
+    assert wrote_or_found >= 1 and after["disk_enabled"]
     assert again.cubin == art.cubin
     ops.clear_memo()
     third = op.compile(args128)  # from the disk cache, verified
