@@ -264,7 +264,7 @@ FERRY_API size_t ferry_slab_size(const ferry_slab *slab);
 
 typedef struct ferry_pool_stats {
   uint64_t bytes_pinned;      /* pinned by the pool now, free or in use */
-  uint64_t bytes_in_use;      /* held by live slabs (or by slabs whose copies may still run) */
+  uint64_t bytes_in_use;      /* held by live slabs, and by released slabs whose copies still run */
   uint64_t bytes_peak_in_use; /* highest bytes_in_use seen */
   uint64_t bytes_peak_pinned; /* highest bytes_pinned seen */
   uint64_t regions;           /* pinned regions (each one pin call) */
@@ -281,7 +281,8 @@ FERRY_API ferry_status ferry_pool_reserve(size_t bytes);
 /** Unpins and frees every pinned region no slab uses. Slabs in use are untouched. */
 FERRY_API ferry_status ferry_pool_trim(void);
 
-/** Copies the pool's counters into `out` (caller-owned). Works without a GPU (all zero). */
+/** Copies the pool's counters into `out` (caller-owned), after returning released slabs whose copies have finished.
+ *  Works without a GPU (all zero). */
 FERRY_API void ferry_pool_stats_get(ferry_pool_stats *out);
 
 /* ------------------------------------------------------------------------------------------------------------ */

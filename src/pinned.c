@@ -338,6 +338,10 @@ ferry_status ferry_pool_trim(void) {
 void ferry_pool_stats_get(ferry_pool_stats *out) {
   if (!out) return;
   pthread_mutex_lock(&pool_lock);
+  /* Slabs released while their copies ran are returned lazily, at the next take; collect those whose copies have
+   * finished now, so the counters say what is in use at this moment (seen on the H200: a failed transfer's slab
+   * still counted after the device had drained, until the next transfer). */
+  if (pending) reap_pending();
   *out = stats;
   pthread_mutex_unlock(&pool_lock);
 }

@@ -172,6 +172,7 @@ static int run_case(rig *r, const char *path, const char *call, int nth, int fre
   ferry_pool_stats before, after;
   ferry_pool_stats_get(&before);
   long long mem_before = devmem_now(r->dev);
+  if (mem_before < 0) mem_before = 0; /* a fresh process has no device pool yet: nothing of ferry's is in use */
   ferry_transfer *t = NULL;
   ferry_status st;
   ferry__fault_arm(call, nth, INJECTED);
