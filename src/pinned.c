@@ -17,6 +17,7 @@
 #define HUGE_PAGE ((size_t)2 << 20)    /* regions are aligned and sized in transparent huge pages */
 #define MIN_REGION ((size_t)16 << 20)  /* small requests share one region rather than pinning each */
 #define GROWTH_DIVISOR 4 /* a new region is at least a quarter of what is pinned already (region_size_for) */
+#define GROWTH_CAP ((size_t)1 << 30) /* ... but that share is at most 1 GiB */
 
 typedef struct ferry__region {
   char *base;
@@ -196,6 +197,7 @@ static size_t region_size_for(size_t size) {
   pthread_mutex_lock(&pool_lock);
   size_t share = (size_t)(stats.bytes_pinned / GROWTH_DIVISOR);
   pthread_mutex_unlock(&pool_lock);
+  if (share > GROWTH_CAP) share = GROWTH_CAP; /* a large pool does not pin gigabytes for a small request */
   size_t want = size > MIN_REGION ? size : MIN_REGION;
   return want > share ? want : round_up(share, HUGE_PAGE);
 }
