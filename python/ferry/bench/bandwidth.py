@@ -39,6 +39,7 @@ import re
 import statistics
 import sys
 import time
+from ferry.bench._gpu import torch_cuda_device
 
 FIELDS = ["direction", "total_bytes", "num_tensors", "method", "median_ms", "gb_per_s", "ratio_to_limit"]
 DEFAULT_SIZES = ["4K", "64K", "1M", "16M", "64M", "256M", "1G"]
@@ -127,19 +128,12 @@ def _timed(fn, repeats, sync, budget_s=0.0, check=None):
 
 def main(argv=None):
     args = _parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("bandwidth: torch is not installed; this benchmark compares against PyTorch. Nothing to do.")
+    found = torch_cuda_device("bandwidth", args.device, "this benchmark compares against PyTorch")
+    if found is None:
         return 0
+    torch, device = found
     import ferry
 
-    if not torch.cuda.is_available() or ferry.device_count() == 0:
-        print("bandwidth: no CUDA device here; this benchmark needs a GPU. Nothing to do.")
-        return 0
-    device = torch.device(args.device)
-    if device.type != "cuda":
-        raise ValueError(f"Expected a CUDA device, but received {device}.")
     torch.cuda.set_device(device)
     sync = torch.cuda.synchronize
     grid = cells(args.sizes, args.num_tensors)

@@ -35,6 +35,7 @@ import statistics
 import sys
 import time
 from datetime import datetime, timezone
+from ferry.bench._gpu import torch_cuda_device
 
 SCHEMA_VERSION = 1
 FIELDS = ["schema_version", "created_utc", "device_name", "torch_version", "ferry_version", "experiment",
@@ -172,19 +173,12 @@ def _split(total_bytes, n, device, torch):
 
 def main(argv=None):
     args = _parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("call_overhead: torch is not installed; this benchmark compares against PyTorch. Nothing to do.")
+    found = torch_cuda_device("call_overhead", args.device, "this benchmark compares against PyTorch")
+    if found is None:
         return 0
+    torch, device = found
     import ferry
 
-    if not torch.cuda.is_available() or ferry.device_count() == 0:
-        print("call_overhead: no CUDA device here; this benchmark needs a GPU. Nothing to do.")
-        return 0
-    device = torch.device(args.device)
-    if device.type != "cuda":
-        raise ValueError(f"Expected a CUDA device, but received {device}.")
     torch.cuda.set_device(device)
     sync = torch.cuda.synchronize
     created = datetime.now(timezone.utc).isoformat()

@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 from datetime import datetime, timezone
+from ferry.bench._gpu import torch_cuda_device
 
 SCHEMA_VERSION = 1
 SETS = 110
@@ -494,21 +495,14 @@ def measure(opts, torch, ops, device):  # noqa: C901 (one experiment, read top t
 
 def main(argv=None):
     opts = parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("latency: torch is not installed; this benchmark runs the notebook's experiment with torch tensors. "
-              "Nothing to do.")
+    found = torch_cuda_device("latency", opts.device, "this benchmark runs the notebook's experiment with torch "
+                              "tensors")
+    if found is None:
         return 0
+    torch, device = found
     import ferry
     import ferry.ops as ops
 
-    if not torch.cuda.is_available() or ferry.device_count() == 0:
-        print("latency: no CUDA device here; this benchmark needs a GPU. Nothing to do.")
-        return 0
-    device = torch.device(opts.device)
-    if device.type != "cuda":
-        raise ValueError(f"--device must be a CUDA device, got {opts.device!r}")
     status = ops.device_supports("80")
     if not status:
         print(f"latency: the GEMM operators need sm_80 or newer: {status.error}")

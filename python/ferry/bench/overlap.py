@@ -43,6 +43,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 
 import numpy as np
+from ferry.bench._gpu import torch_cuda_device
 
 _SCHEMA_VERSION = 1
 _METHOD_NATIVE = "PyTorch to(cpu)"
@@ -655,20 +656,12 @@ def _parse_args(argv):
 
 def main(argv=None):
     args = _parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("overlap: torch is not installed; the foreground work and the reference method need it. "
-              "Nothing to do.")
+    found = torch_cuda_device("overlap", args.device, "the foreground work and the reference method need it")
+    if found is None:
         return 0
+    torch, device = found
     import ferry
 
-    if not torch.cuda.is_available() or ferry.device_count() == 0:
-        print("overlap: CUDA is not available; this benchmark needs a GPU. Nothing to do.")
-        return 0
-    device = torch.device(args.device)
-    if device.type != "cuda":
-        raise ValueError(f"Expected a CUDA device, but received {device}.")
     config = BenchmarkConfig(
         total_mib=tuple(args.total_mib), num_tensors=tuple(args.num_tensors), matrix_size=args.matrix_size,
         compute_target_ms=args.compute_ms, compute_iterations=args.compute_iterations, num_warmup=args.num_warmup,
