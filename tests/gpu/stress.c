@@ -80,8 +80,9 @@ long long stress_devmem_pool_used(int dev) {
   static CUresult (*get_attr)(CUmemoryPool, CUmemPool_attribute, void *);
   if (!get_attr) get_attr = (CUresult(*)(CUmemoryPool, CUmemPool_attribute, void *))cuda_sym("cuMemPoolGetAttribute");
   CUmemoryPool pool = ferry__devmem_pool(dev);
+  if (!pool) return 0; /* ferry has not made its pool yet: it holds no device memory */
   cuuint64_t used = 0;
-  if (!get_attr || !pool || get_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS) return -1;
+  if (!get_attr || get_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS) return -1;
   return (long long)used;
 }
 

@@ -9,7 +9,8 @@
  * not available (the simulated driver). Resolved from libcuda by the test itself: ferry's table does not carry it. */
 long long stress_device_used(void);
 
-/* ferry's per-device memory pool's bytes in use (CU_MEMPOOL_ATTR_USED_MEM_CURRENT), or -1 when unavailable. */
+/* ferry's per-device memory pool's bytes in use (CU_MEMPOOL_ATTR_USED_MEM_CURRENT); 0 before ferry has made the
+ * pool (nothing of ferry's is on the device then), -1 when the driver cannot tell. */
 long long stress_devmem_pool_used(int dev);
 
 /* Nonzero when --simulate installed the simulated driver (tests/cpu/fake_driver.c) instead of libcuda. */
