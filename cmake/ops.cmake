@@ -36,7 +36,7 @@ if(FERRY_BUILD_TESTS)
     set_tests_properties(ops PROPERTIES ENVIRONMENT "FERRY_REQUIRE_NVRTC=1")
   endif()
 
-  # ferry_time_gemm: device time of every tensor-core design (wgmma too, with FERRY_WGMMA=1) beside cuBLAS, each
+  # ferry_time_gemm: device time of every tensor-core design (wgmma too, unless FERRY_WGMMA=0) beside cuBLAS, each
   # output checked against cuBLAS's; cuBLAS through the benchmarks' dlopen wrapper.
   add_executable(ferry_time_gemm tests/gpu/time_gemm.c bench/cublas.c)
   target_include_directories(ferry_time_gemm PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops)

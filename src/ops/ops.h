@@ -44,7 +44,7 @@ uint64_t ferry__xxh64(const void *data, size_t n, uint64_t seed);
 
 /* FERRY__MMA: src/kernels/gemm_mma.cu (padded tiles); FERRY__MMA_SW: src/kernels/gemm_mma_sw.cu (swizzled tiles,
  * BK 64, double-buffered fragments, staged epilogue); FERRY__WGMMA: src/kernels/gemm_wgmma.cu (sm_90a only,
- * compiled for the "a" target; registered only when FERRY_WGMMA=1, see registry.c). */
+ * compiled for the "a" target; registered unless FERRY_WGMMA=0, see registry.c). */
 typedef enum ferry__family {
   FERRY__SIMT = 1, FERRY__MMA = 2, FERRY__CUSTOM = 3, FERRY__MMA_SW = 4, FERRY__WGMMA = 5
 } ferry__family;

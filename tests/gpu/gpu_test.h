@@ -5,6 +5,7 @@
 #define FERRY_GPU_TEST_H
 
 #include "internal.h"
+#include "require.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -21,24 +22,6 @@ extern atomic_int gpu_failures;
       printf(__VA_ARGS__);                                                                  \
       printf(" (last error: %s)\n", ferry_last_error_message());                           \
     }                                                                                       \
-  } while (0)
-
-/* Aborts the test program: only for failures of the harness itself (allocation, kernel load). */
-#define REQUIRE_CU(x)                                                                        \
-  do {                                                                                       \
-    CUresult r_ = (x);                                                                       \
-    if (r_ != CUDA_SUCCESS) {                                                                \
-      printf("FATAL %s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, ferry__cu_name(r_));    \
-      exit(2);                                                                               \
-    }                                                                                        \
-  } while (0)
-#define REQUIRE_OK(x)                                                                        \
-  do {                                                                                       \
-    ferry_status s_ = (x);                                                                   \
-    if (s_ != FERRY_OK) {                                                                    \
-      printf("FATAL %s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, ferry_last_error_message()); \
-      exit(2);                                                                               \
-    }                                                                                        \
   } while (0)
 
 /* Device memory from ferry's pool, ready when this returns (context of `dev` current). */

@@ -11,6 +11,7 @@
  * accumulation 1e-2 (k ≤ 129). NaN never passes.
  */
 #include "ops.h"
+#include "require.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -24,23 +25,6 @@ static int failures, checks;
 static CUstream stream;
 static int dev;
 
-#define CHECK_CU(x)                                                                                          \
-  do {                                                                                                       \
-    CUresult r_ = (x);                                                                                       \
-    if (r_ != CUDA_SUCCESS) {                                                                                \
-      printf("FATAL %s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, ferry__cu_name(r_));                   \
-      exit(2);                                                                                               \
-    }                                                                                                        \
-  } while (0)
-#define CHECK_F(x)                                                                                           \
-  do {                                                                                                       \
-    ferry_status s_ = (x);                                                                                   \
-    if (s_ != FERRY_OK) {                                                                                    \
-      printf("FATAL %s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #x, ferry_status_name(s_),              \
-             ferry_last_error_message());                                                                   \
-      exit(2);                                                                                               \
-    }                                                                                                        \
-  } while (0)
 #define EXPECT(cond, ...)                                                                                    \
   do {                                                                                                       \
     checks++;                                                                                                \
@@ -148,7 +132,7 @@ static void mat_make(mat *m, int type, int col, int l, int rows, int cols, int p
   m->elems = (size_t)(m->batch * l);
   if (m->elems == 0) m->elems = 1;
   m->host = calloc(m->elems, esize(type));
-  CHECK_CU(ferry__drv.cuMemAlloc(&m->dev, m->elems * esize(type)));
+  REQUIRE_CU(ferry__drv.cuMemAlloc(&m->dev, m->elems * esize(type)));
   int b = l > 1;
   if (b) m->shape[0] = l, m->strides[0] = m->batch;
   m->shape[b] = rows;
@@ -166,15 +150,15 @@ static void mat_random(mat *m) {
     put(m->host, i, m->type, uniform());
     m->val[i] = get(m->host, i, m->type);
   }
-  CHECK_CU(ferry__drv.cuMemcpyHtoD(m->dev, m->host, m->elems * esize(m->type)));
+  REQUIRE_CU(ferry__drv.cuMemcpyHtoD(m->dev, m->host, m->elems * esize(m->type)));
 }
 static void mat_poison(mat *m) { /* all-ones bits: NaN in fp16, bf16 and fp32 */
   memset(m->host, 0xff, m->elems * esize(m->type));
-  CHECK_CU(ferry__drv.cuMemcpyHtoD(m->dev, m->host, m->elems * esize(m->type)));
+  REQUIRE_CU(ferry__drv.cuMemcpyHtoD(m->dev, m->host, m->elems * esize(m->type)));
 }
-static void mat_download(mat *m) { CHECK_CU(ferry__drv.cuMemcpyDtoH(m->host, m->dev, m->elems * esize(m->type))); }
+static void mat_download(mat *m) { REQUIRE_CU(ferry__drv.cuMemcpyDtoH(m->host, m->dev, m->elems * esize(m->type))); }
 static void mat_free(mat *m) {
-  if (m->dev) CHECK_CU(ferry__drv.cuMemFree(m->dev));
+  if (m->dev) REQUIRE_CU(ferry__drv.cuMemFree(m->dev));
   free(m->host);
   free(m->val);
   memset(m, 0, sizeof *m);
@@ -253,19 +237,19 @@ static void run_case(int ta, int tb, int tout, int tacc, int ca, int cb, int cc,
     for (size_t i = 0; i < out.elems; i++) c0[i] = get(out.host, i, tout);
   }
   ferry_gemm_args args;
-  CHECK_F(ferry_gemm_args_init(&args, &a.t, &b.t, &out.t, (ferry_scalar)tacc));
+  REQUIRE_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &out.t, (ferry_scalar)tacc));
   args.alpha = alpha;
   args.beta = beta;
   const ferry_op *ops[32];
   size_t n_ops = 0;
-  CHECK_F(ferry_ops_find(&args, 0, NULL, NULL, ops, 32, &n_ops));
+  REQUIRE_OK(ferry_ops_find(&args, 0, NULL, NULL, ops, 32, &n_ops));
   EXPECT(n_ops > 0, "no operator for %s·%s→%s acc %s %s %d×%d×%d l=%d", ferry_scalar_name(ta), ferry_scalar_name(tb),
          ferry_scalar_name(tout), ferry_scalar_name(tacc), major_name(ca, cb, cc), m, n, k, l);
   int every = (size_t)m * n * l <= 300000;
   for (size_t o = 0; o < n_ops && o < 32; o++) {
     if (beta != 0.0f) { /* the old output again (the previous operator's result overwrote the host copy) */
       for (size_t i = 0; i < out.elems; i++) put(out.host, i, tout, c0[i]);
-      CHECK_CU(ferry__drv.cuMemcpyHtoD(out.dev, out.host, out.elems * esize(tout)));
+      REQUIRE_CU(ferry__drv.cuMemcpyHtoD(out.dev, out.host, out.elems * esize(tout)));
     } else {
       mat_poison(&out);
     }
@@ -315,10 +299,10 @@ static void add_jobs(int ta, int tb, int tout, int tacc, int ca, int cb, int cc)
   ferry_tensor B = {(void *)0x200000, {FERRY_DEVICE_CUDA, dev}, 2, dts[tb], sa, cb ? st_col : st_row, 0};
   ferry_tensor C = {(void *)0x300000, {FERRY_DEVICE_CUDA, dev}, 2, dts[tout], sa, cc ? st_col : st_row, 0};
   ferry_gemm_args args;
-  CHECK_F(ferry_gemm_args_init(&args, &A, &B, &C, (ferry_scalar)tacc));
+  REQUIRE_OK(ferry_gemm_args_init(&args, &A, &B, &C, (ferry_scalar)tacc));
   const ferry_op *ops[32];
   size_t n = 0;
-  CHECK_F(ferry_ops_find(&args, 0, NULL, NULL, ops, 32, &n));
+  REQUIRE_OK(ferry_ops_find(&args, 0, NULL, NULL, ops, 32, &n));
   for (size_t i = 0; i < n && i < 32 && n_jobs < 1024; i++) jobs[n_jobs++] = (compile_job){ops[i], args};
 }
 
@@ -404,20 +388,20 @@ static void graphs(void) {
     mat_random(&a[i]);
     mat_random(&b[i]);
     mat_poison(&out[i]);
-    CHECK_F(ferry_gemm_args_init(&args[i], &a[i].t, &b[i].t, &out[i].t, FERRY_F32));
+    REQUIRE_OK(ferry_gemm_args_init(&args[i], &a[i].t, &b[i].t, &out[i].t, FERRY_F32));
   }
   const ferry_op *op = NULL;
   size_t n = 0;
-  CHECK_F(ferry_ops_find(&args[0], 0, NULL, NULL, &op, 1, &n));
+  REQUIRE_OK(ferry_ops_find(&args[0], 0, NULL, NULL, &op, 1, &n));
   ferry_artifact *art = NULL;
-  CHECK_F(ferry_op_compile(op, &args[0], &art));
+  REQUIRE_OK(ferry_op_compile(op, &args[0], &art));
   /* ferry's own capture, with the runs recorded */
   ferry_graph *g = NULL;
-  CHECK_F(ferry_graph_begin(stream, &g));
-  for (int i = 0; i < RUNS; i++) CHECK_F(ferry_graph_run(g, op, &args[i], art, FERRY_ASSUME_SUPPORTED, NULL));
-  CHECK_F(ferry_graph_end(g));
-  CHECK_F(ferry_graph_replay(g, NULL));
-  CHECK_CU(ferry__drv.cuStreamSynchronize(stream));
+  REQUIRE_OK(ferry_graph_begin(stream, &g));
+  for (int i = 0; i < RUNS; i++) REQUIRE_OK(ferry_graph_run(g, op, &args[i], art, FERRY_ASSUME_SUPPORTED, NULL));
+  REQUIRE_OK(ferry_graph_end(g));
+  REQUIRE_OK(ferry_graph_replay(g, NULL));
+  REQUIRE_CU(ferry__drv.cuStreamSynchronize(stream));
   double worst = 0;
   for (int i = 0; i < RUNS; i++) {
     mat_download(&out[i]);
@@ -428,9 +412,9 @@ static void graphs(void) {
   /* update run 5 to new operands; poison both outputs: only the new one may be written by the replay */
   mat_poison(&out[5]);
   mat_poison(&out[RUNS]);
-  CHECK_F(ferry_graph_update(g, 5, &args[RUNS]));
-  CHECK_F(ferry_graph_replay(g, NULL));
-  CHECK_CU(ferry__drv.cuStreamSynchronize(stream));
+  REQUIRE_OK(ferry_graph_update(g, 5, &args[RUNS]));
+  REQUIRE_OK(ferry_graph_replay(g, NULL));
+  REQUIRE_CU(ferry__drv.cuStreamSynchronize(stream));
   mat_download(&out[RUNS]);
   mat_download(&out[5]);
   verdict v = check(&a[RUNS], &b[RUNS], &out[RUNS], NULL, 1, 0, 1);
@@ -447,20 +431,20 @@ static void graphs(void) {
   for (int i = 0; i < 3; i++) mat_poison(&out[i]);
   CUgraph cg = NULL;
   CUgraphExec ce = NULL;
-  CHECK_CU(ferry__drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  for (int i = 0; i < 3; i++) CHECK_F(ferry_op_run(op, &args[i], stream, art, FERRY_ASSUME_SUPPORTED));
-  CHECK_CU(ferry__drv.cuStreamEndCapture(stream, &cg));
-  CHECK_CU(ferry__drv.cuGraphInstantiateWithFlags(&ce, cg, 0));
-  CHECK_CU(ferry__drv.cuGraphLaunch(ce, stream));
-  CHECK_CU(ferry__drv.cuStreamSynchronize(stream));
+  REQUIRE_CU(ferry__drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  for (int i = 0; i < 3; i++) REQUIRE_OK(ferry_op_run(op, &args[i], stream, art, FERRY_ASSUME_SUPPORTED));
+  REQUIRE_CU(ferry__drv.cuStreamEndCapture(stream, &cg));
+  REQUIRE_CU(ferry__drv.cuGraphInstantiateWithFlags(&ce, cg, 0));
+  REQUIRE_CU(ferry__drv.cuGraphLaunch(ce, stream));
+  REQUIRE_CU(ferry__drv.cuStreamSynchronize(stream));
   for (int i = 0; i < 3; i++) {
     mat_download(&out[i]);
     verdict w = check(&a[i], &b[i], &out[i], NULL, 1, 0, 1);
     EXPECT(w.nan_at < 0 && w.rel <= 5e-3, "external capture, run %d: rel err %.3g", i, w.rel);
   }
   /* a run that must compile during someone else's capture still works (compiles off the stream) */
-  CHECK_CU(ferry__drv.cuGraphExecDestroy(ce));
-  CHECK_CU(ferry__drv.cuGraphDestroy(cg));
+  REQUIRE_CU(ferry__drv.cuGraphExecDestroy(ce));
+  REQUIRE_CU(ferry__drv.cuGraphDestroy(cg));
   printf("graph: 3 runs under an external stream capture replayed correctly\n");
   ferry_artifact_release(art);
   for (int i = 0; i <= RUNS; i++) mat_free(&a[i]), mat_free(&b[i]), mat_free(&out[i]);
@@ -496,7 +480,7 @@ static void registered_kernel(void) {
   d.source = byo_source;
   d.entry = "byo_naive";
   const ferry_op *op = NULL;
-  CHECK_F(ferry_op_register(&d, &op));
+  REQUIRE_OK(ferry_op_register(&d, &op));
   for (int majors = 0; majors < 8; majors += 7) {
     mat a, b, out;
     mat_make(&a, FERRY_F32, majors & 1, 2, 129, 65, 0);
@@ -506,17 +490,17 @@ static void registered_kernel(void) {
     mat_random(&b);
     mat_poison(&out);
     ferry_gemm_args args;
-    CHECK_F(ferry_gemm_args_init(&args, &a.t, &b.t, &out.t, FERRY_F32));
+    REQUIRE_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &out.t, FERRY_F32));
     const ferry_op *ops[32];
     size_t n = 0;
-    CHECK_F(ferry_ops_find(&args, 0, NULL, NULL, ops, 32, &n));
+    REQUIRE_OK(ferry_ops_find(&args, 0, NULL, NULL, ops, 32, &n));
     int listed = 0;
     for (size_t i = 0; i < n && i < 32; i++) listed |= ops[i] == op;
     EXPECT(listed, "the registered operator is not found for its own arguments");
     ferry_artifact *art = NULL;
-    CHECK_F(ferry_op_compile(op, &args, &art));
-    CHECK_F(ferry_op_run(op, &args, stream, art, 0));
-    CHECK_CU(ferry__drv.cuStreamSynchronize(stream));
+    REQUIRE_OK(ferry_op_compile(op, &args, &art));
+    REQUIRE_OK(ferry_op_run(op, &args, stream, art, 0));
+    REQUIRE_CU(ferry__drv.cuStreamSynchronize(stream));
     mat_download(&out);
     verdict v = check(&a, &b, &out, NULL, 1, 0, 1);
     EXPECT(v.nan_at < 0 && v.rel <= 1e-5, "registered kernel (%s): rel err %.3g", majors ? "CCC" : "RRR", v.rel);
@@ -540,13 +524,13 @@ int main(int argc, char **argv) {
     printf("ferry_test_ops_gpu: no GPU here (%s: %s)\n", ferry_status_name(st), ferry_last_error_message());
     return 1;
   }
-  CHECK_F(ferry_device_resolve(-1, &dev));
-  CHECK_F(ferry__ctx_enter(dev)); /* the primary context stays current for the whole program */
-  CHECK_CU(ferry__drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  REQUIRE_OK(ferry_device_resolve(-1, &dev));
+  REQUIRE_OK(ferry__ctx_enter(dev)); /* the primary context stays current for the whole program */
+  REQUIRE_CU(ferry__drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   ferry_device_info info;
-  CHECK_F(ferry_device_info_get(dev, &info));
+  REQUIRE_OK(ferry_device_info_get(dev, &info));
   int sm = 0;
-  CHECK_F(ferry_target_sm(dev, &sm));
+  REQUIRE_OK(ferry_target_sm(dev, &sm));
   printf("device cuda:%d %s sm_%d, driver %d; NVRTC from the toolkit; %s\n", dev, info.name, sm, info.driver_version,
          quick ? "quick (no 4096³)" : "full");
   struct timespec t0, t1;
@@ -565,7 +549,7 @@ int main(int argc, char **argv) {
          cs.compile_seconds, (unsigned long long)cs.disk_hits,
          (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
   printf("%d checks, %d failed\n", checks, failures);
-  CHECK_CU(ferry__drv.cuStreamDestroy(stream));
+  REQUIRE_CU(ferry__drv.cuStreamDestroy(stream));
   ferry_ops_clear_memo();
   ferry__ctx_leave();
   return failures ? 1 : 0;

@@ -1,0 +1,29 @@
+/* require.h — the GPU test programs' fatal checks: a failure of the harness itself (allocation, kernel load, a
+ * setup call), not of what is tested, prints file, line, the call and the error, and exits with status 2. */
+#ifndef FERRY_GPU_REQUIRE_H
+#define FERRY_GPU_REQUIRE_H
+
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define REQUIRE_CU(x)                                                                                        \
+  do {                                                                                                       \
+    CUresult r_ = (x);                                                                                       \
+    if (r_ != CUDA_SUCCESS) {                                                                                \
+      printf("FATAL %s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, ferry__cu_name(r_));                   \
+      exit(2);                                                                                               \
+    }                                                                                                        \
+  } while (0)
+#define REQUIRE_OK(x)                                                                                        \
+  do {                                                                                                       \
+    ferry_status s_ = (x);                                                                                   \
+    if (s_ != FERRY_OK) {                                                                                    \
+      printf("FATAL %s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #x, ferry_status_name(s_),              \
+             ferry_last_error_message());                                                                   \
+      exit(2);                                                                                               \
+    }                                                                                                        \
+  } while (0)
+
+#endif
