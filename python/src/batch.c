@@ -219,7 +219,20 @@ static int walk(walker *w, PyObject *obj, PyObject *key) {
   }
 }
 
+/* The arrays of one finished tape, kept for the next walk (guarded by the GIL). Freed and grown again every call,
+ * arrays of thousands of entries come back from the system as fresh pages, ~2 us each to fault in on the H200's
+ * virtual machine. Only one set is kept, and none larger than SPARE_MAX_LEAVES entries. */
+#define SPARE_MAX_LEAVES ((size_t)1 << 18)
+static ferry_py_batch spare_arrays;
+
+static void take_spare_arrays(ferry_py_batch *b) {
+  if (b->cap_nodes || b->cap_leaves || !(spare_arrays.cap_nodes || spare_arrays.cap_leaves)) return;
+  *b = spare_arrays;
+  memset(&spare_arrays, 0, sizeof spare_arrays);
+}
+
 int ferry_py_batch_walk(ferry_py_batch *b, PyObject *root, ferry_py_read_ctx *ctx) {
+  take_spare_arrays(b);
   walker *w = PyMem_Malloc(sizeof *w);
   if (!w) {
     PyErr_NoMemory();
@@ -234,18 +247,26 @@ int ferry_py_batch_walk(ferry_py_batch *b, PyObject *root, ferry_py_read_ctx *ct
 }
 
 void ferry_py_batch_clear(ferry_py_batch *b) {
-  for (size_t i = 0; i < b->n_leaves; i++) {
-    ferry_py_leaf_release_input(&b->leaves[i]);
-    Py_CLEAR(b->leaves[i].output);
-  }
-  for (size_t i = 0; i < b->n_nodes; i++) {
-    Py_CLEAR(b->nodes[i].obj);
-    Py_CLEAR(b->nodes[i].key);
-  }
-  PyMem_Free(b->nodes);
-  PyMem_Free(b->leaves);
-  PyMem_Free(b->tensors);
+  /* Dropping references may run Python code that walks another batch: the tape is detached first. */
+  ferry_py_batch t = *b;
   memset(b, 0, sizeof *b);
+  for (size_t i = 0; i < t.n_leaves; i++) {
+    ferry_py_leaf_release_input(&t.leaves[i]);
+    Py_CLEAR(t.leaves[i].output);
+  }
+  for (size_t i = 0; i < t.n_nodes; i++) {
+    Py_CLEAR(t.nodes[i].obj);
+    Py_CLEAR(t.nodes[i].key);
+  }
+  if (!(spare_arrays.cap_nodes || spare_arrays.cap_leaves) && t.cap_leaves <= SPARE_MAX_LEAVES &&
+      t.cap_nodes <= 2 * SPARE_MAX_LEAVES) {
+    t.n_nodes = t.n_leaves = 0;
+    spare_arrays = t;
+    return;
+  }
+  PyMem_Free(t.nodes);
+  PyMem_Free(t.leaves);
+  PyMem_Free(t.tensors);
 }
 
 /* ---- rebuild -------------------------------------------------------------------------------------------------- */

@@ -20,7 +20,9 @@ Two experiments, in one run on one device:
 
 Every timing is wall time around the whole call (outputs included) after ``torch.cuda.synchronize()``; medians of
 ``--repeats`` (p10 and p90 too). Time spent in Python's cyclic garbage collector during the timed ferry calls is
-measured too (gc.callbacks) and printed with the phases. The CSV has one row per (experiment, tensor count,
+measured too (gc.callbacks) and printed with the phases, as are the calling thread's minor page faults per call
+(getrusage): on a virtual machine a first touch of a page can cost microseconds, so memory the allocator hands back
+to the system between calls shows up there. The CSV has one row per (experiment, tensor count,
 method); a compact table is printed last. Without CUDA it says so and exits 0.
 
 Usage::
@@ -31,6 +33,7 @@ Usage::
 import argparse
 import csv
 import os
+import resource
 import statistics
 import sys
 import time
@@ -76,16 +79,20 @@ def _percentiles(samples_ms):
     return statistics.median(ordered), at(0.10), at(0.90)
 
 
-def _time(fn, repeats, warmup, sync):
-    """Wall times in ms of fn() (whose result is dropped at once), each after a full device synchronize."""
+def _time(fn, repeats, warmup, sync, faults=None):
+    """Wall times in ms of fn() (whose result is dropped at once), each after a full device synchronize; the minor
+    page faults of each call are appended to `faults` when it is a list."""
     for _ in range(warmup):
         fn()
     samples = []
     for _ in range(repeats):
         sync()
+        f0 = _minor_faults()
         start = time.perf_counter_ns()
         out = fn()
         end = time.perf_counter_ns()
+        if faults is not None:
+            faults.append(_minor_faults() - f0)
         del out
         samples.append((end - start) / 1e6)
     return samples
@@ -116,9 +123,14 @@ class _GcClock:
         return self.total_ns / 1e6
 
 
+def _minor_faults():
+    """Minor page faults of the calling thread so far."""
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+
+
 def _ferry_e2e(ferry, tensors, repeats, warmup, sync):
     """Synchronous and asynchronous calls interleaved, alternating which goes first; returns {method: [ms]} with the
-    phase rows of the synchronous calls, and {form: [gc ms]}."""
+    phase rows of the synchronous calls, {form: [gc ms]} and {form: [minor page faults]}."""
     import gc
 
     from ferry import _ferry
@@ -126,6 +138,7 @@ def _ferry_e2e(ferry, tensors, repeats, warmup, sync):
     samples = {m: [] for m in ("ferry", "ferry async", "ferry submit", "ferry wait")}
     samples.update({f"ferry: {name}": [] for name, _, _ in PHASES})
     gc_ms = {"ferry": [], "ferry async": []}
+    faults = {"ferry": [], "ferry async": []}
     clock = _GcClock()
     gc.callbacks.append(clock)
     old_timing = _ferry._phase_timing(True)
@@ -134,6 +147,7 @@ def _ferry_e2e(ferry, tensors, repeats, warmup, sync):
             for form in (("sync", "async") if i % 2 == 0 else ("async", "sync")):
                 sync()
                 clock.reset()
+                f0 = _minor_faults()
                 t0 = time.perf_counter_ns()
                 if form == "sync":
                     out = ferry.transfer_tensor_d2h(tensors)
@@ -146,12 +160,14 @@ def _ferry_e2e(ferry, tensors, repeats, warmup, sync):
                     t2 = time.perf_counter_ns()
                     del handle
                 gc_during = clock.ms
+                faults_during = _minor_faults() - f0
                 del out
                 if i < warmup:
                     continue
                 if form == "sync":
                     samples["ferry"].append((t2 - t0) / 1e6)
                     gc_ms["ferry"].append(gc_during)
+                    faults["ferry"].append(faults_during)
                     for name, a, b in PHASES:
                         if phases[a] is not None and phases[b] is not None:
                             samples[f"ferry: {name}"].append((phases[b] - phases[a]) / 1e6)
@@ -160,10 +176,11 @@ def _ferry_e2e(ferry, tensors, repeats, warmup, sync):
                     samples["ferry submit"].append((t1 - t0) / 1e6)
                     samples["ferry wait"].append((t2 - t1) / 1e6)
                     gc_ms["ferry async"].append(gc_during)
+                    faults["ferry async"].append(faults_during)
     finally:
         _ferry._phase_timing(old_timing)
         gc.callbacks.remove(clock)
-    return {m: v for m, v in samples.items() if v}, gc_ms
+    return {m: v for m, v in samples.items() if v}, gc_ms, faults
 
 
 def _split(total_bytes, n, device, torch):
@@ -217,7 +234,7 @@ def main(argv=None):
             pinned.copy_(whole, non_blocking=True)
         side.synchronize()
 
-    gc_medians = {}
+    gc_medians, fault_medians = {}, {}
     print(f"D2H {args.total_mib} MiB from Python on {meta['device_name']}", file=sys.stderr)
     raw_ms = record("e2e", total, 1, "raw copy", _time(raw_copy, args.repeats, args.warmup, sync))
     for n in args.num_tensors:
@@ -227,12 +244,14 @@ def main(argv=None):
         if not all(torch.equal(a, b.cpu()) for a, b in zip(check, tensors)):
             raise RuntimeError(f"ferry returned wrong bytes for {n} tensors")
         del check
-        by_method, gc_ms = _ferry_e2e(ferry, tensors, args.repeats, args.warmup, sync)
+        by_method, gc_ms, faults = _ferry_e2e(ferry, tensors, args.repeats, args.warmup, sync)
         for method, samples in by_method.items():
             record("e2e", total, n, method, samples, "raw copy", raw_ms)
         gc_medians[n] = {form: statistics.median(v) for form, v in gc_ms.items()}
+        faults["torch to(cpu)"] = []
         record("e2e", total, n, "torch to(cpu)", _time(lambda: torch_to_cpu(tensors), args.repeats, args.warmup,
-                                                       sync), "raw copy", raw_ms)
+                                                       sync, faults["torch to(cpu)"]), "raw copy", raw_ms)
+        fault_medians[n] = {form: statistics.median(v) for form, v in faults.items()}
         del tensors
     del whole, pinned
 
@@ -253,7 +272,7 @@ def main(argv=None):
         writer.writeheader()
         writer.writerows(rows)
 
-    _print_table(rows, args, gc_medians)
+    _print_table(rows, args, gc_medians, fault_medians)
     print(f"\nCSV: {args.output}")
     return 0
 
@@ -272,7 +291,7 @@ def _verdict(ratio, target):
     return "ok" if ratio <= target else "MISS"
 
 
-def _print_table(rows, args, gc_medians=None):
+def _print_table(rows, args, gc_medians=None, fault_medians=None):
     def median(experiment, n, method):
         return _median_of(rows, experiment, n, method)
 
@@ -295,6 +314,11 @@ def _print_table(rows, args, gc_medians=None):
         if gc_medians and n in gc_medians:
             gc_part = "  gc " + " / ".join(f"{form} {ms:.3f}" for form, ms in gc_medians[n].items())
         print(f"{n:>7}  {parts}{gc_part}")
+    if fault_medians:
+        print("minor page faults of the calling thread per call (medians):")
+        for n in args.num_tensors:
+            if n in fault_medians:
+                print(f"{n:>7}  " + "  ".join(f"{form} {v:g}" for form, v in fault_medians[n].items()))
     # The small experiment's rows have num_tensors 1 (one tensor of small_bytes bytes).
     t, f, b = (median("small", 1, m) for m in ("torch to(cpu)", "ferry", "ferry bare"))
     print(f"\none {args.small_bytes}-byte tensor: torch to(cpu) {t * 1e3:.1f} us, ferry [t] {f * 1e3:.1f} us "
