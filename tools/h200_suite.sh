@@ -5,8 +5,10 @@
 # a whole run: `tools/h200_suite.sh all`, or name parts.
 #
 # usage: tools/h200_suite.sh [--results DIR] PART...
-#   parts: build tests memcheck racecheck synccheck overlap overlap1ms bandwidth python pycall pybench pybench1ms
-#          pybenchnohandoff pybandwidth ops opsmemcheck gemm wgmma latency pylatency stress soak ranks plots all
+#   parts: build (= compile + ctest) compile ctest tests memcheck racecheck opsracecheck synccheck overlap
+#          overlap1ms bandwidth bandwidth64 python pycall pycalltrim pybench pybench1ms pybenchnohandoff pybandwidth
+#          pybandwidth64 ops
+#          opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots all
 # Environment also: SOAK_SECONDS (default 30).
 # Environment: RESULTS (default ./h200-results), JOBS (default nproc), PYTHON (default python3).
 set -u
@@ -35,12 +37,15 @@ part() { # part NAME COMMAND...: runs the command with its output in $RESULTS/NA
 
 parts=("$@")
 [ "${parts[0]}" = all ] && parts=(build tests memcheck racecheck synccheck overlap overlap1ms bandwidth python pycall
-                                  pybench pybench1ms pybandwidth ops opsmemcheck gemm wgmma latency pylatency stress soak ranks plots)
+                                  pybench pybench1ms pybandwidth ops opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots)
 for p in "${parts[@]}"; do
   case $p in
   build) part build "cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=\$(command -v $PYTHON) \
            -DFERRY_REQUIRE_PYTHON=ON && cmake --build $build -j$JOBS && ctest --test-dir $build --output-on-failure \
            -E kernels_emulated" ;; # the kernel emulation is CPU work (minutes): CI runs it, the GPU machine need not
+  compile) part compile "cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=\$(command -v $PYTHON) \
+           -DFERRY_REQUIRE_PYTHON=ON && cmake --build $build -j$JOBS" ;; # build without ctest
+  ctest) part ctest "ctest --test-dir $build --output-on-failure -E kernels_emulated" ;;
   tests) part tests "$build/ferry info && $build/ferry_test_gpu" ;;
   memcheck) part memcheck "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 \
            $build/ferry_test_gpu round_trips mixed_dtypes_and_pass_through producer_event_is_waited_for \
@@ -51,19 +56,28 @@ for p in "${parts[@]}"; do
   synccheck) part synccheck "compute-sanitizer --tool synccheck --error-exitcode 1 $build/ferry_test_gpu \
            mixed_dtypes_and_pass_through producer_event_is_waited_for && timeout 100 compute-sanitizer --tool \
            synccheck --error-exitcode 1 $build/ferry_test_ops_gpu --quick" ;;
+  opsracecheck) part opsracecheck "timeout 400 compute-sanitizer --tool racecheck --error-exitcode 1 \
+           $build/ferry_test_ops_gpu --sanitize" ;;
   overlap) part overlap "$build/ferry bench overlap --num-tensors 1 32 256 --output $RESULTS/overlap.csv \
            --samples-output $RESULTS/overlap_samples.csv" ;;
   overlap1ms) part overlap1ms "$build/ferry bench overlap --compute-ms 1 --num-tensors 1 32 256 \
            --output $RESULTS/overlap_1ms.csv" ;;
+  bandwidth64) TAILN=24 part bandwidth64 "$build/ferry bench bandwidth --sizes 64M --num-tensors 1 32 256 4096 \
+           --repeats 51 --output $RESULTS/bandwidth64.csv" ;; # the issue's 64 MiB targets, more repeats
   bandwidth) TAILN=40 part bandwidth "$build/ferry bench bandwidth --output $RESULTS/bandwidth.csv" ;;
   python) part python "$PYTHON -m pytest -q -rs tests/python" ;;
-  pycall) TAILN=20 part pycall "$PYTHON -m ferry.bench.call_overhead --output $RESULTS/py_call_overhead.csv" ;;
+  pycall) TAILN=24 part pycall "$PYTHON -m ferry.bench.call_overhead --output $RESULTS/py_call_overhead.csv" ;;
+  pycalltrim) TAILN=24 part pycalltrim "GLIBC_TUNABLES=glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_threshold=33554432 \
+           $PYTHON -m ferry.bench.call_overhead --num-tensors 256 4096 --small-calls 200 \
+           --output $RESULTS/py_call_overhead_notrim.csv" ;; # A/B: glibc never trims or unmaps
   pybench) TAILN=12 part pybench "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \
            --output $RESULTS/py_overlap.csv --samples-output $RESULTS/py_overlap_samples.csv \
-           --diagnostics-output $RESULTS/py_overlap_diagnostics.csv" ;;
+           --diagnostics-output $RESULTS/py_overlap_diagnostics.csv --harness-floor" ;;
   pybenchnohandoff) TAILN=12 part pybenchnohandoff "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \
            --ferry-gil-handoff-us 0 --output $RESULTS/py_overlap_nohandoff.csv" ;;
   pybandwidth) TAILN=30 part pybandwidth "$PYTHON -m ferry.bench.bandwidth --output $RESULTS/py_bandwidth.csv" ;;
+  pybandwidth64) TAILN=30 part pybandwidth64 "$PYTHON -m ferry.bench.bandwidth --sizes 1M 64M \
+           --num-tensors 1 256 4096 16384 --output $RESULTS/py_bandwidth64.csv" ;;
   pybench1ms) TAILN=12 part pybench1ms "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 --compute-ms 1 \
            --output $RESULTS/py_overlap_1ms.csv" ;;
   plots) part plots "$PYTHON -m ferry.bench.plot $RESULTS/*.csv --out-dir $RESULTS/plots" ;;
@@ -74,7 +88,9 @@ for p in "${parts[@]}"; do
   gemm) TAILN=30 part gemm "$build/ferry_time_gemm && $build/ferry_time_gemm --fp16" ;;
   wgmma) TAILN=30 part wgmma "FERRY_WGMMA=1 $build/ferry_time_gemm && FERRY_WGMMA=1 $build/ferry_test_ops_gpu --quick" ;;
   latency) TAILN=45 part latency "$build/ferry bench latency --output $RESULTS/latency.csv" ;;
-  stress) TAILN=12 part stress "$build/ferry_stress && $build/ferry_stress --faults && $build/ferry_stress --fork" ;;
+  stress) TAILN=12 part stress "$build/ferry_stress" ;;
+  faults) TAILN=14 part faults "$build/ferry_stress --faults" ;;
+  fork) TAILN=8 part fork "$build/ferry_stress --fork" ;;
   soak) TAILN=8 part soak "$build/ferry_stress --seconds \${SOAK_SECONDS:-30} --csv $RESULTS/soak.csv" ;;
   ranks) TAILN=8 part ranks "torchrun --nproc-per-node 1 --no-python $build/ferry bench ranks --output $RESULTS/ranks.csv \
            && torchrun --nproc-per-node 1 --no-python $build/ferry bench overlap --num-runs 10 --num-tensors 1 256 \

@@ -105,6 +105,30 @@ def test_blocks_run_every_schedule_once_in_a_seeded_random_order():
     assert samples["B"][0].estimated_overlap_efficiency == pytest.approx(0.75)
 
 
+def _raw(method, trial, compute, transfer, serialized, concurrent):
+    return overlap.RawSampleRecord(
+        schema_version=1, created_utc="", seed=0, schedule_seed=0, total_bytes=64 << 20, num_tensors=1,
+        method=method, trial=trial, schedule_order="", compute_only_ms=compute, transfer_only_ms=transfer,
+        serialized_ms=serialized, concurrent_ms=concurrent, speedup=serialized / concurrent,
+        hidden_ms=serialized - concurrent, estimated_overlap_efficiency=0.0, cpu_launch_skew_ms=0.0)
+
+
+def test_harness_floor_nets_out_the_harness_own_hand_offs(capsys):
+    # The no-op worker: round trip 0.4 ms, concurrent 0.3 ms over compute. A method with transfer 1.7 ms whose
+    # concurrent block equals the no-op's hides all it can: 1.4 of 1.4 ms, 100% net (82% by the seed's measure).
+    raw = []
+    for trial in range(3):
+        raw.append(_raw(overlap._METHOD_NOOP, trial, 8.0, 0.4, 8.4, 8.3))
+        raw.append(_raw("ferry", trial, 8.0, 1.7, 9.7, 8.3))
+        raw.append(_raw("slow", trial, 8.0, 1.7, 9.7, 9.0))
+    overlap._print_harness_floor(raw)
+    out = capsys.readouterr().out
+    ferry_row = next(line for line in out.splitlines() if " ferry " in line)
+    assert ferry_row.split()[2:] == ["0.400", "0.300", "1.300", "100.0%"]
+    slow_row = next(line for line in out.splitlines() if " slow " in line)
+    assert slow_row.split()[-1] == "50.0%"  # 0.7 ms hidden of 1.4 possible
+
+
 def test_benchmarks_exit_zero_without_cuda(capsys, no_cuda, tmp_path):
     assert overlap.main(["--output", str(tmp_path / "o.csv")]) == 0
     assert call_overhead.main(["--output", str(tmp_path / "c.csv")]) == 0

@@ -22,6 +22,11 @@ phases (walk, submit, GIL hand-off window, output build, wait) from its private 
 few ``perf_counter_ns`` calls per block, so a diagnostic run is not the reference run: compare its medians with
 each other. The rows go to PATH and a table of medians is printed before the summary.
 
+Harness floor (``--harness-floor``; not part of the seed): a third method whose worker returns at once runs in the
+same blocks. Its transfer-only time is the executor round trip and its concurrent excess over compute is what the
+harness's own thread wake-ups cost a concurrent block; a table after the summary gives each method's transfer time
+and overlap efficiency net of those (see _print_harness_floor).
+
 Usage::
 
     python -m ferry.bench.overlap --output /tmp/overlap.csv --num-tensors 1 32 256
@@ -35,6 +40,7 @@ import argparse
 import csv
 import os
 import random
+import statistics
 import sys
 import threading
 import time
@@ -48,6 +54,7 @@ from ferry.bench._gpu import torch_cuda_device
 _SCHEMA_VERSION = 1
 _METHOD_NATIVE = "PyTorch to(cpu)"
 _METHOD_FERRY = "ferry"
+_METHOD_NOOP = "no transfer"  # --harness-floor: the harness alone, its worker returning at once
 _BARRIER_TIMEOUT_S = 30
 
 
@@ -479,7 +486,7 @@ def _write_csv(records, path, record_type):
             writer.writerow({n: getattr(r, n) for n in names})
 
 
-def _run(torch, ferry, config, device, diagnostics=False):
+def _run(torch, ferry, config, device, diagnostics=False, harness_floor=False):
     torch.manual_seed(config.seed)
     torch.cuda.set_device(device)
     device = torch.device("cuda", torch.cuda.current_device())
@@ -555,6 +562,8 @@ def _run(torch, ferry, config, device, diagnostics=False):
                     torch.testing.assert_close(got, want, rtol=0, atol=0)
                 del output
             del expected
+            if harness_floor:
+                methods[_METHOD_NOOP] = list
             scenario_seed = config.seed + index * 1009
             per_method = _collect(runner, methods, num_warmup=config.num_warmup, num_runs=config.num_runs,
                                   seed=scenario_seed)
@@ -578,6 +587,45 @@ def _run(torch, ferry, config, device, diagnostics=False):
                     cpu_launch_skew_ms=s.cpu_launch_skew_ms) for s in samples)
             del tensors
     return summaries, raw, diagnostic_rows
+
+
+def _print_harness_floor(raw):
+    """--harness-floor: what the seed's harness costs by itself, and each method's figures net of it.
+
+    The no-transfer method runs the same blocks with a worker that returns at once. Its transfer-only time is the
+    executor round trip R (two thread wake-ups), and its concurrent - compute (same block) is the harness's own
+    excess W (executor and barrier wake-ups before the compute starts). A method can hide at most T - W of its
+    transfer-only time T behind the compute in this harness, so per block: overlap net of the harness =
+    (serialized - concurrent) / (T - W), and transfer net of the harness = T - R. Medians over blocks."""
+    by_key = {}
+    for r in raw:
+        by_key.setdefault((r.total_bytes, r.num_tensors, r.trial), {})[r.method] = r
+    rows = {}
+    for (total, n, _), block in by_key.items():
+        floor = block.get(_METHOD_NOOP)
+        if floor is None:
+            continue
+        w = floor.concurrent_ms - floor.compute_only_ms
+        for method, r in block.items():
+            if method == _METHOD_NOOP:
+                continue
+            d = rows.setdefault((total, n, method), {"R": [], "W": [], "net_t": [], "net_eff": []})
+            d["R"].append(floor.transfer_only_ms)
+            d["W"].append(w)
+            d["net_t"].append(r.transfer_only_ms - floor.transfer_only_ms)
+            possible = r.transfer_only_ms - w
+            if possible > 0:
+                d["net_eff"].append((r.serialized_ms - r.concurrent_ms) / possible)
+    if not rows:
+        return
+    med = statistics.median
+    print("\nHarness floor (a worker that returns at once, in the same blocks): R = its transfer-only (executor round "
+          "trip), W = its concurrent - compute; net of the harness: transfer - R, and (serialized - concurrent) / "
+          "(transfer - W). Medians over blocks, ms.")
+    print(f"{'Tensors':>7}  {'Method':<16}{'R':>7}{'W':>7}{'transfer-R':>11}{'overlap net':>12}")
+    for (total, n, method), d in sorted(rows.items()):
+        eff = f"{med(d['net_eff']) * 100:10.1f}%" if d["net_eff"] else f"{'n/a':>11}"
+        print(f"{n:>7}  {method:<16}{med(d['R']):7.3f}{med(d['W']):7.3f}{med(d['net_t']):11.3f} {eff}")
 
 
 def _print_table(summaries):
@@ -651,6 +699,9 @@ def _parse_args(argv):
     p.add_argument("--ferry-gil-handoff-us", type=_non_negative_int,
                    help="ferry's GIL hand-off window in microseconds (0: none), for A/B runs; default: ferry's "
                         "own. A setting of the library, not of the harness.")
+    p.add_argument("--harness-floor", action="store_true",
+                   help="Also run a method whose worker returns at once, and print each method's transfer time and "
+                        "overlap net of the harness's own thread hand-offs (not part of the seed).")
     return p.parse_args(argv)
 
 
@@ -679,7 +730,7 @@ def main(argv=None):
           + ("; diagnostic mode (timestamps on)" if diagnostics else ""))
     old_timing = _ferry._phase_timing(diagnostics)
     try:
-        summaries, raw, diagnostic_rows = _run(torch, ferry, config, device, diagnostics)
+        summaries, raw, diagnostic_rows = _run(torch, ferry, config, device, diagnostics, args.harness_floor)
     finally:
         _ferry._phase_timing(old_timing)
     _write_csv(summaries, args.output, BenchmarkSummary)
@@ -687,6 +738,8 @@ def main(argv=None):
         _write_rows(diagnostic_rows, args.diagnostics_output, DIAGNOSTIC_FIELDS)
         _print_diagnostics(diagnostic_rows)
     _print_table(summaries)
+    if args.harness_floor:
+        _print_harness_floor(raw)
     print(f"\nSummary saved to: {args.output}")
     if args.samples_output:
         _write_csv(raw, args.samples_output, RawSampleRecord)
