@@ -186,7 +186,9 @@ static int walk_tensor(walker *w, PyObject *obj, PyObject *key, const ferry_py_t
   if (rc < 0) return -1;
   if (rc == 0) return push_node(b, obj, key, FERRY_PY_OTHER, -1) < 0 ? -1 : 0;
   int32_t leaf = (int32_t)b->n_leaves++; /* counted first: a failed push must still release what was read */
-  return push_node(b, obj, key, FERRY_PY_OTHER, leaf) < 0 ? -1 : 0;
+  if (push_node(b, obj, key, FERRY_PY_OTHER, leaf) < 0) return -1;
+  if (b->n_leaves == w->ctx->yield_after) ferry_py_walk_yield(); /* Python code may run: as for __dlpack__ */
+  return 0;
 }
 
 static int walk(walker *w, PyObject *obj, PyObject *key) {

@@ -108,22 +108,26 @@ void test_pool_never_reuses_under_a_running_copy(int dev) {
   EXPECT(ferry_transfer_query(a) == FERRY_NOT_READY, "copy A finished although its gate has not opened");
   ferry_transfer_release(a);
 
-  /* Copy B now: its slab must not overlap A's, which A's copy will still write. */
-  ferry_transfer_options now = gpu_options(dev, FERRY_TRANSFER_BLOCKING);
-  REQUIRE_OK(ferry_transfer_d2h(&t, 1, &now, &b));
+  /* Copy B now: its slab must not overlap A's, which A's copy will still write. B is queued on the same copy
+   * stream behind A, so the counters are read before waiting for B: once B is done, so is A, and the stats
+   * (which collect finished slabs) rightly count A's slab free again. */
+  ferry_transfer_options queued = gpu_options(dev, 0);
+  REQUIRE_OK(ferry_transfer_d2h(&t, 1, &queued, &b));
   char *b_lo = ferry_slab_data(ferry_transfer_slab(b)), *b_hi = b_lo + ferry_slab_size(ferry_transfer_slab(b));
   int overlap = b_lo < a_hi && a_lo < b_hi;
   EXPECT(!overlap, "copy B was given memory [%p, %p) inside copy A's pending slab [%p, %p)", (void *)b_lo,
          (void *)b_hi, (void *)a_lo, (void *)a_hi);
-  EXPECT(count_not(ferry_transfer_outputs(b)[0].data, SIZE, 0x77) == 0, "copy B's output is wrong");
   ferry_pool_stats s;
   ferry_pool_stats_get(&s);
   EXPECT(s.bytes_in_use >= 2 * SIZE, "the pool counts %llu bytes in use while A is pending and B is held",
          (unsigned long long)s.bytes_in_use);
+  REQUIRE_OK(ferry_transfer_wait(b));
+  EXPECT(count_not(ferry_transfer_outputs(b)[0].data, SIZE, 0x77) == 0, "copy B's output is wrong");
   ferry_transfer_release(b);
 
   /* Once the gate has opened and A's copy is done, its memory is reused. */
   REQUIRE_CU(ferry__drv.cuStreamSynchronize(producer));
+  ferry_transfer_options now = gpu_options(dev, FERRY_TRANSFER_BLOCKING);
   REQUIRE_OK(ferry_transfer_d2h(&t, 1, &now, &c));
   ferry_transfer_release(c);
   ferry_pool_stats_get(&s);

@@ -65,6 +65,11 @@ def _parse_args(argv):
                    help="Tensor counts of the e2e experiment (default: 1 256 4096).")
     p.add_argument("--repeats", type=_positive_int, default=30, help="Timed repeats per case (median reported).")
     p.add_argument("--warmup", type=int, default=5, help="Untimed repeats first (pool, caches, streams).")
+    p.add_argument("--views", action="store_true",
+                   help="Make the e2e tensors views of one device buffer (as the bandwidth bench does) instead of "
+                        "separate tensors.")
+    p.add_argument("--device-arg", action="store_true",
+                   help="Pass device= to ferry's calls (as the bandwidth bench does).")
     p.add_argument("--small-bytes", type=_positive_int, default=1024, help="Size of the small tensor.")
     p.add_argument("--small-calls", type=_positive_int, default=2000, help="Timed calls of the small experiment.")
     return p.parse_args(argv)
@@ -128,13 +133,14 @@ def _minor_faults():
     return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
 
 
-def _ferry_e2e(ferry, tensors, repeats, warmup, sync):
+def _ferry_e2e(ferry, tensors, repeats, warmup, sync, kwargs=None):
     """Synchronous and asynchronous calls interleaved, alternating which goes first; returns {method: [ms]} with the
     phase rows of the synchronous calls, {form: [gc ms]} and {form: [minor page faults]}."""
     import gc
 
     from ferry import _ferry
 
+    kwargs = kwargs or {}
     samples = {m: [] for m in ("ferry", "ferry async", "ferry submit", "ferry wait")}
     samples.update({f"ferry: {name}": [] for name, _, _ in PHASES})
     gc_ms = {"ferry": [], "ferry async": []}
@@ -150,11 +156,11 @@ def _ferry_e2e(ferry, tensors, repeats, warmup, sync):
                 f0 = _minor_faults()
                 t0 = time.perf_counter_ns()
                 if form == "sync":
-                    out = ferry.transfer_tensor_d2h(tensors)
+                    out = ferry.transfer_tensor_d2h(tensors, **kwargs)
                     t2 = time.perf_counter_ns()
                     phases = _ferry._last_phases()
                 else:
-                    handle = ferry.transfer_tensor_d2h_async(tensors)
+                    handle = ferry.transfer_tensor_d2h_async(tensors, **kwargs)
                     t1 = time.perf_counter_ns()
                     out = handle.wait()
                     t2 = time.perf_counter_ns()
@@ -183,9 +189,12 @@ def _ferry_e2e(ferry, tensors, repeats, warmup, sync):
     return {m: v for m, v in samples.items() if v}, gc_ms, faults
 
 
-def _split(total_bytes, n, device, torch):
+def _split(total_bytes, n, device, torch, views=False):
     size, rest = divmod(total_bytes, n)
-    return [torch.randint(0, 256, (size + (i < rest),), dtype=torch.uint8, device=device) for i in range(n)]
+    sizes = [size + (i < rest) for i in range(n)]
+    if views:
+        return list(torch.randint(0, 256, (total_bytes,), dtype=torch.uint8, device=device).split(sizes))
+    return [torch.randint(0, 256, (s,), dtype=torch.uint8, device=device) for s in sizes]
 
 
 def main(argv=None):
@@ -238,13 +247,14 @@ def main(argv=None):
     print(f"D2H {args.total_mib} MiB from Python on {meta['device_name']}", file=sys.stderr)
     raw_ms = record("e2e", total, 1, "raw copy", _time(raw_copy, args.repeats, args.warmup, sync))
     for n in args.num_tensors:
-        tensors = _split(total, n, device, torch)
+        tensors = _split(total, n, device, torch, args.views)
         sync()
         check = ferry.transfer_tensor_d2h(tensors)
         if not all(torch.equal(a, b.cpu()) for a, b in zip(check, tensors)):
             raise RuntimeError(f"ferry returned wrong bytes for {n} tensors")
         del check
-        by_method, gc_ms, faults = _ferry_e2e(ferry, tensors, args.repeats, args.warmup, sync)
+        by_method, gc_ms, faults = _ferry_e2e(ferry, tensors, args.repeats, args.warmup, sync,
+                                              {"device": device} if args.device_arg else None)
         for method, samples in by_method.items():
             record("e2e", total, n, method, samples, "raw copy", raw_ms)
         gc_medians[n] = {form: statistics.median(v) for form, v in gc_ms.items()}
