@@ -6,7 +6,7 @@
 #
 # usage: tools/h200_suite.sh [--results DIR] PART...
 #   parts: build (= compile + ctest) compile ctest tests memcheck racecheck opsracecheck synccheck overlap
-#          overlap1ms bandwidth bandwidth64 python pycall pycalltrim pybench pybench1ms pybenchyield pybenchnohandoff pybandwidth
+#          overlap1ms bandwidth bandwidth64 python pycall pycalltrim pycallviews pybench pybench4096 pybench1ms pybenchyield pybenchnohandoff pybandwidth
 #          pybandwidth64 ops
 #          opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots all
 # Environment also: SOAK_SECONDS (default 30).
@@ -70,6 +70,10 @@ for p in "${parts[@]}"; do
   pycalltrim) TAILN=24 part pycalltrim "GLIBC_TUNABLES=glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_threshold=33554432 \
            $PYTHON -m ferry.bench.call_overhead --num-tensors 256 4096 --small-calls 200 \
            --output $RESULTS/py_call_overhead_notrim.csv" ;; # A/B: glibc never trims or unmaps
+  pycallviews) TAILN=24 part pycallviews "$PYTHON -m ferry.bench.call_overhead --num-tensors 256 4096 --views \
+           --device-arg --small-calls 200 --output $RESULTS/py_call_overhead_views.csv" ;; # inputs as the bandwidth bench's
+  pybench4096) TAILN=12 part pybench4096 "$PYTHON -m ferry.bench.overlap --num-tensors 4096 --num-runs 15 \
+           --output $RESULTS/py_overlap_4096.csv" ;;
   pybench) TAILN=12 part pybench "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \
            --output $RESULTS/py_overlap.csv --samples-output $RESULTS/py_overlap_samples.csv \
            --diagnostics-output $RESULTS/py_overlap_diagnostics.csv --harness-floor" ;;
