@@ -278,8 +278,7 @@ typedef struct ferry_pool_stats {
  *  transfer of that size starts without pinning. Returns FERRY_NO_DRIVER / FERRY_NO_DEVICE without a GPU. */
 FERRY_API ferry_status ferry_pool_reserve(size_t bytes);
 
-/** Unpins and frees every pinned region no slab uses, and the host memory of released tickets kept for reuse.
- *  Slabs in use are untouched. */
+/** Unpins and frees every pinned region no slab uses. Slabs in use are untouched. */
 FERRY_API ferry_status ferry_pool_trim(void);
 
 /** Copies the pool's counters into `out` (caller-owned), after returning released slabs whose copies have finished.

@@ -96,7 +96,6 @@ ferry_status ferry__stream_check_device(CUstream stream, int device);
 ferry_status ferry__event_get(int device, CUevent *out);
 void ferry__event_put(int device, CUevent ev); /* needs no context */
 void ferry__events_trim(void);
-void ferry__tickets_trim(void); /* transfer.c: frees the ticket blocks parked for reuse */
 
 /* A recorded event shared by everything that must not be reused before it completes (a ticket and its slabs).
  * Reference-counted; the last reference returns the event to the pool (fence.c). */

@@ -366,7 +366,6 @@ static ferry_status trim(size_t unused) {
 }
 
 ferry_status ferry_pool_trim(void) {
-  ferry__tickets_trim();
   /* Nothing pinned: no driver needed. Read under the lock: another thread may be adding a region right now. */
   pthread_mutex_lock(&pool_lock);
   bool pinned_any = regions != NULL;

@@ -15,7 +15,6 @@
 #include <string.h>
 
 struct ferry_transfer {
-  size_t capacity; /* bytes of this block (see ticket_alloc) */
   size_t count;
   int device; /* -1: nothing to do (no driver/device) */
   ferry_tensor *outputs;
@@ -55,49 +54,6 @@ typedef struct scratch {
   (sizeof(ferry_tensor) + 2 * FERRY_MAX_NDIM * sizeof(int64_t) + sizeof(ferry__plan_entry) +        \
    3 * sizeof(CUdeviceptr) + 3)
 
-/* Ticket blocks are parked for reuse instead of freed. A batch of thousands of tensors needs a ticket of hundreds
- * of KiB; freed, glibc unmaps it (or consolidates and trims the heap top, taking the caller's freed memory with
- * it), and the next call faults every page in again: on the H200's virtual machine a first touch costs ~2 us per
- * page, which made the 4096-tensor batch's per-call host work several times its copy. Tickets may be released on
- * any thread, so the parking slots are atomic. Blocks above TICKET_PARK_MAX are not parked (idle memory stays
- * bounded by TICKET_SPARES of them); ferry_pool_trim frees the parked ones. */
-#define TICKET_SPARES 4
-#define TICKET_PARK_MAX ((size_t)16 << 20)
-static _Atomic(ferry_transfer *) ticket_spares[TICKET_SPARES];
-
-static ferry_transfer *ticket_alloc(size_t bytes) {
-  for (int i = 0; i < TICKET_SPARES; i++) {
-    ferry_transfer *t = atomic_exchange_explicit(&ticket_spares[i], NULL, memory_order_acquire);
-    if (!t) continue;
-    if (t->capacity >= bytes) {
-      size_t capacity = t->capacity;
-      memset(t, 0, bytes);
-      t->capacity = capacity;
-      return t;
-    }
-    free(t); /* too small for this batch: a bigger block is parked after it */
-  }
-  ferry_transfer *t = calloc(1, bytes);
-  if (t) t->capacity = bytes;
-  return t;
-}
-
-static void ticket_free(ferry_transfer *t) {
-  if (!t) return;
-  if (t->capacity <= TICKET_PARK_MAX)
-    for (int i = 0; i < TICKET_SPARES; i++) {
-      ferry_transfer *empty = NULL;
-      if (atomic_compare_exchange_strong_explicit(&ticket_spares[i], &empty, t, memory_order_release,
-                                                  memory_order_relaxed))
-        return;
-    }
-  free(t);
-}
-
-void ferry__tickets_trim(void) {
-  for (int i = 0; i < TICKET_SPARES; i++) free(atomic_exchange_explicit(&ticket_spares[i], NULL, memory_order_acquire));
-}
-
 static ferry_transfer *ticket_new(const ferry_tensor *in, size_t count, scratch *sc) {
   size_t dims = 0;
   /* Only a valid rank gets room: an output with another rank is passed through (or the plan rejects it), and a
@@ -105,9 +61,9 @@ static ferry_transfer *ticket_new(const ferry_tensor *in, size_t count, scratch 
   for (size_t i = 0; i < count; i++) dims += (size_t)(VALID_NDIM(in[i].ndim) ? in[i].ndim : 0) * 2;
   size_t bytes = sizeof(ferry_transfer) + count * sizeof(ferry_tensor) + dims * sizeof(int64_t) +
                  count * (sizeof(ferry__plan_entry) + 3 * sizeof(CUdeviceptr)) + count * 3;
-  ferry_transfer *t = ticket_alloc(bytes);
-  if (!t) return NULL;
-  char *p = (char *)t;
+  char *p = calloc(1, bytes);
+  if (!p) return NULL;
+  ferry_transfer *t = (ferry_transfer *)p;
   p += sizeof *t;
   t->outputs = (ferry_tensor *)p;
   p += count * sizeof(ferry_tensor);
@@ -570,7 +526,7 @@ cleanup:
   ferry_slab_release(staging);
   if (entered) ferry__ctx_leave();
   if (t) pthread_mutex_destroy(&t->wait_lock);
-  ticket_free(t);
+  free(t);
   return st;
 }
 
@@ -624,5 +580,5 @@ void ferry_transfer_release(ferry_transfer *t) {
   ferry_slab_release(t->slab);
   ferry_slab_release(t->staging);
   ferry__fence_unref(t->fence);
-  ticket_free(t);
+  free(t);
 }

@@ -6,7 +6,7 @@
 #
 # usage: tools/h200_suite.sh [--results DIR] PART...
 #   parts: build (= compile + ctest) compile ctest tests memcheck racecheck opsracecheck synccheck overlap
-#          overlap1ms bandwidth bandwidth64 python pycall pycalltrim pycallviews pybench pybench4096 pybench1ms pybenchyield pybenchnohandoff pybandwidth
+#          overlap1ms bandwidth bandwidth64 python pycall pycalltrim pycallviews pybench pybench4096 pybench4096frozen pybench1ms pybenchnohandoff pybandwidth
 #          pybandwidth64 ops
 #          opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots all
 # Environment also: SOAK_SECONDS (default 30).
@@ -73,13 +73,12 @@ for p in "${parts[@]}"; do
   pycallviews) TAILN=24 part pycallviews "$PYTHON -m ferry.bench.call_overhead --num-tensors 256 4096 --views \
            --device-arg --small-calls 200 --output $RESULTS/py_call_overhead_views.csv" ;; # inputs as the bandwidth bench's
   pybench4096) TAILN=12 part pybench4096 "$PYTHON -m ferry.bench.overlap --num-tensors 4096 --num-runs 15 \
-           --output $RESULTS/py_overlap_4096.csv" ;;
+           --output $RESULTS/py_overlap_4096.csv --diagnostics-output $RESULTS/py_overlap_4096_diagnostics.csv" ;;
+  pybench4096frozen) TAILN=12 part pybench4096frozen "$PYTHON -m ferry.bench.overlap --num-tensors 4096 \
+           --num-runs 15 --gc-freeze --output $RESULTS/py_overlap_4096_frozen.csv" ;; # A/B: full GCs skip torch
   pybench) TAILN=12 part pybench "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \
            --output $RESULTS/py_overlap.csv --samples-output $RESULTS/py_overlap_samples.csv \
            --diagnostics-output $RESULTS/py_overlap_diagnostics.csv --harness-floor" ;;
-  pybenchyield) TAILN=24 part pybenchyield "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \
-           --ferry-walk-yield-us \${WALK_YIELD_US:-100} --output $RESULTS/py_overlap_yield.csv \
-           --diagnostics-output $RESULTS/py_overlap_yield_diagnostics.csv --harness-floor" ;; # A/B of the walk's window
   pybenchnohandoff) TAILN=12 part pybenchnohandoff "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \
            --ferry-gil-handoff-us 0 --output $RESULTS/py_overlap_nohandoff.csv" ;;
   pybandwidth) TAILN=30 part pybandwidth "$PYTHON -m ferry.bench.bandwidth --output $RESULTS/py_bandwidth.csv" ;;

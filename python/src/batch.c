@@ -186,9 +186,7 @@ static int walk_tensor(walker *w, PyObject *obj, PyObject *key, const ferry_py_t
   if (rc < 0) return -1;
   if (rc == 0) return push_node(b, obj, key, FERRY_PY_OTHER, -1) < 0 ? -1 : 0;
   int32_t leaf = (int32_t)b->n_leaves++; /* counted first: a failed push must still release what was read */
-  if (push_node(b, obj, key, FERRY_PY_OTHER, leaf) < 0) return -1;
-  if (b->n_leaves == w->ctx->yield_after) ferry_py_walk_yield(); /* Python code may run: as for __dlpack__ */
-  return 0;
+  return push_node(b, obj, key, FERRY_PY_OTHER, leaf) < 0 ? -1 : 0;
 }
 
 static int walk(walker *w, PyObject *obj, PyObject *key) {
@@ -221,20 +219,7 @@ static int walk(walker *w, PyObject *obj, PyObject *key) {
   }
 }
 
-/* The arrays of one finished tape, kept for the next walk (guarded by the GIL). Freed and grown again every call,
- * arrays of thousands of entries come back from the system as fresh pages, ~2 us each to fault in on the H200's
- * virtual machine. Only one set is kept, and none larger than SPARE_MAX_LEAVES entries. */
-#define SPARE_MAX_LEAVES ((size_t)1 << 18)
-static ferry_py_batch spare_arrays;
-
-static void take_spare_arrays(ferry_py_batch *b) {
-  if (b->cap_nodes || b->cap_leaves || !(spare_arrays.cap_nodes || spare_arrays.cap_leaves)) return;
-  *b = spare_arrays;
-  memset(&spare_arrays, 0, sizeof spare_arrays);
-}
-
 int ferry_py_batch_walk(ferry_py_batch *b, PyObject *root, ferry_py_read_ctx *ctx) {
-  take_spare_arrays(b);
   walker *w = PyMem_Malloc(sizeof *w);
   if (!w) {
     PyErr_NoMemory();
@@ -249,26 +234,18 @@ int ferry_py_batch_walk(ferry_py_batch *b, PyObject *root, ferry_py_read_ctx *ct
 }
 
 void ferry_py_batch_clear(ferry_py_batch *b) {
-  /* Dropping references may run Python code that walks another batch: the tape is detached first. */
-  ferry_py_batch t = *b;
+  for (size_t i = 0; i < b->n_leaves; i++) {
+    ferry_py_leaf_release_input(&b->leaves[i]);
+    Py_CLEAR(b->leaves[i].output);
+  }
+  for (size_t i = 0; i < b->n_nodes; i++) {
+    Py_CLEAR(b->nodes[i].obj);
+    Py_CLEAR(b->nodes[i].key);
+  }
+  PyMem_Free(b->nodes);
+  PyMem_Free(b->leaves);
+  PyMem_Free(b->tensors);
   memset(b, 0, sizeof *b);
-  for (size_t i = 0; i < t.n_leaves; i++) {
-    ferry_py_leaf_release_input(&t.leaves[i]);
-    Py_CLEAR(t.leaves[i].output);
-  }
-  for (size_t i = 0; i < t.n_nodes; i++) {
-    Py_CLEAR(t.nodes[i].obj);
-    Py_CLEAR(t.nodes[i].key);
-  }
-  if (!(spare_arrays.cap_nodes || spare_arrays.cap_leaves) && t.cap_leaves <= SPARE_MAX_LEAVES &&
-      t.cap_nodes <= 2 * SPARE_MAX_LEAVES) {
-    t.n_nodes = t.n_leaves = 0;
-    spare_arrays = t;
-    return;
-  }
-  PyMem_Free(t.nodes);
-  PyMem_Free(t.leaves);
-  PyMem_Free(t.tensors);
 }
 
 /* ---- rebuild -------------------------------------------------------------------------------------------------- */

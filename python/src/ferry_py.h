@@ -135,11 +135,7 @@ typedef struct ferry_py_read_ctx {
   bool have_copy_stream;
   bool producer_event_given;  /* then producers are not asked to synchronise (stream=-1) */
   const DLPackExchangeAPI *producer_api; /* first exchange-path framework seen: its current stream orders us */
-  size_t yield_after;         /* > 0: hand the GIL over once, after this many source-side tensors (transfer.c) */
 } ferry_py_read_ctx;
-
-/* transfer.c: the walk's one GIL hand-off (see walk_yield_us there). */
-void ferry_py_walk_yield(void);
 
 /* Reads `obj` (a tensor whose type info is `ti`). Returns 1 and fills `tensor` and `leaf` when the tensor is on
  * the transfer's source side, 0 when it is not (it passes through; nothing held), -1 with an exception set. */
@@ -286,11 +282,9 @@ PyObject *ferry_py_transfer_h2d(PyObject *self, PyObject *const *args, Py_ssize_
 
 /* Private switches for the benchmarks (underscored in ferry._ferry; not part of the API):
  *   _gil_handoff_us(us=None)  the hand-off window in microseconds (0: none); returns the previous value
- *   _gil_walk_yield_us(us=None)  the walk's hand-off window in microseconds (0: none); returns the previous value
  *   _phase_timing(flag)       stamp the phases of every job from now on (off by default); returns the old flag
  *   _last_phases()            the phase stamps of the last job this thread finished: dict name -> ns or None */
 PyObject *ferry_py_gil_handoff_us(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-PyObject *ferry_py_gil_walk_yield_us(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *ferry_py_phase_timing(PyObject *self, PyObject *flag);
 PyObject *ferry_py_last_phases(PyObject *self, PyObject *unused);
 

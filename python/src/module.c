@@ -86,9 +86,6 @@ static PyMethodDef methods[] = {
     {"_gil_handoff_us", (PyCFunction)(void (*)(void))ferry_py_gil_handoff_us, METH_FASTCALL,
      "_gil_handoff_us(us=None)\n--\n\nPrivate, for benchmarks: the GIL hand-off window of the synchronous\n"
      "transfers in microseconds (0 turns it off); returns the previous value. See python/src/transfer.c."},
-    {"_gil_walk_yield_us", (PyCFunction)(void (*)(void))ferry_py_gil_walk_yield_us, METH_FASTCALL,
-     "_gil_walk_yield_us(us=None)\n--\n\nPrivate, for benchmarks: the walk's GIL hand-off window in microseconds\n"
-     "(0 turns it off); returns the previous value. See python/src/transfer.c."},
     {"_phase_timing", ferry_py_phase_timing, METH_O,
      "_phase_timing(flag)\n--\n\nPrivate, for benchmarks: stamp the phases of every transfer from now on;\n"
      "returns the previous setting."},

@@ -21,7 +21,6 @@
 #include <string.h>
 
 struct ferry_py_outputs {
-  size_t capacity; /* bytes of this block (see block_alloc) */
   atomic_long refs;
   ferry_slab *slab;                     /* one reference, released with the block */
   size_t count;
@@ -30,48 +29,12 @@ struct ferry_py_outputs {
   uint8_t *copied;
 };
 
-/* Blocks are parked for reuse instead of freed, as ferry's tickets are: a block for thousands of outputs is hundreds
- * of KiB, and freeing it makes glibc unmap it or trim the heap (with the memory of the torch tensors just freed
- * beside it), so the next call faults all of it in again, ~2 us a page on the H200's virtual machine. The last
- * output may die on any thread, without the GIL: the slots are atomic. */
-#define BLOCK_SPARES 4
-#define BLOCK_PARK_MAX ((size_t)16 << 20)
-static _Atomic(ferry_py_outputs *) block_spares[BLOCK_SPARES];
-
-static ferry_py_outputs *block_alloc(size_t bytes) {
-  for (int i = 0; i < BLOCK_SPARES; i++) {
-    ferry_py_outputs *o = atomic_exchange_explicit(&block_spares[i], NULL, memory_order_acquire);
-    if (!o) continue;
-    if (o->capacity >= bytes) {
-      size_t capacity = o->capacity;
-      memset(o, 0, bytes);
-      o->capacity = capacity;
-      return o;
-    }
-    free(o);
-  }
-  ferry_py_outputs *o = calloc(1, bytes);
-  if (o) o->capacity = bytes;
-  return o;
-}
-
-static void block_free(ferry_py_outputs *o) {
-  if (o->capacity <= BLOCK_PARK_MAX)
-    for (int i = 0; i < BLOCK_SPARES; i++) {
-      ferry_py_outputs *empty = NULL;
-      if (atomic_compare_exchange_strong_explicit(&block_spares[i], &empty, o, memory_order_release,
-                                                  memory_order_relaxed))
-        return;
-    }
-  free(o);
-}
-
 void ferry_py_outputs_ref(ferry_py_outputs *o) { atomic_fetch_add_explicit(&o->refs, 1, memory_order_relaxed); }
 
 void ferry_py_outputs_unref(ferry_py_outputs *o) {
   if (!o || atomic_fetch_sub_explicit(&o->refs, 1, memory_order_acq_rel) != 1) return;
   ferry_slab_release(o->slab);
-  block_free(o);
+  free(o);
 }
 
 /* The deleter of the block's own entries. A framework calls it once; ferry also calls it when handing the entry
@@ -91,12 +54,12 @@ ferry_py_outputs *ferry_py_outputs_new(ferry_transfer *ticket) {
   /* One allocation: header, entries, dims, then the byte flags (alignment falls out of that order). */
   size_t bytes = sizeof(ferry_py_outputs) + count * sizeof(DLManagedTensorVersioned) + dims * sizeof(int64_t) +
                  2 * count;
-  ferry_py_outputs *o = block_alloc(bytes);
-  if (!o) {
+  char *p = calloc(1, bytes);
+  if (!p) {
     PyErr_Format(PyExc_MemoryError, "allocating the outputs of %zu tensors", count);
     return NULL;
   }
-  char *p = (char *)o;
+  ferry_py_outputs *o = (ferry_py_outputs *)p;
   p += sizeof *o;
   o->entries = (DLManagedTensorVersioned *)p;
   p += count * sizeof(DLManagedTensorVersioned);

@@ -93,21 +93,6 @@ static bool other_python_threads(void) {
   return PyDict_GET_SIZE(active) > 1;
 }
 
-/* The same reasoning applies to the walk, which holds the GIL for ~0.4 us per torch tensor before anything can be
- * submitted: when the seed's foreground thread is released from its barrier together with a transfer of 256
- * tensors, its first launch waits for the whole walk (measured on the H200: the foreground resumed 0.16 ms after
- * the release instead of 0.06 ms, and the compute ended that much later). With walk_yield_us > 0 the walk, after
- * WALK_YIELD_AFTER source tensors and when another Python thread exists, releases the GIL for a window of that
- * length, in which a waiter can take it. No copy runs yet, so the window is added latency when nobody is waiting. */
-#define WALK_YIELD_AFTER 16
-static unsigned walk_yield_us = 0;
-
-void ferry_py_walk_yield(void) {
-  int64_t end = now_ns() + (int64_t)walk_yield_us * 1000;
-  Py_BEGIN_ALLOW_THREADS while (now_ns() < end) cpu_relax();
-  Py_END_ALLOW_THREADS
-}
-
 /* Releases the GIL for up to handoff_us, or until the copies of `t` are done. */
 static void hand_off_gil(ferry_transfer *t) {
   int64_t end = now_ns() + (int64_t)handoff_us * 1000, next_query = 0;
@@ -192,7 +177,6 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, bool sync, const char *name,
   ctx.copy_stream = a.stream;
   ctx.have_copy_stream = a.stream != NULL;
   ctx.producer_event_given = a.producer_event != NULL;
-  ctx.yield_after = walk_yield_us > 0 && other_python_threads() ? WALK_YIELD_AFTER : 0;
   if (ferry_py_batch_walk(&job->tape, job->batch, &ctx) < 0) goto fail;
   if (job->tape.n_leaves == 0) return finish_as_is(job);
 
@@ -336,24 +320,6 @@ PyObject *ferry_py_gil_handoff_us(PyObject *self, PyObject *const *args, Py_ssiz
       return NULL;
     }
     handoff_us = (unsigned)us;
-  }
-  return PyLong_FromUnsignedLong(old);
-}
-
-PyObject *ferry_py_gil_walk_yield_us(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs > 1) {
-    PyErr_Format(PyExc_TypeError, "_gil_walk_yield_us() takes at most 1 argument (%zd given)", nargs);
-    return NULL;
-  }
-  unsigned old = walk_yield_us;
-  if (nargs == 1 && args[0] != Py_None) {
-    long us = PyLong_AsLong(args[0]);
-    if (us == -1 && PyErr_Occurred()) return NULL;
-    if (us < 0 || us > 1000000) {
-      PyErr_Format(PyExc_ValueError, "_gil_walk_yield_us(%ld): expected 0 to 1000000 microseconds", us);
-      return NULL;
-    }
-    walk_yield_us = (unsigned)us;
   }
   return PyLong_FromUnsignedLong(old);
 }

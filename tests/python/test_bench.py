@@ -313,21 +313,20 @@ def test_overlap_main_on_a_stand_in_with_diagnostics_then_every_csv_plots(monkey
     from ferry import _ferry
 
     fake_torch.install(monkeypatch)
-    default, default_walk = _ferry._gil_handoff_us(), _ferry._gil_walk_yield_us()
+    default = _ferry._gil_handoff_us()
     files = {k: str(tmp_path / f"{k}.csv") for k in ("py_overlap", "py_overlap_samples", "py_diag")}
     try:
         rc = overlap.main(["--output", files["py_overlap"], "--samples-output", files["py_overlap_samples"],
                            "--diagnostics-output", files["py_diag"], "--num-tensors", "1", "4", "--total-mib", "1",
                            "--matrix-size", "16", "--compute-iterations", "2", "--num-runs", "3",
                            "--num-warmup", "1", "--bootstrap-resamples", "20", "--ferry-gil-handoff-us", "0",
-                           "--ferry-walk-yield-us", "20", "--harness-floor"])
-        assert _ferry._gil_handoff_us() == 0 and _ferry._gil_walk_yield_us() == 20  # the flags set ferry's knobs
+                           "--harness-floor"])
+        assert _ferry._gil_handoff_us() == 0  # the flag sets ferry's knob
     finally:
         _ferry._gil_handoff_us(default)
-        _ferry._gil_walk_yield_us(default_walk)
     assert rc == 0
     out = capsys.readouterr().out
-    assert "ferry GIL hand-off windows: 0 us after submitting, 20 us in the walk; diagnostic mode" in out
+    assert "ferry GIL hand-off window: 0 us; diagnostic mode" in out
     assert "Diagnostics (medians, ms)" in out and "Harness floor" in out
     diag = list(csv.DictReader(open(files["py_diag"], newline="")))
     # 2 tensor counts x 3 methods (PyTorch, ferry, no transfer) x 3 blocks

@@ -699,9 +699,9 @@ def _parse_args(argv):
     p.add_argument("--ferry-gil-handoff-us", type=_non_negative_int,
                    help="ferry's GIL hand-off window in microseconds (0: none), for A/B runs; default: ferry's "
                         "own. A setting of the library, not of the harness.")
-    p.add_argument("--ferry-walk-yield-us", type=_non_negative_int,
-                   help="ferry's GIL hand-off window during the batch walk in microseconds (0: none), for A/B runs; "
-                        "default: ferry's own. A setting of the library, not of the harness.")
+    p.add_argument("--gc-freeze", action="store_true",
+                   help="gc.freeze() once everything is imported, so that the cyclic garbage collector's full "
+                        "collections skip the modules' objects (a diagnostic; not part of the seed).")
     p.add_argument("--harness-floor", action="store_true",
                    help="Also run a method whose worker returns at once, and print each method's transfer time and "
                         "overlap net of the harness's own thread hand-offs (not part of the seed).")
@@ -724,16 +724,19 @@ def main(argv=None):
 
     if args.ferry_gil_handoff_us is not None:
         _ferry._gil_handoff_us(args.ferry_gil_handoff_us)
-    if args.ferry_walk_yield_us is not None:
-        _ferry._gil_walk_yield_us(args.ferry_walk_yield_us)
     diagnostics = args.diagnostics_output is not None
     print("D2H transfer / foreground CUDA compute overlap benchmark")
     print(f"Device: {torch.cuda.get_device_name(device)}")
     print(f"ferry {ferry.__version__} against PyTorch to(cpu) (a naive reference); compare overlap within each "
           "method.")
-    print(f"ferry GIL hand-off windows: {_ferry._gil_handoff_us()} us after submitting, "
-          f"{_ferry._gil_walk_yield_us()} us in the walk"
+    print(f"ferry GIL hand-off window: {_ferry._gil_handoff_us()} us"
           + ("; diagnostic mode (timestamps on)" if diagnostics else ""))
+    if args.gc_freeze:
+        import gc
+
+        gc.collect()
+        gc.freeze()
+        print(f"gc.freeze(): {gc.get_freeze_count()} objects left out of collections")
     old_timing = _ferry._phase_timing(diagnostics)
     try:
         summaries, raw, diagnostic_rows = _run(torch, ferry, config, device, diagnostics, args.harness_floor)
