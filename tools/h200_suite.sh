@@ -9,7 +9,7 @@
 #          overlap1ms bandwidth bandwidth64 python pycall pycalltrim pycallviews pybench pybench4096 pybench4096frozen pybench1ms pybenchnohandoff pybandwidth
 #          pybandwidth64 ops
 #          opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots all
-# Environment also: SOAK_SECONDS (default 30).
+# Environment also: SOAK_SECONDS (default 30), OPS_RACECHECK_S (opsracecheck's cap, default 400).
 # Environment: RESULTS (default ./h200-results), JOBS (default nproc), PYTHON (default python3).
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,7 +36,7 @@ part() { # part NAME COMMAND...: runs the command with its output in $RESULTS/NA
 }
 
 parts=("$@")
-[ "${parts[0]}" = all ] && parts=(build tests memcheck racecheck synccheck overlap overlap1ms bandwidth python pycall
+[ "${parts[0]}" = all ] && parts=(build tests memcheck racecheck opsracecheck synccheck overlap overlap1ms bandwidth python pycall
                                   pybench pybench1ms pybandwidth ops opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots)
 for p in "${parts[@]}"; do
   case $p in
@@ -51,12 +51,11 @@ for p in "${parts[@]}"; do
            $build/ferry_test_gpu round_trips mixed_dtypes_and_pass_through producer_event_is_waited_for \
            producer_stream_is_waited_for pool_never_reuses_under_a_running_copy" ;;
   racecheck) part racecheck "compute-sanitizer --tool racecheck --error-exitcode 1 $build/ferry_test_gpu \
-           mixed_dtypes_and_pass_through producer_event_is_waited_for && timeout 100 compute-sanitizer --tool \
-           racecheck --error-exitcode 1 $build/ferry_test_ops_gpu --quick" ;;
+           mixed_dtypes_and_pass_through producer_event_is_waited_for" ;; # the operators: opsracecheck
   synccheck) part synccheck "compute-sanitizer --tool synccheck --error-exitcode 1 $build/ferry_test_gpu \
            mixed_dtypes_and_pass_through producer_event_is_waited_for && timeout 100 compute-sanitizer --tool \
            synccheck --error-exitcode 1 $build/ferry_test_ops_gpu --quick" ;;
-  opsracecheck) part opsracecheck "timeout 400 compute-sanitizer --tool racecheck --error-exitcode 1 \
+  opsracecheck) part opsracecheck "timeout \${OPS_RACECHECK_S:-400} compute-sanitizer --tool racecheck --error-exitcode 1 \
            $build/ferry_test_ops_gpu --sanitize" ;;
   overlap) part overlap "$build/ferry bench overlap --num-tensors 1 32 256 --output $RESULTS/overlap.csv \
            --samples-output $RESULTS/overlap_samples.csv" ;;
