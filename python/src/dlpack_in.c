@@ -171,6 +171,12 @@ int ferry_py_read_tensor(ferry_py_read_ctx *ctx, PyObject *obj, const ferry_py_t
 }
 
 void ferry_py_leaf_release_input(ferry_py_leaf *leaf) {
+  if (!leaf->managed && !leaf->managed_legacy) return;
+  /* Inputs are also released on the way out of a failed call, with its exception pending. A deleter may run
+   * Python code (a ctypes producer, a __del__), which must not see that exception: it would be replaced by a
+   * SystemError and the deleter's work lost. */
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
   if (leaf->managed) {
     DLManagedTensorVersioned *m = leaf->managed;
     leaf->managed = NULL;
@@ -181,6 +187,7 @@ void ferry_py_leaf_release_input(ferry_py_leaf *leaf) {
     leaf->managed_legacy = NULL;
     if (m->deleter) m->deleter(m);
   }
+  PyErr_Restore(type, value, tb);
 }
 
 /* ---- operands of ferry.ops: a tensor wherever it lives --------------------------------------------------- */

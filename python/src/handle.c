@@ -19,7 +19,7 @@ typedef struct {
 } Transfer;
 
 static PyObject *start(bool h2d, const char *name, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-  Transfer *self = PyObject_New(Transfer, &ferry_py_Transfer_Type);
+  Transfer *self = PyObject_GC_New(Transfer, &ferry_py_Transfer_Type);
   if (!self) return NULL;
   pthread_mutex_init(&self->lock, NULL);
   self->error = NULL;
@@ -27,6 +27,7 @@ static PyObject *start(bool h2d, const char *name, PyObject *const *args, Py_ssi
     Py_DECREF(self);
     return NULL;
   }
+  PyObject_GC_Track(self);
   return (PyObject *)self;
 }
 
@@ -39,10 +40,24 @@ PyObject *ferry_py_transfer_h2d_async(PyObject *module, PyObject *const *args, P
 }
 
 static void transfer_dealloc(Transfer *self) {
+  PyObject_GC_UnTrack(self);
   ferry_py_job_clear(&self->job); /* waits for copies still running */
   Py_CLEAR(self->error);
   pthread_mutex_destroy(&self->lock);
-  PyObject_Free(self);
+  PyObject_GC_Del(self);
+}
+
+/* The stored error's traceback holds the frames that called wait(), and so usually the handle itself: a cycle
+ * that only the garbage collector can break, through the error (the job's references are left alone: clearing
+ * them under running copies is not safe, and the error is enough to break it). */
+static int transfer_traverse(Transfer *self, visitproc visit, void *arg) {
+  Py_VISIT(self->error);
+  return 0;
+}
+
+static int transfer_clear(Transfer *self) {
+  Py_CLEAR(self->error);
+  return 0;
 }
 
 static PyObject *raise_stored(Transfer *self) {
@@ -102,7 +117,9 @@ PyTypeObject ferry_py_Transfer_Type = {
     .tp_basicsize = sizeof(Transfer),
     .tp_dealloc = (destructor)transfer_dealloc,
     .tp_repr = (reprfunc)transfer_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)transfer_traverse,
+    .tp_clear = (inquiry)transfer_clear,
     .tp_doc = "A submitted transfer (from transfer_tensor_d2h_async / transfer_tensor_h2d_async).\n\n"
               "Holds the inputs, the outputs and the pinned slab until wait() has returned the batch; dropping\n"
               "it without wait() waits for the copies first. Not constructible directly.",

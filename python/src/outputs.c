@@ -209,6 +209,53 @@ static PyObject *consumer_for(uint8_t family, bool h2d) {
   return h2d ? consumer(&cupy_from, "cupy", "from_dlpack") : consumer(&numpy_from, "numpy", "from_dlpack");
 }
 
+/* "numpy.from_dlpack" for a function, else its repr. New reference or NULL. */
+static PyObject *consumer_name(PyObject *consumer) {
+  PyObject *module = PyObject_GetAttrString(consumer, "__module__");
+  PyObject *name = module ? PyObject_GetAttrString(consumer, "__qualname__") : NULL;
+  PyObject *who;
+  if (module && name && PyUnicode_Check(module) && PyUnicode_Check(name)) {
+    who = PyUnicode_FromFormat("%U.%U", module, name);
+  } else {
+    PyErr_Clear();
+    who = PyObject_Repr(consumer);
+  }
+  Py_XDECREF(module);
+  Py_XDECREF(name);
+  return who;
+}
+
+/* A consumer refuses dtypes it cannot hold (numpy: an unknown DLPack code, vector lanes) without saying which
+ * tensor or dtype: raise BufferError naming both, with the consumer's error as its cause. Errors that are not
+ * about the tensor (MemoryError, KeyboardInterrupt, ...) are left as they are. */
+static void name_refused_output(const ferry_py_outputs *o, size_t index, PyObject *consumer) {
+  if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_RuntimeError) &&
+      !PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_ValueError))
+    return;
+  PyObject *type, *cause, *tb;
+  PyErr_Fetch(&type, &cause, &tb);
+  PyErr_NormalizeException(&type, &cause, &tb);
+  if (tb) PyException_SetTraceback(cause, tb);
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+  const DLDataType dt = o->entries[index].dl_tensor.dtype;
+  PyObject *who = consumer_name(consumer);
+  PyObject *exc = who ? PyObject_CallFunction(PyExc_BufferError, "N",
+                                              PyUnicode_FromFormat("%U cannot take output %zu (DLPack dtype code %u, "
+                                                                   "%u bits, %u lanes): %S", who, index,
+                                                                   (unsigned)dt.code, (unsigned)dt.bits,
+                                                                   (unsigned)dt.lanes, cause))
+                      : NULL;
+  Py_XDECREF(who);
+  if (!exc) {
+    Py_DECREF(cause);
+    return; /* the error of building the message is raised instead */
+  }
+  PyException_SetCause(exc, cause); /* steals */
+  PyErr_SetObject(PyExc_BufferError, exc);
+  Py_DECREF(exc);
+}
+
 PyObject *ferry_py_output_wrap(ferry_py_outputs *o, size_t index, uint8_t family, bool h2d) {
   PyObject *exporter = ferry_py_slab_tensor_new(o, index);
   if (!exporter) return NULL;
@@ -216,5 +263,6 @@ PyObject *ferry_py_output_wrap(ferry_py_outputs *o, size_t index, uint8_t family
   if (f == Py_None) return exporter;
   PyObject *out = PyObject_CallOneArg(f, exporter);
   Py_DECREF(exporter);
+  if (!out) name_refused_output(o, index, f);
   return out;
 }

@@ -15,6 +15,7 @@
  *   _sim_hold(flag)           hold events incomplete until the next synchronisation
  *   _sim_counters()           live streams, events, device allocations and registered ranges (leak checks)
  *   _sim_fault(call, nth, cu) make the nth call of a driver entry fail with CUresult `cu` (0 disarms)
+ *   _sim_foreign_stream()     a stream handle that belongs to a second (non-primary) context of cuda:0
  *   _SimDeviceArray(array, device=0)   exports a numpy array as if it lived on cuda:<device>
  *   _SimExchangeTensor(array, device=0) the same through the DLPack exchange API (torch's path); device=-1: host
  *   _sim_read(obj)            the bytes of a compact DLPack tensor in simulated device memory
@@ -29,6 +30,7 @@
 /* ---- the simulated driver ----------------------------------------------------------------------------------- */
 
 static char ctx_token, module_token, function_token, pool_token;
+static char foreign_ctx_token, foreign_stream_token; /* a stream created in another context of cuda:0 */
 static atomic_int live_streams, live_events, live_allocs, hold_events;
 static atomic_llong alloc_bytes;
 
@@ -59,7 +61,10 @@ static CUresult sim_stream_destroy(CUstream s) {
   atomic_fetch_sub(&live_streams, 1);
   return CUDA_SUCCESS;
 }
-static CUresult sim_stream_ctx(CUstream s, CUcontext *c) { *c = (CUcontext)&ctx_token; return CUDA_SUCCESS; }
+static CUresult sim_stream_ctx(CUstream s, CUcontext *c) {
+  *c = s == (CUstream)&foreign_stream_token ? (CUcontext)&foreign_ctx_token : (CUcontext)&ctx_token;
+  return CUDA_SUCCESS;
+}
 static CUresult sim_stream_wait(CUstream s, CUevent e, unsigned f) { return CUDA_SUCCESS; }
 /* Synchronising lets the simulated device catch up: held events complete. */
 static CUresult sim_synchronize(void) {
@@ -223,6 +228,10 @@ static PyObject *sim_fault(PyObject *self, PyObject *args) {
   if (result == 0) ferry__fault_disarm();
   else ferry__fault_arm(call, nth, (CUresult)result);
   Py_RETURN_NONE;
+}
+
+static PyObject *sim_foreign_stream(PyObject *self, PyObject *unused) {
+  return PyLong_FromVoidPtr(&foreign_stream_token);
 }
 
 /* The bytes of a compact tensor exported through DLPack (simulated device memory is host memory). */
@@ -550,6 +559,7 @@ static PyMethodDef hooks[] = {
     {"_sim_counters", sim_counters, METH_NOARGS, NULL},
     {"_sim_fault", sim_fault, METH_VARARGS, NULL},
     {"_sim_read", sim_read, METH_O, NULL},
+    {"_sim_foreign_stream", sim_foreign_stream, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
 int ferry_py_testing_init(PyObject *module) {
