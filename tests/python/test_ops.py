@@ -320,6 +320,7 @@ def test_supports_names_a_misaligned_operand():
 @pytest.mark.usefixtures("sm90")
 def test_compile_for_a_forced_target_and_the_caches(args128):
     op = ops.get_operators(args128)[0]
+    ops.clear_memo()  # an earlier test may have compiled the same kernel in this process (on the H200 one did)
     before = ops.cache_stats()
     art = op.compile(args128)
     assert art.target_sm == 90 and art.operator is op and art.kind == args128.problem["kind"]
