@@ -250,10 +250,11 @@ def cyclic_dict():
 @dataclasses.dataclass(frozen=True)
 class Raises:
     type: type
-    text: str  # must be in the message: the offending value
+    text: str | tuple  # must be in the message: the offending value (a tuple: any one of them)
 
     def __str__(self):
-        return f"{self.type.__name__} naming `{self.text}`"
+        texts = self.text if isinstance(self.text, tuple) else (self.text,)
+        return f"{self.type.__name__} naming " + " or ".join(f"`{t}`" for t in texts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -446,8 +447,10 @@ ROWS = [
         Raises(ferry.FerryError, "producer_event 0xbad"), kwargs={"producer_event": 0xBAD},
         fault=("cuStreamWaitEvent", 1, CUDA_ERROR_INVALID_VALUE)),
     # -- batch structure
+    # Which limit is met first depends on the interpreter: Python 3.11 counts the walk's C recursion against
+    # sys.getrecursionlimit() (its message), 3.12 does not, and ferry's own 1000-container limit speaks.
     Row("batch nested 10^4 lists deep", lambda: nested(10**4),
-        Raises(RecursionError, "while walking a batch for ferry")),
+        Raises(RecursionError, ("while walking a batch for ferry", "nested deeper than 1000 containers"))),
     Row("a list that contains itself", cyclic_list,
         Raises(ValueError, "a list (list) at depth 0 contains itself at depth 1")),
     Row("a dict that contains itself (one level down)", cyclic_dict,
@@ -520,8 +523,9 @@ def judge(expect, batch, returned, value):
         said = f"{exc_type.__name__}: {message}"
         if exc_type is not expect.type:
             return f"raised {exc_type.__name__}, expected {expect.type.__name__}", said
-        if expect.text not in message:
-            return f"the message does not contain {expect.text!r}", said
+        texts = expect.text if isinstance(expect.text, tuple) else (expect.text,)
+        if not any(t in message for t in texts):
+            return f"the message does not contain {' or '.join(map(repr, texts))}", said
         return None, said
     if not returned:
         exc_type, message = value
