@@ -6,7 +6,7 @@
 #
 # usage: tools/h200_suite.sh [--results DIR] PART...
 #   parts: build (= compile + ctest) compile ctest tests memcheck racecheck opsracecheck synccheck overlap
-#          overlap1ms bandwidth bandwidth64 python pycall pycalltrim pycallviews pybench pybench4096 pybench4096frozen pybench1ms pybenchnohandoff pybandwidth
+#          overlap1ms bandwidth bandwidth64 python pycall pycalltrim pycallviews pybench pybench4096 pybench4096arena pybench4096notrim pybench4096frozen pybench1ms pybenchnohandoff pybandwidth
 #          pybandwidth64 ops
 #          opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots all
 # Environment also: SOAK_SECONDS (default 30), OPS_RACECHECK_S (opsracecheck's cap, default 400).
@@ -73,6 +73,12 @@ for p in "${parts[@]}"; do
            --device-arg --small-calls 200 --output $RESULTS/py_call_overhead_views.csv" ;; # inputs as the bandwidth bench's
   pybench4096) TAILN=12 part pybench4096 "$PYTHON -m ferry.bench.overlap --num-tensors 4096 --num-runs 15 \
            --output $RESULTS/py_overlap_4096.csv --diagnostics-output $RESULTS/py_overlap_4096_diagnostics.csv" ;;
+  pybench4096arena) TAILN=12 part pybench4096arena "GLIBC_TUNABLES=glibc.malloc.arena_max=1 $PYTHON -m \
+           ferry.bench.overlap --num-tensors 4096 --num-runs 15 --output $RESULTS/py_overlap_4096_arena1.csv \
+           --diagnostics-output $RESULTS/py_overlap_4096_arena1_diagnostics.csv" ;; # A/B: the worker on the main arena
+  pybench4096notrim) TAILN=12 part pybench4096notrim "GLIBC_TUNABLES=glibc.malloc.trim_threshold=1073741824 \
+           $PYTHON -m ferry.bench.overlap --num-tensors 4096 --num-runs 15 --output $RESULTS/py_overlap_4096_notrim.csv \
+           --diagnostics-output $RESULTS/py_overlap_4096_notrim_diagnostics.csv" ;; # A/B: glibc never trims
   pybench4096frozen) TAILN=12 part pybench4096frozen "$PYTHON -m ferry.bench.overlap --num-tensors 4096 \
            --num-runs 15 --gc-freeze --output $RESULTS/py_overlap_4096_frozen.csv" ;; # A/B: full GCs skip torch
   pybench) TAILN=12 part pybench "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \
