@@ -70,6 +70,9 @@ def _parse_args(argv):
                         "separate tensors.")
     p.add_argument("--device-arg", action="store_true",
                    help="Pass device= to ferry's calls (as the bandwidth bench does).")
+    p.add_argument("--sleep-before-ms", type=float, default=0.0,
+                   help="Sleep this long (after the device synchronize) before each timed e2e call, so the calling "
+                        "thread starts from an idle core, as a worker woken by an executor does.")
     p.add_argument("--small-bytes", type=_positive_int, default=1024, help="Size of the small tensor.")
     p.add_argument("--small-calls", type=_positive_int, default=2000, help="Timed calls of the small experiment.")
     return p.parse_args(argv)
@@ -133,7 +136,7 @@ def _minor_faults():
     return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
 
 
-def _ferry_e2e(ferry, tensors, repeats, warmup, sync, kwargs=None):
+def _ferry_e2e(ferry, tensors, repeats, warmup, sync, kwargs=None, sleep_s=0.0):
     """Synchronous and asynchronous calls interleaved, alternating which goes first; returns {method: [ms]} with the
     phase rows of the synchronous calls, {form: [gc ms]} and {form: [minor page faults]}."""
     import gc
@@ -152,6 +155,8 @@ def _ferry_e2e(ferry, tensors, repeats, warmup, sync, kwargs=None):
         for i in range(warmup + repeats):
             for form in (("sync", "async") if i % 2 == 0 else ("async", "sync")):
                 sync()
+                if sleep_s:
+                    time.sleep(sleep_s)
                 clock.reset()
                 f0 = _minor_faults()
                 t0 = time.perf_counter_ns()
@@ -254,7 +259,8 @@ def main(argv=None):
             raise RuntimeError(f"ferry returned wrong bytes for {n} tensors")
         del check
         by_method, gc_ms, faults = _ferry_e2e(ferry, tensors, args.repeats, args.warmup, sync,
-                                              {"device": device} if args.device_arg else None)
+                                              {"device": device} if args.device_arg else None,
+                                              args.sleep_before_ms / 1e3)
         for method, samples in by_method.items():
             record("e2e", total, n, method, samples, "raw copy", raw_ms)
         gc_medians[n] = {form: statistics.median(v) for form, v in gc_ms.items()}
