@@ -73,6 +73,9 @@ def _parse_args(argv):
     p.add_argument("--sleep-before-ms", type=float, default=0.0,
                    help="Sleep this long (after the device synchronize) before each timed e2e call, so the calling "
                         "thread starts from an idle core, as a worker woken by an executor does.")
+    p.add_argument("--torch-first", action="store_true",
+                   help="Time torch's to(cpu) loop before ferry for each tensor count (default: after), to see "
+                        "whether the state PyTorch's loop leaves in the process changes ferry's figures.")
     p.add_argument("--small-bytes", type=_positive_int, default=1024, help="Size of the small tensor.")
     p.add_argument("--small-calls", type=_positive_int, default=2000, help="Timed calls of the small experiment.")
     return p.parse_args(argv)
@@ -258,15 +261,23 @@ def main(argv=None):
         if not all(torch.equal(a, b.cpu()) for a, b in zip(check, tensors)):
             raise RuntimeError(f"ferry returned wrong bytes for {n} tensors")
         del check
+        torch_faults = []
+
+        def time_torch():
+            record("e2e", total, n, "torch to(cpu)", _time(lambda: torch_to_cpu(tensors), args.repeats, args.warmup,
+                                                           sync, torch_faults), "raw copy", raw_ms)
+
+        if args.torch_first:
+            time_torch()
         by_method, gc_ms, faults = _ferry_e2e(ferry, tensors, args.repeats, args.warmup, sync,
                                               {"device": device} if args.device_arg else None,
                                               args.sleep_before_ms / 1e3)
         for method, samples in by_method.items():
             record("e2e", total, n, method, samples, "raw copy", raw_ms)
         gc_medians[n] = {form: statistics.median(v) for form, v in gc_ms.items()}
-        faults["torch to(cpu)"] = []
-        record("e2e", total, n, "torch to(cpu)", _time(lambda: torch_to_cpu(tensors), args.repeats, args.warmup,
-                                                       sync, faults["torch to(cpu)"]), "raw copy", raw_ms)
+        if not args.torch_first:
+            time_torch()
+        faults["torch to(cpu)"] = torch_faults
         fault_medians[n] = {form: statistics.median(v) for form, v in faults.items()}
         del tensors
     del whole, pinned
