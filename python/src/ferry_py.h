@@ -300,6 +300,11 @@ PyObject *ferry_py_pool_reserve(PyObject *self, PyObject *arg);
 PyObject *ferry_py_pool_trim(PyObject *self, PyObject *unused);
 PyObject *ferry_py_pool_stats(PyObject *self, PyObject *unused);
 
+/* ---- module.c ---------------------------------------------------------------------------------------------- */
+
+/* Readies `type` and adds it to module `m` as `name` (the module gets a new reference to the type). 0 or -1. */
+int ferry_py_add_type(PyObject *m, PyTypeObject *type, const char *name);
+
 /* ---- ops_module.c ------------------------------------------------------------------------------------------ */
 
 /* Adds ferry.ops's types and its function table (the submodule object _ferry._ops) to the module. */

@@ -106,7 +106,7 @@ static struct PyModuleDef module_def = {
     .m_size = -1, .m_methods = methods, .m_free = module_free,
 };
 
-static int add_type(PyObject *m, PyTypeObject *type, const char *name) {
+int ferry_py_add_type(PyObject *m, PyTypeObject *type, const char *name) {
   if (PyType_Ready(type) < 0) return -1;
   Py_INCREF(type);
   if (PyModule_AddObject(m, name, (PyObject *)type) < 0) {
@@ -119,8 +119,8 @@ static int add_type(PyObject *m, PyTypeObject *type, const char *name) {
 PyMODINIT_FUNC PyInit__ferry(void) {
   PyObject *m = PyModule_Create(&module_def);
   if (!m) return NULL;
-  if (ferry_py_errors_init(m) < 0 || add_type(m, &ferry_py_SlabTensor_Type, "SlabTensor") < 0 ||
-      add_type(m, &ferry_py_Transfer_Type, "Transfer") < 0 ||
+  if (ferry_py_errors_init(m) < 0 || ferry_py_add_type(m, &ferry_py_SlabTensor_Type, "SlabTensor") < 0 ||
+      ferry_py_add_type(m, &ferry_py_Transfer_Type, "Transfer") < 0 ||
       PyModule_AddStringConstant(m, "__version__", ferry_version()) < 0 || ferry_py_ops_init(m) < 0)
     goto fail;
   PyObject *dlpack = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);

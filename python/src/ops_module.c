@@ -270,23 +270,15 @@ static struct PyModuleDef ops_def = {
     .m_size = -1, .m_methods = ops_methods, .m_free = ops_free,
 };
 
-static int add_type(PyObject *m, PyTypeObject *type, const char *name) {
-  if (PyType_Ready(type) < 0) return -1;
-  Py_INCREF(type);
-  if (PyModule_AddObject(m, name, (PyObject *)type) < 0) {
-    Py_DECREF(type);
-    return -1;
-  }
-  return 0;
-}
-
 int ferry_py_ops_init(PyObject *module) {
   PyObject *ops = PyModule_Create(&ops_def);
   if (!ops) return -1;
-  if (add_type(ops, &ferry_py_GemmArguments_Type, "GemmArguments") < 0 ||
-      add_type(ops, &ferry_py_Operator_Type, "Operator") < 0 || add_type(ops, &ferry_py_Status_Type, "Status") < 0 ||
-      add_type(ops, &ferry_py_CompiledArtifact_Type, "CompiledArtifact") < 0 ||
-      add_type(ops, &ferry_py_Launcher_Type, "Launcher") < 0 || add_type(ops, &ferry_py_Graph_Type, "Graph") < 0 ||
+  if (ferry_py_add_type(ops, &ferry_py_GemmArguments_Type, "GemmArguments") < 0 ||
+      ferry_py_add_type(ops, &ferry_py_Operator_Type, "Operator") < 0 ||
+      ferry_py_add_type(ops, &ferry_py_Status_Type, "Status") < 0 ||
+      ferry_py_add_type(ops, &ferry_py_CompiledArtifact_Type, "CompiledArtifact") < 0 ||
+      ferry_py_add_type(ops, &ferry_py_Launcher_Type, "Launcher") < 0 ||
+      ferry_py_add_type(ops, &ferry_py_Graph_Type, "Graph") < 0 ||
       ferry_py_ops_metadata_init(ops) < 0)
     goto fail;
 #ifdef FERRY_PYTHON_TEST_HOOKS

@@ -39,6 +39,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from ferry.bench._gpu import torch_cuda_device
+from ferry.bench.bandwidth import split_sizes
 
 SCHEMA_VERSION = 1
 FIELDS = ["schema_version", "created_utc", "device_name", "torch_version", "ferry_version", "experiment",
@@ -198,8 +199,7 @@ def _ferry_e2e(ferry, tensors, repeats, warmup, sync, kwargs=None, sleep_s=0.0):
 
 
 def _split(total_bytes, n, device, torch, views=False):
-    size, rest = divmod(total_bytes, n)
-    sizes = [size + (i < rest) for i in range(n)]
+    sizes = split_sizes(total_bytes, n)
     if views:
         return list(torch.randint(0, 256, (total_bytes,), dtype=torch.uint8, device=device).split(sizes))
     return [torch.randint(0, 256, (s,), dtype=torch.uint8, device=device) for s in sizes]

@@ -27,6 +27,10 @@ import os
 import sys
 from collections import defaultdict
 
+# The overlap bench's --harness-floor method: a worker that returns at once. Its transfer is the executor's round
+# trip, so its speedup and efficiency mean nothing; the bench prints what it is for (figures net of the harness).
+from ferry.bench.overlap import _METHOD_NOOP as HARNESS_FLOOR_METHOD
+
 OVERLAP_COLUMNS = {"num_tensors", "method", "speedup_median", "speedup_ci_lower", "speedup_ci_upper",
                    "estimated_overlap_efficiency_median", "estimated_overlap_efficiency_ci_lower",
                    "estimated_overlap_efficiency_ci_upper", "total_bytes"}
@@ -86,9 +90,6 @@ def _title_suffix(rows):
     return f" — {name}" if name else ""
 
 
-# The overlap bench's --harness-floor method: a worker that returns at once. Its transfer is the executor's round
-# trip, so its speedup and efficiency mean nothing; the bench prints what it is for (figures net of the harness).
-HARNESS_FLOOR_METHOD = "no transfer"
 
 
 def plot_overlap(rows, stem, out_dir):
