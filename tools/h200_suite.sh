@@ -9,7 +9,9 @@
 #          overlap1ms bandwidth bandwidth64 python pycall pycalltrim pycallviews pybench pybench4096 pybench4096arena pybench4096notrim pybench4096frozen pybench1ms pybenchnohandoff pybandwidth
 #          pybandwidth64 ops
 #          opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots all
-# Environment also: SOAK_SECONDS (default 30), OPS_RACECHECK_S (opsracecheck's cap, default 400).
+#   placement parts (tools/cpu_placement.sh): topology placementcall placementbench
+#   a soak beside other parts: soakstart (detached, setsid) ... soakwait
+# Environment also: BUILD (default ./build-h200), SOAK_SECONDS (default 30), OPS_RACECHECK_S (opsracecheck's cap, default 400).
 # Environment: RESULTS (default ./h200-results), JOBS (default nproc), PYTHON (default python3).
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,7 +21,7 @@ if [ $# -eq 0 ] || [ "$1" = "--help" ]; then sed -n '2,10p' "$0"; exit 0; fi
 JOBS=${JOBS:-$(nproc)}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$RESULTS"
-build=$here/build-h200
+build=${BUILD:-$here/build-h200} # BUILD elsewhere keeps a build across device calls whose checkout is replaced
 export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
 failed=()
 
@@ -106,6 +108,20 @@ for p in "${parts[@]}"; do
   ranks) TAILN=8 part ranks "torchrun --nproc-per-node 1 --no-python $build/ferry bench ranks --output $RESULTS/ranks.csv \
            && torchrun --nproc-per-node 1 --no-python $build/ferry bench overlap --num-runs 10 --num-tensors 1 256 \
               --output $RESULTS/overlap_torchrun.csv && { LOCAL_RANK=1 $build/ferry bench ranks; test \$? -eq 1; }" ;;
+  topology) TAILN=40 part topology "tools/cpu_placement.sh topology" ;;
+  placementcall) TAILN=40 part placementcall "tools/cpu_placement.sh ab 3 sh -c \"$PYTHON -m ferry.bench.call_overhead \
+           --num-tensors 256 4096 --small-calls 200 --output $RESULTS/py_call_\\\$PLACEMENT.\\\$ROUND.csv\"" ;;
+  placementbench) TAILN=40 part placementbench "PLACEMENTS=\"unpinned nodes pair\" tools/cpu_placement.sh ab 1 sh -c \"$PYTHON -m ferry.bench.overlap \
+           --num-tensors 256 4096 --num-runs 15 --harness-floor --output $RESULTS/py_overlap_\\\$PLACEMENT.csv \
+           --diagnostics-output $RESULTS/py_overlap_diag_\\\$PLACEMENT.csv\"" ;;
+  soakstart) # the soak in its own session, so that it outlives this command (the device tool keeps such
+             # processes until the machine goes back); soakwait collects it
+    echo "== soakstart: ferry_stress --seconds ${SOAK_SECONDS:-30}" | tee -a "$RESULTS/suite.log"
+    setsid sh -c "'$build/ferry_stress' --seconds \${SOAK_SECONDS:-30} --csv '$RESULTS/soak.csv' > '$RESULTS/soak.log' 2>&1;
+                  echo \$? > '$RESULTS/soak.rc'" < /dev/null > /dev/null 2>&1 &
+    ;;
+  soakwait) TAILN=12 part soakwait "while [ ! -e $RESULTS/soak.rc ]; do sleep 2; done; cat $RESULTS/soak.log; \
+           exit \$(cat $RESULTS/soak.rc)" ;;
   *) echo "unknown part '$p' (see --help)"; exit 2 ;;
   esac
 done
