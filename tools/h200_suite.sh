@@ -9,6 +9,7 @@
 #          overlap1ms bandwidth bandwidth64 python pycall pycalltrim pycallviews pybench pybench4096 pybench4096arena pybench4096notrim pybench4096frozen pybench1ms pybenchnohandoff pybandwidth
 #          pybandwidth64 ops
 #          opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots all
+#   ferry_stress under compute-sanitizer: stressmemcheck stressracecheck (STRESS_BATCHES per thread)
 #   placement parts (tools/cpu_placement.sh): topology placementcall placementbench
 #   a soak beside other parts: soakstart (detached, setsid) ... soakwait
 # Environment also: BUILD (default ./build-h200), SOAK_SECONDS (default 30), OPS_RACECHECK_S (opsracecheck's cap, default 400).
@@ -102,6 +103,10 @@ for p in "${parts[@]}"; do
   wgmma) TAILN=30 part wgmma "FERRY_WGMMA=1 $build/ferry_time_gemm && FERRY_WGMMA=1 $build/ferry_test_ops_gpu --quick" ;;
   latency) TAILN=45 part latency "$build/ferry bench latency --output $RESULTS/latency.csv" ;;
   stress) TAILN=12 part stress "$build/ferry_stress" ;;
+  stressmemcheck) TAILN=12 part stressmemcheck "compute-sanitizer --tool memcheck --error-exitcode 1 --leak-check full \
+           $build/ferry_stress --threads 4 --batches \${STRESS_BATCHES:-30}" ;;
+  stressracecheck) TAILN=12 part stressracecheck "compute-sanitizer --tool racecheck --error-exitcode 1 \
+           $build/ferry_stress --threads 4 --batches \${STRESS_BATCHES:-10}" ;;
   faults) TAILN=14 part faults "$build/ferry_stress --faults" ;;
   fork) TAILN=8 part fork "$build/ferry_stress --fork" ;;
   soak) TAILN=8 part soak "$build/ferry_stress --seconds \${SOAK_SECONDS:-30} --csv $RESULTS/soak.csv" ;;
