@@ -10,10 +10,11 @@
 #          so that drift over time hits every placement alike.
 #          COMMAND sees $PLACEMENT (unpinned, node0, cpus0, ...) and $ROUND; each run's output goes to stdout,
 #          prefixed. PLACEMENTS chooses the placements (default "unpinned nodes one"): unpinned, nodes (each NUMA
-#          node, when there are several), nodeN, one (the first allowed CPU), pair (the first two), cpusLIST.
+#          node, when there are several), nodeN, one (the first allowed CPU), pair (the first two), fast / slow
+#          (the two CPUs the speed probe finds fastest / slowest), cpusLIST.
 # Why: ferry's many-tensor Python figures are CPU work, and they moved by 2x between runs on the lent H200.
 set -u
-if [ $# -eq 0 ] || [ "$1" = "--help" ]; then sed -n '2,13p' "$0"; exit 0; fi
+if [ $# -eq 0 ] || [ "$1" = "--help" ]; then sed -n '2,14p' "$0"; exit 0; fi
 
 allowed() { taskset -pc $$ | sed 's/.*: //'; }
 
@@ -26,6 +27,18 @@ node_cpus() { # the allowed CPUs of node $1, comma separated
     [[ $mine == *" $c "* ]] && out+=("$c")
   done
   (IFS=,; echo "${out[*]}")
+}
+
+probe() { # "CPU ms" for each allowed CPU: the best of 5 runs of one dict-filling loop pinned there
+  for c in $(expand "$(allowed)"); do
+    echo "$c $(taskset -c "$c" python3 -c 'import time
+best = 1e9
+for _ in range(5):
+    t = time.perf_counter(); d = {}
+    for i in range(200000): d[i] = (i, str(i))
+    best = min(best, time.perf_counter() - t)
+print(f"{best * 1e3:.1f}")')"
+  done
 }
 
 case $1 in
@@ -45,16 +58,7 @@ topology)
   fi
   echo "governors: $(cat /sys/devices/system/cpu/cpu*/cpufreq/scaling_governor 2>/dev/null | sort | uniq -c | tr '\n' ' ')"
   echo "per-CPU speed probe (ms for one CPU-bound Python loop, pinned; lower is faster):"
-  for c in $(expand "$(allowed)"); do
-    printf '  cpu %3s: ' "$c"
-    taskset -c "$c" python3 -c 'import time
-best = 1e9
-for _ in range(5):
-    t = time.perf_counter(); d = {}
-    for i in range(200000): d[i] = (i, str(i))
-    best = min(best, time.perf_counter() - t)
-print(f"{best * 1e3:.1f}")'
-  done
+  probe | while read -r c ms; do printf '  cpu %3s: %s\n' "$c" "$ms"; done
   ;;
 ab)
   rounds=$2; shift 2
@@ -70,6 +74,11 @@ ab)
     nodes) placements+=("${nodes[@]}") ;;
     one) placements+=("cpus${cpus[0]}") ;;                 # every thread on one CPU: no migrations
     pair) placements+=("cpus${cpus[0]},${cpus[1]:-${cpus[0]}}") ;; # two threads, two CPUs, no migrations between more
+    fast | slow) # the two CPUs the speed probe finds fastest (slowest): on a VM whose vCPUs differ in speed
+      [ -n "${probed:-}" ] || { probed=$(probe | sort -k2 -n); echo "speed probe (CPU ms): $(echo $probed)"; }
+      if [ "$token" = fast ]; then two=$(echo "$probed" | head -2 | cut -d' ' -f1 | paste -sd,)
+      else two=$(echo "$probed" | tail -2 | cut -d' ' -f1 | paste -sd,); fi
+      placements+=("cpus$two") ;;
     *) placements+=("$token") ;;
     esac
   done

@@ -103,7 +103,8 @@ for p in "${parts[@]}"; do
   wgmma) TAILN=30 part wgmma "FERRY_WGMMA=1 $build/ferry_time_gemm && FERRY_WGMMA=1 $build/ferry_test_ops_gpu --quick" ;;
   latency) TAILN=45 part latency "$build/ferry bench latency --output $RESULTS/latency.csv" ;;
   stress) TAILN=12 part stress "$build/ferry_stress" ;;
-  stressmemcheck) TAILN=12 part stressmemcheck "compute-sanitizer --tool memcheck --error-exitcode 1 --leak-check full \
+  # API errors off: ferry asks cuPointerGetAttribute about pageable host pointers, and INVALID_VALUE is the answer
+  stressmemcheck) TAILN=12 part stressmemcheck "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 --leak-check full \
            $build/ferry_stress --threads 4 --batches \${STRESS_BATCHES:-30}" ;;
   stressracecheck) TAILN=12 part stressracecheck "compute-sanitizer --tool racecheck --error-exitcode 1 \
            $build/ferry_stress --threads 4 --batches \${STRESS_BATCHES:-10}" ;;
@@ -114,7 +115,7 @@ for p in "${parts[@]}"; do
            && torchrun --nproc-per-node 1 --no-python $build/ferry bench overlap --num-runs 10 --num-tensors 1 256 \
               --output $RESULTS/overlap_torchrun.csv && { LOCAL_RANK=1 $build/ferry bench ranks; test \$? -eq 1; }" ;;
   topology) TAILN=40 part topology "tools/cpu_placement.sh topology" ;;
-  placementcall) TAILN=40 part placementcall "tools/cpu_placement.sh ab 3 sh -c \"$PYTHON -m ferry.bench.call_overhead \
+  placementcall) TAILN=40 part placementcall "PLACEMENTS=\"unpinned fast slow\" tools/cpu_placement.sh ab 3 sh -c \"$PYTHON -m ferry.bench.call_overhead \
            --num-tensors 256 4096 --small-calls 200 --output $RESULTS/py_call_\\\$PLACEMENT.\\\$ROUND.csv\"" ;;
   placementbench) TAILN=40 part placementbench "PLACEMENTS=\"unpinned nodes pair\" tools/cpu_placement.sh ab 1 sh -c \"$PYTHON -m ferry.bench.overlap \
            --num-tensors 256 4096 --num-runs 15 --harness-floor --output $RESULTS/py_overlap_\\\$PLACEMENT.csv \

@@ -1,0 +1,152 @@
+#!/bin/sh
+# check_kernel_identity.sh — shows that a change to the GEMM kernel sources (src/kernels) leaves the generated code
+# as it was: it compiles every kernel source, in every built-in design and in the problem kinds the sources branch
+# on, to an sm_90 cubin with nvcc, once per version of the sources, and compares the two sets. A pair passes when
+# the cubins are byte-identical, or else when `cuobjdump -sass` prints the same machine code for both (a cubin may
+# differ in what is not code, such as a file name) and the same resources; anything else fails.; anything else fails. Made for clean-ups that must not change a
+# kernel: run it before committing one.
+#
+# usage: tools/check_kernel_identity.sh REV [REV2]         the sources of REV against those of REV2 (default: the
+#                                                          working tree); e.g. `HEAD` checks the uncommitted change
+#        tools/check_kernel_identity.sh build DIR [SRCDIR] compile every design of SRCDIR (default: this checkout's
+#                                                          src/kernels) into DIR/*.cubin
+#        tools/check_kernel_identity.sh compare DIR1 DIR2  compare the cubins of two such directories
+# Environment: NVCC (default nvcc on PATH, else /usr/local/cuda/bin/nvcc), CUOBJDUMP (default: beside nvcc),
+# JOBS (parallel compiles, default nproc). Exit status 0 only when every pair passed.
+#
+# The designs are those of src/ops/registry.c (and of the ferry_check_kernels target in cmake/ops.cmake); the
+# kinds cover fp16 and bf16 operands, 16-bit and fp32 outputs, fp16 accumulators, all-row-major, all-column-major
+# and mixed majors. One list serves both versions, so a design added by the change is compiled for both too.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+
+nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+cuobjdump=${CUOBJDUMP:-$(dirname "$nvcc")/cuobjdump}
+jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+
+# gemm_mma.cu: BM BN BK WARPS_M WARPS_N STAGES VEC, as add_mma(FERRY__MMA, ...)
+mma_designs="128 256 32 2 4 3 8
+128 128 32 2 2 4 8
+64 64 32 2 2 3 8
+64 64 32 2 2 2 1"
+# gemm_mma_sw.cu: BM BN BK WARPS_M WARPS_N STAGES, as add_mma(FERRY__MMA_SW, ...)
+sw_designs="128 128 64 2 2 3
+128 256 64 2 4 3
+256 128 64 4 2 3
+128 256 64 2 4 4"
+# gemm_wgmma.cu: BM BN BK STAGES, as add_mma(FERRY__WGMMA, ...)
+wgmma_designs="128 256 64 4"
+
+# name:flags of the tensor-core kinds (operand, output, accumulator types; A, B, output majors: r or c)
+tc_kinds="bf16_rrr_bf16:-DFERRY_A_TYPE=FERRY_BF16,-DFERRY_OUT_TYPE=FERRY_BF16,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
+bf16_ccc_bf16:-DFERRY_A_TYPE=FERRY_BF16,-DFERRY_OUT_TYPE=FERRY_BF16,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0
+bf16_rrr_f32:-DFERRY_A_TYPE=FERRY_BF16,-DFERRY_OUT_TYPE=FERRY_F32,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
+bf16_ccc_f32:-DFERRY_A_TYPE=FERRY_BF16,-DFERRY_OUT_TYPE=FERRY_F32,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0
+f16_rrr_f16:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F16,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
+f16_ccc_f16:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F16,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0
+f16_rrr_f32:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F32,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
+f16_ccc_f32:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F32,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0
+f16_rcr_f16:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F16,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=1
+f16_crc_f32:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F32,-DFERRY_A_ROW=0,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=0"
+# fp16 accumulators (gemm_mma.cu and gemm_mma_sw.cu only; wgmma accumulates in fp32)
+acc16_kinds="f16_rcr_f16_acc16:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F16,-DFERRY_ACC_TYPE=FERRY_F16,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=1
+f16_ccc_f32_acc16:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F32,-DFERRY_ACC_TYPE=FERRY_F16,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0"
+
+# One line per cubin: NAME|SOURCE|ARCH FLAGS|MACRO FLAGS (comma-separated).
+jobs_list() {
+  echo "$mma_designs" | while read -r bm bn bk wm wn st vec; do
+    printf '%s\n%s\n' "$tc_kinds" "$acc16_kinds" | while IFS=: read -r kind flags; do
+      echo "mma_${bm}x${bn}x${bk}_w${wm}x${wn}_s${st}_v${vec}_$kind|gemm_mma.cu|-arch=sm_90|-DFERRY_BM=$bm,-DFERRY_BN=$bn,-DFERRY_BK=$bk,-DFERRY_WARPS_M=$wm,-DFERRY_WARPS_N=$wn,-DFERRY_STAGES=$st,-DFERRY_VEC=$vec,$flags"
+    done
+  done
+  echo "$sw_designs" | while read -r bm bn bk wm wn st; do
+    printf '%s\n%s\n' "$tc_kinds" "$acc16_kinds" | while IFS=: read -r kind flags; do
+      echo "mma_sw_${bm}x${bn}x${bk}_w${wm}x${wn}_s${st}_$kind|gemm_mma_sw.cu|-arch=sm_90|-DFERRY_BM=$bm,-DFERRY_BN=$bn,-DFERRY_BK=$bk,-DFERRY_WARPS_M=$wm,-DFERRY_WARPS_N=$wn,-DFERRY_STAGES=$st,$flags"
+    done
+  done
+  echo "$wgmma_designs" | while read -r bm bn bk st; do
+    echo "$tc_kinds" | while IFS=: read -r kind flags; do
+      echo "wgmma_${bm}x${bn}x${bk}_s${st}_$kind|gemm_wgmma.cu|-gencode=arch=compute_90a,code=sm_90a|-DFERRY_BM=$bm,-DFERRY_BN=$bn,-DFERRY_BK=$bk,-DFERRY_STAGES=$st,$flags"
+    done
+  done
+  # gemm_simt.cu: any mix of types; every operand type with every output type, both majors.
+  for in in F16 BF16 F32; do
+    for out in F16 BF16 F32; do
+      for maj in 1 0; do
+        echo "simt_${in}_${out}_row$maj|gemm_simt.cu|-arch=sm_90|-DFERRY_A_TYPE=FERRY_$in,-DFERRY_OUT_TYPE=FERRY_$out,-DFERRY_A_ROW=$maj,-DFERRY_B_ROW=$maj,-DFERRY_OUT_ROW=$maj"
+      done
+    done
+  done
+}
+
+build() { # DIR SRCDIR
+  dir=$1
+  src=$2
+  [ -d "$src" ] || { echo "no kernel sources at $src" >&2; exit 2; }
+  mkdir -p "$dir"
+  rm -f "$dir"/*.cubin "$dir"/*.log
+  # Each compile runs from the source directory with a relative file name, so nothing that names the checkout's
+  # place can enter the cubin.
+  jobs_list | xargs -P "$jobs" -I{} sh -c '
+    line=$4 && name=${line%%|*} && rest=${line#*|} && file=${rest%%|*} && rest=${rest#*|} && arch=${rest%%|*}
+    flags=$(echo "${rest#*|}" | tr "," " ")
+    cd "$2" && "$1" $arch -cubin -o "$3/$name.cubin" $flags "$file" > "$3/$name.log" 2>&1 ||
+      { echo "FAILED to compile $name:"; cat "$3/$name.log"; exit 1; }
+    rm -f "$3/$name.log"' sh "$nvcc" "$src" "$(cd "$dir" && pwd)" {}
+  echo "built $(ls "$dir"/*.cubin | wc -l) cubins from $src into $dir"
+}
+
+# What must not change in a cubin: its machine code and its resources (registers, shared memory, stack).
+code() { "$cuobjdump" -sass "$1" && "$cuobjdump" -res-usage "$1"; }
+
+compare() { # DIR1 DIR2
+  n=0 same=0 sass=0 differ=0 missing=0
+  for a in "$1"/*.cubin; do
+    [ -e "$a" ] || { echo "no cubins in $1" >&2; exit 2; }
+    name=$(basename "$a")
+    b=$2/$name
+    n=$((n + 1))
+    if [ ! -e "$b" ]; then
+      echo "MISSING  $name (not in $2)"
+      missing=$((missing + 1))
+    elif cmp -s "$a" "$b"; then
+      same=$((same + 1))
+    elif code "$a" > "$a.sass" && code "$b" > "$b.sass" && cmp -s "$a.sass" "$b.sass"; then
+      echo "sass-identical $name (the cubins differ outside the code)"
+      sass=$((sass + 1))
+    else
+      echo "DIFFERS  $name: diff $a.sass $b.sass"
+      differ=$((differ + 1))
+    fi
+  done
+  for b in "$2"/*.cubin; do
+    [ -e "$1/$(basename "$b")" ] || { echo "MISSING  $(basename "$b") (not in $1)"; missing=$((missing + 1)); }
+  done
+  echo "compared $n cubins: $same byte-identical, $sass with identical SASS only, $differ differ, $missing missing"
+  [ "$differ" -eq 0 ] && [ "$missing" -eq 0 ]
+}
+
+case "${1:-}" in
+  "" | -h | --help) usage ;;
+  build) [ $# -ge 2 ] || { usage >&2; exit 2; }; build "$2" "${3:-$root/src/kernels}" ;;
+  compare) [ $# -eq 3 ] || { usage >&2; exit 2; }; compare "$2" "$3" ;;
+  *)
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    for i in 1 2; do
+      if [ $i -eq 1 ]; then rev=$1; else rev=${2:-}; fi
+      if [ -z "$rev" ]; then
+        src=$root/src/kernels
+      else
+        mkdir -p "$work/src$i"
+        git -C "$root" archive "$rev" src/kernels | tar -x -C "$work/src$i"
+        src=$work/src$i/src/kernels
+      fi
+      echo "${rev:-working tree}:"
+      build "$work/cubins$i" "$src"
+    done
+    compare "$work/cubins1" "$work/cubins2"
+    ;;
+esac
