@@ -117,8 +117,8 @@ for p in "${parts[@]}"; do
   topology) TAILN=40 part topology "tools/cpu_placement.sh topology" ;;
   placementcall) TAILN=40 part placementcall "PLACEMENTS=\"unpinned fast slow\" tools/cpu_placement.sh ab 3 sh -c \"$PYTHON -m ferry.bench.call_overhead \
            --num-tensors 256 4096 --small-calls 200 --output $RESULTS/py_call_\\\$PLACEMENT.\\\$ROUND.csv\"" ;;
-  placementbench) TAILN=40 part placementbench "PLACEMENTS=\"unpinned nodes pair\" tools/cpu_placement.sh ab 1 sh -c \"$PYTHON -m ferry.bench.overlap \
-           --num-tensors 256 4096 --num-runs 15 --harness-floor --output $RESULTS/py_overlap_\\\$PLACEMENT.csv \
+  placementbench) TAILN=40 part placementbench "PLACEMENTS=\"unpinned fast slow\" tools/cpu_placement.sh ab 1 sh -c \"$PYTHON -m ferry.bench.overlap \
+           --num-tensors 1 32 256 4096 --num-runs 30 --harness-floor --output $RESULTS/py_overlap_\\\$PLACEMENT.csv \
            --diagnostics-output $RESULTS/py_overlap_diag_\\\$PLACEMENT.csv\"" ;;
   soakstart) # the soak in its own session, so that it outlives this command (the device tool keeps such
              # processes until the machine goes back); soakwait collects it
