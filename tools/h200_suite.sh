@@ -10,7 +10,7 @@
 #          pybandwidth64 ops
 #          opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots all
 #   ferry_stress under compute-sanitizer: stressmemcheck stressracecheck (STRESS_BATCHES per thread)
-#   placement parts (tools/cpu_placement.sh): topology placementcall placementbench
+#   placement parts (tools/cpu_placement.sh): topology placementcall placementbench; threadab (main vs new thread)
 #   a soak beside other parts: soakstart (detached, setsid) ... soakwait
 # Environment also: BUILD (default ./build-h200), SOAK_SECONDS (default 30), OPS_RACECHECK_S (opsracecheck's cap, default 400).
 # Environment: RESULTS (default ./h200-results), JOBS (default nproc), PYTHON (default python3).
@@ -114,6 +114,11 @@ for p in "${parts[@]}"; do
   ranks) TAILN=8 part ranks "torchrun --nproc-per-node 1 --no-python $build/ferry bench ranks --output $RESULTS/ranks.csv \
            && torchrun --nproc-per-node 1 --no-python $build/ferry bench overlap --num-runs 10 --num-tensors 1 256 \
               --output $RESULTS/overlap_torchrun.csv && { LOCAL_RANK=1 $build/ferry bench ranks; test \$? -eq 1; }" ;;
+  threadab) TAILN=40 part threadab "for r in 1 2 3; do for where in main new; do \
+             flag=; [ \$where = new ] && flag=--in-thread; echo \"=== calls from the \$where thread, round \$r\"; \
+             $PYTHON -m ferry.bench.call_overhead --num-tensors 256 4096 --small-calls 200 \$flag \
+               --output $RESULTS/py_call_\$where.\$r.csv 2>&1 | grep -E 'ferry|torch|probe'; done; done" ;;
+             # A/B: the same calls on the main thread and on a new one (the overlap harness's worker is a thread)
   topology) TAILN=40 part topology "tools/cpu_placement.sh topology" ;;
   placementcall) TAILN=40 part placementcall "PLACEMENTS=\"unpinned fast slow\" tools/cpu_placement.sh ab 3 sh -c \"$PYTHON -m ferry.bench.call_overhead \
            --num-tensors 256 4096 --small-calls 200 --output $RESULTS/py_call_\\\$PLACEMENT.\\\$ROUND.csv\"" ;;

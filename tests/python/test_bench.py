@@ -133,8 +133,13 @@ def test_benchmarks_exit_zero_without_cuda(capsys, no_cuda, tmp_path):
     assert overlap.main(["--output", str(tmp_path / "o.csv")]) == 0
     assert call_overhead.main(["--output", str(tmp_path / "c.csv")]) == 0
     assert bandwidth.main(["--output", str(tmp_path / "b.csv")]) == 0
+    assert call_overhead.main(["--in-thread", "--output", str(tmp_path / "t.csv")]) == 0  # from a worker thread
     out = capsys.readouterr().out
-    assert out.count("Nothing to do") == 3
+    assert out.count("Nothing to do") == 4
+
+
+def test_call_overhead_cpu_probe_measures_a_positive_time():
+    assert 0 < call_overhead._cpu_probe_ms(repeats=3) < 10_000
 
 
 # ---- overlap: diagnostic mode ---------------------------------------------------------------------------------------

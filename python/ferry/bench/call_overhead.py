@@ -23,7 +23,11 @@ Every timing is wall time around the whole call (outputs included) after ``torch
 measured too (gc.callbacks) and printed with the phases, as are the calling thread's minor page faults per call
 (getrusage): on a virtual machine a first touch of a page can cost microseconds, so memory the allocator hands back
 to the system between calls shows up there. The CSV has one row per (experiment, tensor count,
-method); a compact table is printed last. Without CUDA it says so and exits 0.
+method); a compact table is printed last, with a CPU probe: the median time of a fixed Python loop on the measuring
+thread before and after the e2e experiment. On a virtual machine a vCPU's speed changes with the host's load, and
+the many-tensor figures (CPU work) change with it; the probe tells such a run apart. ``--in-thread`` runs every
+measurement on a new thread while the main thread waits, as the overlap benchmark's transfer worker runs. Without
+CUDA it says so and exits 0.
 
 Usage::
 
@@ -77,6 +81,9 @@ def _parse_args(argv):
     p.add_argument("--torch-first", action="store_true",
                    help="Time torch's to(cpu) loop before ferry for each tensor count (default: after), to see "
                         "whether the state PyTorch's loop leaves in the process changes ferry's figures.")
+    p.add_argument("--in-thread", action="store_true",
+                   help="Run every measurement on a new thread (threading.Thread) while the main thread waits in "
+                        "join(), as a transfer worker of the overlap benchmark runs, instead of on the main thread.")
     p.add_argument("--small-bytes", type=_positive_int, default=1024, help="Size of the small tensor.")
     p.add_argument("--small-calls", type=_positive_int, default=2000, help="Timed calls of the small experiment.")
     return p.parse_args(argv)
@@ -205,8 +212,41 @@ def _split(total_bytes, n, device, torch, views=False):
     return [torch.randint(0, 256, (s,), dtype=torch.uint8, device=device) for s in sizes]
 
 
+def _cpu_probe_ms(repeats=15):
+    """Median time of a fixed CPU-bound Python loop on the calling thread: how fast this CPU is right now. On a
+    virtual machine a vCPU's speed can change with the host's load, and every ferry phase with it."""
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        d = {}
+        for i in range(20000):
+            d[i] = (i, str(i))
+        samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
+
+
 def main(argv=None):
     args = _parse_args(argv)
+    if not args.in_thread:
+        return _run(args)
+    import threading
+    outcome = {}
+
+    def body():
+        try:
+            outcome["rc"] = _run(args)
+        except BaseException as e:  # re-raised on the main thread
+            outcome["error"] = e
+
+    worker = threading.Thread(target=body, name="call_overhead")
+    worker.start()
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["rc"]
+
+
+def _run(args):
     found = torch_cuda_device("call_overhead", args.device, "this benchmark compares against PyTorch")
     if found is None:
         return 0
@@ -252,7 +292,9 @@ def main(argv=None):
         side.synchronize()
 
     gc_medians, fault_medians = {}, {}
-    print(f"D2H {args.total_mib} MiB from Python on {meta['device_name']}", file=sys.stderr)
+    where = "a new thread" if args.in_thread else "the main thread"
+    probe_before = _cpu_probe_ms()
+    print(f"D2H {args.total_mib} MiB from Python on {meta['device_name']}, calls from {where}", file=sys.stderr)
     raw_ms = record("e2e", total, 1, "raw copy", _time(raw_copy, args.repeats, args.warmup, sync))
     for n in args.num_tensors:
         tensors = _split(total, n, device, torch, args.views)
@@ -281,6 +323,7 @@ def main(argv=None):
         fault_medians[n] = {form: statistics.median(v) for form, v in faults.items()}
         del tensors
     del whole, pinned
+    probes = (probe_before, _cpu_probe_ms())
 
     # ---- 2. one small tensor ----
     small = torch.randint(0, 256, (args.small_bytes,), dtype=torch.uint8, device=device)
@@ -300,6 +343,8 @@ def main(argv=None):
         writer.writerows(rows)
 
     _print_table(rows, args, gc_medians, fault_medians)
+    print(f"calls from {where}; CPU probe (a fixed Python loop on that thread, median ms; lower is faster): "
+          f"{probes[0]:.2f} before the e2e experiment, {probes[1]:.2f} after")
     print(f"\nCSV: {args.output}")
     return 0
 
