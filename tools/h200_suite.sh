@@ -10,7 +10,7 @@
 #          pybandwidth64 ops
 #          opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots all
 #   ferry_stress under compute-sanitizer: stressmemcheck stressracecheck (STRESS_BATCHES per thread)
-#   placement parts (tools/cpu_placement.sh): topology placementcall placementbench; threadab (main vs new thread)
+#   placement parts (tools/cpu_placement.sh): topology placementcall placementbench; threadab (main vs new thread) evictab
 #   a soak beside other parts: soakstart (detached, setsid) ... soakwait
 # Environment also: BUILD (default ./build-h200), SOAK_SECONDS (default 30), OPS_RACECHECK_S (opsracecheck's cap, default 400).
 # Environment: RESULTS (default ./h200-results), JOBS (default nproc), PYTHON (default python3).
@@ -119,6 +119,10 @@ for p in "${parts[@]}"; do
              $PYTHON -m ferry.bench.call_overhead --num-tensors 256 4096 --small-calls 200 \$flag \
                --output $RESULTS/py_call_\$where.\$r.csv 2>&1 | grep -E 'ferry|torch|probe'; done; done" ;;
              # A/B: the same calls on the main thread and on a new one (the overlap harness's worker is a thread)
+  evictab) TAILN=40 part evictab "for r in 1 2; do for mib in 0 32; do echo \"=== scratch \$mib MiB before each call, round \$r\"; \
+             $PYTHON -m ferry.bench.call_overhead --num-tensors 256 4096 --small-calls 200 --in-thread \
+               --evict-mib \$mib --output $RESULTS/py_call_evict\$mib.\$r.csv 2>&1 | grep -E 'ferry|torch|probe'; done; done" ;;
+             # A/B: warm caches (a tight loop of calls) against cold ones (a worker's call after other work)
   topology) TAILN=40 part topology "tools/cpu_placement.sh topology" ;;
   placementcall) TAILN=40 part placementcall "PLACEMENTS=\"unpinned fast slow\" tools/cpu_placement.sh ab 3 sh -c \"$PYTHON -m ferry.bench.call_overhead \
            --num-tensors 256 4096 --small-calls 200 --output $RESULTS/py_call_\\\$PLACEMENT.\\\$ROUND.csv\"" ;;

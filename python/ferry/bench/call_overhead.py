@@ -25,7 +25,7 @@ measured too (gc.callbacks) and printed with the phases, as are the calling thre
 to the system between calls shows up there. The CSV has one row per (experiment, tensor count,
 method); a compact table is printed last, with a CPU probe: the median time of a fixed Python loop on the measuring
 thread before and after the e2e experiment. On a virtual machine a vCPU's speed changes with the host's load, and
-the many-tensor figures (CPU work) change with it; the probe tells such a run apart. ``--in-thread`` runs every
+the many-tensor figures (CPU work) change with it; the probe tells such a run apart. ``--evict-mib N`` writes N MiB of scratch memory before each timed e2e call (cold caches); ``--in-thread`` runs every
 measurement on a new thread while the main thread waits, as the overlap benchmark's transfer worker runs. Without
 CUDA it says so and exits 0.
 
@@ -81,6 +81,9 @@ def _parse_args(argv):
     p.add_argument("--torch-first", action="store_true",
                    help="Time torch's to(cpu) loop before ferry for each tensor count (default: after), to see "
                         "whether the state PyTorch's loop leaves in the process changes ferry's figures.")
+    p.add_argument("--evict-mib", type=int, default=0,
+                   help="Before each timed e2e call (ferry's and torch's alike, outside the timed window) write a "
+                        "scratch buffer of this many MiB, so the call starts with cold caches (default 0: off).")
     p.add_argument("--in-thread", action="store_true",
                    help="Run every measurement on a new thread (threading.Thread) while the main thread waits in "
                         "join(), as a transfer worker of the overlap benchmark runs, instead of on the main thread.")
@@ -98,14 +101,33 @@ def _percentiles(samples_ms):
     return statistics.median(ordered), at(0.10), at(0.90)
 
 
-def _time(fn, repeats, warmup, sync, faults=None):
-    """Wall times in ms of fn() (whose result is dropped at once), each after a full device synchronize; the minor
-    page faults of each call are appended to `faults` when it is a list."""
+class _CacheEvictor:
+    """Writes a scratch buffer of `nbytes` (memset, outside the timed window), so the next call starts with the
+    calling core's caches full of other data, as a transfer worker's call does after the foreground's work ran
+    between two of its batches. 0 bytes: does nothing."""
+
+    def __init__(self, nbytes):
+        import ctypes
+
+        self._memset, self._n, self._k = ctypes.memset, nbytes, 0
+        self._buf = (ctypes.c_char * nbytes)() if nbytes else None
+
+    def __call__(self):
+        if self._buf is not None:
+            self._k += 1
+            self._memset(self._buf, self._k & 0xFF, self._n)
+
+
+def _time(fn, repeats, warmup, sync, faults=None, evict=None):
+    """Wall times in ms of fn() (whose result is dropped at once), each after a full device synchronize (and
+    evict(), when given); the minor page faults of each call are appended to `faults` when it is a list."""
     for _ in range(warmup):
         fn()
     samples = []
     for _ in range(repeats):
         sync()
+        if evict is not None:
+            evict()
         f0 = _minor_faults()
         start = time.perf_counter_ns()
         out = fn()
@@ -147,7 +169,7 @@ def _minor_faults():
     return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
 
 
-def _ferry_e2e(ferry, tensors, repeats, warmup, sync, kwargs=None, sleep_s=0.0):
+def _ferry_e2e(ferry, tensors, repeats, warmup, sync, kwargs=None, sleep_s=0.0, evict=None):
     """Synchronous and asynchronous calls interleaved, alternating which goes first; returns {method: [ms]} with the
     phase rows of the synchronous calls, {form: [gc ms]} and {form: [minor page faults]}."""
     import gc
@@ -168,6 +190,8 @@ def _ferry_e2e(ferry, tensors, repeats, warmup, sync, kwargs=None, sleep_s=0.0):
                 sync()
                 if sleep_s:
                     time.sleep(sleep_s)
+                if evict is not None:
+                    evict()
                 clock.reset()
                 f0 = _minor_faults()
                 t0 = time.perf_counter_ns()
@@ -292,6 +316,9 @@ def _run(args):
         side.synchronize()
 
     gc_medians, fault_medians = {}, {}
+    if args.evict_mib < 0:
+        raise SystemExit("call_overhead: --evict-mib must be 0 or more")
+    evict = _CacheEvictor(args.evict_mib << 20) if args.evict_mib else None
     where = "a new thread" if args.in_thread else "the main thread"
     probe_before = _cpu_probe_ms()
     print(f"D2H {args.total_mib} MiB from Python on {meta['device_name']}, calls from {where}", file=sys.stderr)
@@ -307,13 +334,13 @@ def _run(args):
 
         def time_torch():
             record("e2e", total, n, "torch to(cpu)", _time(lambda: torch_to_cpu(tensors), args.repeats, args.warmup,
-                                                           sync, torch_faults), "raw copy", raw_ms)
+                                                           sync, torch_faults, evict), "raw copy", raw_ms)
 
         if args.torch_first:
             time_torch()
         by_method, gc_ms, faults = _ferry_e2e(ferry, tensors, args.repeats, args.warmup, sync,
                                               {"device": device} if args.device_arg else None,
-                                              args.sleep_before_ms / 1e3)
+                                              args.sleep_before_ms / 1e3, evict)
         for method, samples in by_method.items():
             record("e2e", total, n, method, samples, "raw copy", raw_ms)
         gc_medians[n] = {form: statistics.median(v) for form, v in gc_ms.items()}
@@ -343,6 +370,8 @@ def _run(args):
         writer.writerows(rows)
 
     _print_table(rows, args, gc_medians, fault_medians)
+    if evict is not None:
+        print(f"each e2e call after writing {args.evict_mib} MiB of scratch memory (cold caches)")
     print(f"calls from {where}; CPU probe (a fixed Python loop on that thread, median ms; lower is faster): "
           f"{probes[0]:.2f} before the e2e experiment, {probes[1]:.2f} after")
     print(f"\nCSV: {args.output}")
