@@ -42,7 +42,8 @@ if(FERRY_BUILD_TESTS)
   target_include_directories(ferry_time_gemm PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops)
   target_link_libraries(ferry_time_gemm PRIVATE ferry_static m ${CMAKE_DL_LIBS})
 
-  add_executable(ferry_test_ops_gpu tests/gpu/test_ops_gpu.c)
+  add_executable(ferry_test_ops_gpu tests/gpu/test_ops_gpu.c tests/gpu/fault_ops_gpu.c tests/gpu/fault_ops_rig.c
+    tests/cpu/fake_driver.c)
   target_include_directories(ferry_test_ops_gpu PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops)
   target_link_libraries(ferry_test_ops_gpu PRIVATE ferry_static m)
 endif()

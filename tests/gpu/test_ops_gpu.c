@@ -5,11 +5,14 @@
  * as torch.cuda.graph does); a registered kernel end to end. Outputs are poisoned with NaN before every run and
  * every element is checked. Exit status 0 only when everything passed. --quick skips 4096³ (for
  * compute-sanitizer, which slows kernels a hundredfold); --sanitize keeps one odd size per design (for racecheck).
+ * --faults runs fault injection on the runtime's driver and NVRTC calls instead (fault_ops_gpu.c); with --simulate,
+ * through the CPU tests' simulated driver, without a GPU.
  *
  * Error bound (METHOD.md): ‖out − ref‖ / ‖ref‖ over the output, with ref from the rounded inputs in float64:
  * fp32 out from fp32 operands 1e-5; fp32 out from fp16/bf16 operands 1e-4; fp16 out 5e-3; bf16 out 1e-2; fp16
  * accumulation 1e-2 (k ≤ 129). NaN never passes.
  */
+#include "fault_ops.h"
 #include "ops.h"
 #include "require.h"
 
@@ -516,16 +519,29 @@ static void registered_kernel(void) {
 }
 
 int main(int argc, char **argv) {
-  int quick = 0, sanitize = 0;
+  int quick = 0, sanitize = 0, faults = 0, simulate = 0;
+  const char *fault_case = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--sanitize")) sanitize = 1;
+    else if (!strcmp(argv[i], "--faults")) faults = 1;
+    else if (!strcmp(argv[i], "--simulate")) simulate = 1;
+    else if (!strcmp(argv[i], "--fault-case") && i + 1 < argc) fault_case = argv[++i];
     else {
-      printf("usage: %s [--quick | --sanitize]\nThe operator runtime's GPU tests; --quick skips the 4096³ cases; "
-             "--sanitize runs every design on one odd size\n(129×127×65, padded), all-row and all-column majors: "
-             "for compute-sanitizer's racecheck.\n", argv[0]);
+      printf("usage: %s [--quick | --sanitize | --faults [--simulate]]\nThe operator runtime's GPU tests; --quick "
+             "skips the 4096³ cases; --sanitize runs every design on one odd size\n(129×127×65, padded), all-row and "
+             "all-column majors: for compute-sanitizer's racecheck.\n--faults: each driver and NVRTC call of compile, "
+             "disk-cache load, run and graphs fails at each of its uses;\nevery case must be reported with the call's "
+             "name, leak nothing, present no output as complete and leave the next\noperation exact (one line per "
+             "case; exit 0 all pass, 1 a case failed, 2 cannot run). --simulate: the same\nthrough the CPU tests' "
+             "simulated driver, without a GPU. (--fault-case SPEC: one case, as --faults spawns it.)\n", argv[0]);
       return strcmp(argv[i], "--help") ? 2 : 0;
     }
+  }
+  if (faults || fault_case) return ops_faults_main(fault_case, simulate);
+  if (simulate) {
+    printf("--simulate goes with --faults: the correctness tests need a GPU\n");
+    return 2;
   }
   ferry_status st = ferry_init();
   if (st != FERRY_OK) {
