@@ -66,12 +66,15 @@ ferry_status ferry__ctx_enter(int device) {
     ctx = atomic_load(&contexts[device]);
     if (!ctx) {
       CUdevice dev;
+      const char *call = "cuDeviceGet"; /* the error names the call that failed, not the step's last call */
       CUresult r = FERRY_CU(cuDeviceGet, &dev, device);
-      if (r == CUDA_SUCCESS) r = FERRY_CU(cuDevicePrimaryCtxRetain, &ctx, dev);
+      if (r == CUDA_SUCCESS) {
+        call = "cuDevicePrimaryCtxRetain";
+        r = FERRY_CU(cuDevicePrimaryCtxRetain, &ctx, dev);
+      }
       if (r != CUDA_SUCCESS) {
         pthread_mutex_unlock(&ctx_lock);
-        return ferry__cu_error(r, "cuDevicePrimaryCtxRetain", __FILE__, __LINE__,
-                               "activating the primary context of cuda:%d", device);
+        return ferry__cu_error(r, call, __FILE__, __LINE__, "activating the primary context of cuda:%d", device);
       }
       atomic_store_explicit(&contexts[device], ctx, memory_order_release);
     }
