@@ -8,7 +8,7 @@
 #   parts: build (= compile + ctest) compile ctest tests memcheck racecheck opsracecheck synccheck overlap
 #          overlap1ms bandwidth bandwidth64 python pycall pycalltrim pycallviews pybench pybench4096 pybench4096arena pybench4096notrim pybench4096frozen pybench1ms pybenchnohandoff pybandwidth
 #          pybandwidth64 ops
-#          opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots all
+#          opsfaults opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots all
 #   ferry_stress under compute-sanitizer: stressmemcheck stressracecheck (STRESS_BATCHES per thread)
 #   placement parts (tools/cpu_placement.sh): topology placementcall placementbench; threadab (main vs new thread) evictab
 #   a soak beside other parts: soakstart (detached, setsid) ... soakwait
@@ -96,6 +96,7 @@ for p in "${parts[@]}"; do
            --output $RESULTS/py_overlap_1ms.csv" ;;
   plots) part plots "$PYTHON -m ferry.bench.plot $RESULTS/*.csv --out-dir $RESULTS/plots" ;;
   ops) TAILN=40 part ops "$build/ferry_test_ops_gpu" ;;
+  opsfaults) TAILN=8 part opsfaults "$build/ferry_test_ops_gpu --faults" ;;
   opsmemcheck) part opsmemcheck "compute-sanitizer --tool memcheck --error-exitcode 1 $build/ferry_test_ops_gpu --quick" ;;
   pylatency) TAILN=30 part pylatency "$PYTHON -m ferry.bench.latency --output $RESULTS/py_latency.csv \
            --plot $RESULTS/py_latency.png" ;;
