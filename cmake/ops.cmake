@@ -2,7 +2,8 @@
 # its sources in libferry, the GEMM kernel sources embedded as text for NVRTC, its CPU and GPU tests, the latency
 # benchmark in the ferry CLI, and `ferry_check_kernels` (nvcc resource report of every kernel design).
 
-set(ferry_kernel_texts gemm_params.cuh gemm_common.cuh gemm_simt.cu gemm_mma.cu gemm_mma_sw.cu gemm_wgmma.cu)
+set(ferry_kernel_texts gemm_params.cuh gemm_kind.cuh gemm_common.cuh gemm_output.cuh
+  gemm_simt.cu gemm_mma.cu gemm_mma_sw.cu gemm_wgmma.cu)
 set(ferry_kernel_text_sources)
 foreach(f ${ferry_kernel_texts})
   string(REGEX REPLACE "\\.(cuh|cu)$" "" sym ${f})

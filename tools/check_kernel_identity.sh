@@ -3,16 +3,18 @@
 # as it was: it compiles every kernel source, in every built-in design and in the problem kinds the sources branch
 # on, to an sm_90 cubin with nvcc, once per version of the sources, and compares the two sets. A pair passes when
 # the cubins are byte-identical, or else when `cuobjdump -sass` prints the same machine code for both (a cubin may
-# differ in what is not code, such as a file name) and the same resources; anything else fails.; anything else fails. Made for clean-ups that must not change a
-# kernel: run it before committing one.
+# differ in what is not code, such as a file name) and the same
+# resources; anything else fails. Made for clean-ups that must not change a kernel: run it before committing one.
 #
 # usage: tools/check_kernel_identity.sh REV [REV2]         the sources of REV against those of REV2 (default: the
 #                                                          working tree); e.g. `HEAD` checks the uncommitted change
 #        tools/check_kernel_identity.sh build DIR [SRCDIR] compile every design of SRCDIR (default: this checkout's
 #                                                          src/kernels) into DIR/*.cubin
 #        tools/check_kernel_identity.sh compare DIR1 DIR2  compare the cubins of two such directories
-# Environment: NVCC (default nvcc on PATH, else /usr/local/cuda/bin/nvcc), CUOBJDUMP (default: beside nvcc),
-# JOBS (parallel compiles, default nproc). Exit status 0 only when every pair passed.
+# Environment: NVCC (default nvcc on PATH, else /usr/local/cuda/bin/nvcc), CUOBJDUMP (default: beside nvcc, else on
+# PATH; it needs nvdisasm on PATH), JOBS (parallel compiles, default nproc). Exit status 0 only when every pair
+# passed. A toolkit without them (the pip-installed one) gets them from PyPI: nvidia-cuda-cuobjdump and
+# nvidia-cuda-nvdisasm.
 #
 # The designs are those of src/ops/registry.c (and of the ferry_check_kernels target in cmake/ops.cmake); the
 # kinds cover fp16 and bf16 operands, 16-bit and fp32 outputs, fp16 accumulators, all-row-major, all-column-major
@@ -20,10 +22,11 @@
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 cuobjdump=${CUOBJDUMP:-$(dirname "$nvcc")/cuobjdump}
+[ -x "$cuobjdump" ] || cuobjdump=$(command -v cuobjdump || echo cuobjdump)
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 
 # gemm_mma.cu: BM BN BK WARPS_M WARPS_N STAGES VEC, as add_mma(FERRY__MMA, ...)
@@ -86,7 +89,7 @@ build() { # DIR SRCDIR
   src=$2
   [ -d "$src" ] || { echo "no kernel sources at $src" >&2; exit 2; }
   mkdir -p "$dir"
-  rm -f "$dir"/*.cubin "$dir"/*.log
+  rm -f "$dir"/*.cubin "$dir"/*.sass "$dir"/*.log
   # Each compile runs from the source directory with a relative file name, so nothing that names the checkout's
   # place can enter the cubin.
   jobs_list | xargs -P "$jobs" -I{} sh -c '
@@ -98,8 +101,12 @@ build() { # DIR SRCDIR
   echo "built $(ls "$dir"/*.cubin | wc -l) cubins from $src into $dir"
 }
 
-# What must not change in a cubin: its machine code and its resources (registers, shared memory, stack).
-code() { "$cuobjdump" -sass "$1" && "$cuobjdump" -res-usage "$1"; }
+# What must not change in a cubin: its machine code and its resources (registers, shared memory, stack). Fails,
+# rather than print nothing comparable, when the disassembly has no instruction (cuobjdump without nvdisasm).
+code() {
+  "$cuobjdump" -sass "$1" > "$1.sass" && grep -q '/\*0000\*/' "$1.sass" && "$cuobjdump" -res-usage "$1" >> "$1.sass" ||
+    { echo "cannot disassemble $1 with $cuobjdump (is nvdisasm on PATH?)" >&2; exit 2; }
+}
 
 compare() { # DIR1 DIR2
   n=0 same=0 sass=0 differ=0 missing=0
@@ -113,12 +120,16 @@ compare() { # DIR1 DIR2
       missing=$((missing + 1))
     elif cmp -s "$a" "$b"; then
       same=$((same + 1))
-    elif code "$a" > "$a.sass" && code "$b" > "$b.sass" && cmp -s "$a.sass" "$b.sass"; then
-      echo "sass-identical $name (the cubins differ outside the code)"
-      sass=$((sass + 1))
     else
-      echo "DIFFERS  $name: diff $a.sass $b.sass"
-      differ=$((differ + 1))
+      code "$a"
+      code "$b"
+      if cmp -s "$a.sass" "$b.sass"; then
+        echo "sass-identical $name (the cubins differ outside the code)"
+        sass=$((sass + 1))
+      else
+        echo "DIFFERS  $name: diff $a.sass $b.sass"
+        differ=$((differ + 1))
+      fi
     fi
   done
   for b in "$2"/*.cubin; do

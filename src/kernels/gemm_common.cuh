@@ -1,47 +1,19 @@
-// gemm_common.cuh — what ferry's GEMM kernels share: element conversions, the problem's kind as constants,
-// cp.async / ldmatrix / mma wrappers, the block-to-tile mapping and the epilogue's store.
+// gemm_common.cuh — what ferry's GEMM kernels share that needs the device: element conversions, cp.async /
+// ldmatrix / mma / wgmma wrappers.
 //
-// Compiled by NVRTC at run time, so it includes no header at all: fp16 and bf16 travel as raw 16-bit patterns and
-// are converted with PTX cvt instructions. ferry prepends gemm_params.cuh and the FERRY_* macros of the problem's
-// kind; the defaults below only serve checking this file with nvcc (see cmake/ops.cmake, ferry_check_kernels).
+// Compiled by NVRTC at run time, so it includes no system header at all: fp16 and bf16 travel as raw 16-bit patterns
+// and are converted with PTX cvt instructions. ferry puts the FERRY_* macros of the problem's kind, gemm_params.cuh
+// and gemm_kind.cuh ahead of this text and gemm_output.cuh after it (src/ops/source.c); the includes below only
+// serve checking the kernel files with nvcc (see cmake/ops.cmake, ferry_check_kernels). The CPU emulation replaces
+// this file (tests/kernels/emulate_cuda.h): its inline PTX has no C++ meaning there.
 #ifndef FERRY_GEMM_COMMON_INCLUDED
 #define FERRY_GEMM_COMMON_INCLUDED
 
-#ifndef FERRY_GEMM_PARAMS_INCLUDED
-#include "gemm_params.cuh"
-#endif
-
-#ifndef FERRY_A_TYPE
-#define FERRY_A_TYPE FERRY_F16
-#endif
-#ifndef FERRY_B_TYPE
-#define FERRY_B_TYPE FERRY_A_TYPE
-#endif
-#ifndef FERRY_OUT_TYPE
-#define FERRY_OUT_TYPE FERRY_F32
-#endif
-#ifndef FERRY_ACC_TYPE
-#define FERRY_ACC_TYPE FERRY_F32
-#endif
-#ifndef FERRY_A_ROW
-#define FERRY_A_ROW 1
-#endif
-#ifndef FERRY_B_ROW
-#define FERRY_B_ROW 1
-#endif
-#ifndef FERRY_OUT_ROW
-#define FERRY_OUT_ROW 1
+#ifndef FERRY_GEMM_KIND_INCLUDED
+#include "gemm_kind.cuh"
 #endif
 
 namespace ferry {
-
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef long long i64;
-
-// Storage type of a ferry_scalar code.
-template <int T> struct storage { typedef u16 type; };
-template <> struct storage<FERRY_F32> { typedef float type; };
 
 __device__ __forceinline__ float f16_to_f32(u16 h) {
   float f;
@@ -145,51 +117,38 @@ __device__ __forceinline__ void mma_f16(u32 d[2], const u32 a[4], const u32 b[2]
 // ---- wgmma (sm_90a only: gemm_wgmma.cu) -------------------------------------------------------------------
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
 // D(64×256, fp32, the warpgroup's registers) += A(64×16) · B(16×256), both from shared memory through matrix
-// descriptors. TRANS_A / TRANS_B: the operand is M-/N-major in shared memory instead of K-major.
+// descriptors. TRANS_A / TRANS_B: the operand is M-/N-major in shared memory instead of K-major. The instruction
+// for fp16 operands and the one for bf16 differ only in the type they name, so one text serves both: TYPE is the
+// PTX type as a string literal.
+#define FERRY_WGMMA_M64N256K16(TYPE)                                                                                 \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " "                                      \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, 1, 1, 1, %130, %131;" \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),     \
+                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+                 "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+                 "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+                 "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+                 "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+                 "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+                 "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+                 "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+                 "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+                 "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+                 "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+                 "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+                 "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+                 "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+                 "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
+               : "l"(desc_a), "l"(desc_b), "n"(TRANS_A), "n"(TRANS_B))
 template <int IN, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long long desc_a,
                                                  unsigned long long desc_b) {
   if (IN == FERRY_BF16)
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, 1, 1, 1, %130, %131;"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                 : "l"(desc_a), "l"(desc_b), "n"(TRANS_A), "n"(TRANS_B));
+    FERRY_WGMMA_M64N256K16("bf16");
   else
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, 1, 1, 1, %130, %131;"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                 : "l"(desc_a), "l"(desc_b), "n"(TRANS_A), "n"(TRANS_B));
+    FERRY_WGMMA_M64N256K16("f16");
 }
+#undef FERRY_WGMMA_M64N256K16
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait() {
@@ -200,33 +159,6 @@ __device__ __forceinline__ void wgmma_fence_operand(float &r) { asm volatile("" 
 // Orders this thread's generic-proxy shared-memory writes (cp.async included) before async-proxy reads (wgmma).
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 #endif
-
-// ---- tiles ------------------------------------------------------------------------------------------------
-
-// Maps blockIdx.x to a (row tile, column tile) pair, walking groups of 8 row tiles column by column so that
-// blocks running together share rows of A and columns of B in L2.
-__device__ __forceinline__ void tile_of_block(int m, int n, int bm, int bn, int &tm, int &tn) {
-  const int tiles_m = (m + bm - 1) / bm, tiles_n = (n + bn - 1) / bn;
-  const int group = 8;
-  const int per_group = group * tiles_n;
-  const int bid = blockIdx.x;
-  const int first = bid / per_group * group;
-  const int rows = min(tiles_m - first, group);
-  const int in_group = bid % per_group;
-  tm = first + in_group % rows;
-  tn = in_group / rows;
-}
-
-// Writes one output element: alpha*acc + beta*old, converted to the output type; out of range is skipped.
-__device__ __forceinline__ void store_out(out_t *out, long long ldc, int m, int n, int row, int col, float acc,
-                                          float alpha, float beta) {
-  if (row >= m || col >= n) return;
-  const long long at = FERRY_OUT_ROW ? (long long)row * ldc + col : (long long)col * ldc + row;
-  float v = alpha * acc;
-  // beta == 0 must not read: the output may hold anything, NaN included.
-  if (beta != 0.0f) v += beta * to_f32<FERRY_OUT_TYPE>(out[at]);
-  out[at] = from_f32<FERRY_OUT_TYPE>(v);
-}
 
 }  // namespace ferry
 

@@ -12,8 +12,8 @@
 // rest), every store per element, so any m, n, k work. FERRY_VEC is the load width in elements: 8 (16-byte
 // cp.async) needs 16-byte-aligned operands (address, leading dimension, batch stride), which the host checks;
 // 1 loads element by element and accepts any alignment.
-#ifndef FERRY_GEMM_COMMON_INCLUDED
-#include "gemm_common.cuh"
+#ifndef FERRY_GEMM_OUTPUT_INCLUDED
+#include "gemm_output.cuh" // and through it the other shared headers
 #endif
 
 #ifndef FERRY_BM
@@ -192,21 +192,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) ferry_gemm_mma(const ferry
     for (int j = 0; j < NI; ++j) {
       const int row = m0 + wm0 + i * 16 + g, col = n0 + wn0 + j * 8 + t * 2;
       float v[4];
-#if FERRY_ACC_TYPE == FERRY_F16
-      v[0] = f16_to_f32((u16)(acc[i][j][0] & 0xffffu));
-      v[1] = f16_to_f32((u16)(acc[i][j][0] >> 16));
-      v[2] = f16_to_f32((u16)(acc[i][j][1] & 0xffffu));
-      v[3] = f16_to_f32((u16)(acc[i][j][1] >> 16));
-#else
-      v[0] = acc[i][j][0];
-      v[1] = acc[i][j][1];
-      v[2] = acc[i][j][2];
-      v[3] = acc[i][j][3];
-#endif
-      store_out(C, p.ldc, p.m, p.n, row, col, v[0], p.alpha, p.beta);
-      store_out(C, p.ldc, p.m, p.n, row, col + 1, v[1], p.alpha, p.beta);
-      store_out(C, p.ldc, p.m, p.n, row + 8, col, v[2], p.alpha, p.beta);
-      store_out(C, p.ldc, p.m, p.n, row + 8, col + 1, v[3], p.alpha, p.beta);
+      tile_values(acc[i][j], v);
+      store_tile(C, p.ldc, p.m, p.n, row, col, v, p.alpha, p.beta);
     }
 }
 

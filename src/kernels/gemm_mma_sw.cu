@@ -29,8 +29,8 @@
 // Edges: every 16-byte load is predicated (cp.async reads only the in-range bytes and zero-fills the rest), every
 // store too, so any m, n, k work. Operands must be 16-byte aligned (address, leading dimension, batch stride):
 // the host checks it. The output takes any alignment; the wide stores are used only where they are aligned.
-#ifndef FERRY_GEMM_COMMON_INCLUDED
-#include "gemm_common.cuh"
+#ifndef FERRY_GEMM_OUTPUT_INCLUDED
+#include "gemm_output.cuh" // and through it the other shared headers
 #endif
 
 #ifndef FERRY_BM
@@ -73,10 +73,6 @@ static_assert(STAGES >= 2, "at least double buffering");
 static_assert((WN / 4) <= 32 && 32 % (WN / 4) == 0, "epilogue: a warp writes whole rows of its piece");
 
 typedef u16 elem;
-// Vector types of our own: the source includes no header, so it depends on nothing NVRTC may or may not predefine.
-struct __align__(8) f32x2 { float x, y; };
-struct __align__(16) f32x4 { float x, y, z, w; };
-struct __align__(8) u32x2 { u32 x, y; };
 
 // Byte offset of element (r, c) in a swizzled tile with rows of COLS elements (c a multiple of 8 at chunk starts).
 template <int COLS> __device__ __forceinline__ u32 swz(int r, int c) {
@@ -181,45 +177,6 @@ __device__ __forceinline__ void mma_all(acc_t &acc, const u32 af[MI][4], const u
       mma_f32<FERRY_A_TYPE>(acc[i][jj], af[i], bf[jj]);
 #endif
     }
-}
-
-// The four values thread (g, t) holds for mma tile (i, j): rows g and g+8, columns 2t and 2t+1.
-__device__ __forceinline__ void acc_values(const acc_t &acc, int i, int j, float v[4]) {
-#if FERRY_ACC_TYPE == FERRY_F16
-  v[0] = f16_to_f32((u16)(acc[i][j][0] & 0xffffu));
-  v[1] = f16_to_f32((u16)(acc[i][j][0] >> 16));
-  v[2] = f16_to_f32((u16)(acc[i][j][1] & 0xffffu));
-  v[3] = f16_to_f32((u16)(acc[i][j][1] >> 16));
-#else
-  v[0] = acc[i][j][0];
-  v[1] = acc[i][j][1];
-  v[2] = acc[i][j][2];
-  v[3] = acc[i][j][3];
-#endif
-}
-
-// Four consecutive elements of a row-major output, in range and aligned for one store of 4 elements.
-__device__ __forceinline__ void store4(out_t *at, const float a[4], float alpha, float beta) {
-  float v[4] = {alpha * a[0], alpha * a[1], alpha * a[2], alpha * a[3]};
-#if FERRY_OUT_TYPE == FERRY_F32
-  if (beta != 0.0f) {
-    const f32x4 old = *reinterpret_cast<const f32x4 *>(at);
-    v[0] += beta * old.x, v[1] += beta * old.y, v[2] += beta * old.z, v[3] += beta * old.w;
-  }
-  *reinterpret_cast<f32x4 *>(at) = f32x4{v[0], v[1], v[2], v[3]};
-#else
-  if (beta != 0.0f) {
-    const u32x2 old = *reinterpret_cast<const u32x2 *>(at);
-    v[0] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.x & 0xffffu));
-    v[1] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.x >> 16));
-    v[2] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.y & 0xffffu));
-    v[3] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.y >> 16));
-  }
-  u32x2 w;
-  w.x = (u32)from_f32<FERRY_OUT_TYPE>(v[0]) | (u32)from_f32<FERRY_OUT_TYPE>(v[1]) << 16;
-  w.y = (u32)from_f32<FERRY_OUT_TYPE>(v[2]) | (u32)from_f32<FERRY_OUT_TYPE>(v[3]) << 16;
-  *reinterpret_cast<u32x2 *>(at) = w;
-#endif
 }
 
 // The main loop's state and its two steps. A struct rather than lambdas because NVRTC treats generic lambdas as
@@ -367,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_mma_sw(const
 #pragma unroll
       for (int j = 0; j < NI; ++j) {
         float v[4];
-        acc_values(acc, i, j, v);
+        tile_values(acc[i][j], v);
         *reinterpret_cast<f32x2 *>(stage + g * EPI_PITCH + j * 8 + 2 * t) = f32x2{v[0], v[1]};
         *reinterpret_cast<f32x2 *>(stage + (g + 8) * EPI_PITCH + j * 8 + 2 * t) = f32x2{v[2], v[3]};
       }
@@ -395,11 +352,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_mma_sw(const
       for (int j = 0; j < NI; ++j) {
         const int row = m0 + wm0 + i * 16 + g, col = n0 + wn0 + j * 8 + t * 2;
         float v[4];
-        acc_values(acc, i, j, v);
-        store_out(C, p.ldc, p.m, p.n, row, col, v[0], alpha, beta);
-        store_out(C, p.ldc, p.m, p.n, row, col + 1, v[1], alpha, beta);
-        store_out(C, p.ldc, p.m, p.n, row + 8, col, v[2], alpha, beta);
-        store_out(C, p.ldc, p.m, p.n, row + 8, col + 1, v[3], alpha, beta);
+        tile_values(acc[i][j], v);
+        store_tile(C, p.ldc, p.m, p.n, row, col, v, alpha, beta);
       }
   }
 }

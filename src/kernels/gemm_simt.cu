@@ -5,8 +5,8 @@
 // element by element (converted to fp32 on the way) into shared memory laid out k-major, [16][64], so the inner
 // loop reads four consecutive floats of A and of B per k with one 16-byte shared load each. Loads walk the
 // operand's contiguous dimension across the threads of a warp, so they coalesce in either major mode.
-#ifndef FERRY_GEMM_COMMON_INCLUDED
-#include "gemm_common.cuh"
+#ifndef FERRY_GEMM_OUTPUT_INCLUDED
+#include "gemm_output.cuh" // and through it the other shared headers
 #endif
 
 namespace ferry {

@@ -25,8 +25,8 @@
 // Edges and epilogue as in gemm_mma_sw.cu: predicated copies at the edges (an unpredicated loop while every k-tile
 // to load lies inside the operands), accumulators staged through shared memory per warp and stored 4 elements at a
 // time where aligned and in range, element stores otherwise and for column-major outputs. Operands 16-byte aligned.
-#ifndef FERRY_GEMM_COMMON_INCLUDED
-#include "gemm_common.cuh"
+#ifndef FERRY_GEMM_OUTPUT_INCLUDED
+#include "gemm_output.cuh" // and through it the other shared headers
 #endif
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -63,9 +63,6 @@ static_assert(STAGES >= 3, "copies run STAGES-2 k-tiles ahead of the wgmma");
 static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "every tile starts on a 1024-byte swizzle boundary");
 
 typedef u16 elem;
-struct __align__(8) f32x2 { float x, y; };
-struct __align__(16) f32x4 { float x, y, z, w; };
-struct __align__(8) u32x2 { u32 x, y; };
 
 // Byte offset of element (r, c) of a ROWS×COLS tile (COLS contiguous) in its panel layout: 64-column panels of
 // ROWS rows of 128 bytes, 16-byte chunks swizzled with the row within each group of 8 rows.
@@ -200,29 +197,6 @@ struct mainloop {
   }
 };
 
-__device__ __forceinline__ void store4(out_t *at, const float a[4], float alpha, float beta) {
-  float v[4] = {alpha * a[0], alpha * a[1], alpha * a[2], alpha * a[3]};
-#if FERRY_OUT_TYPE == FERRY_F32
-  if (beta != 0.0f) {
-    const f32x4 old = *reinterpret_cast<const f32x4 *>(at);
-    v[0] += beta * old.x, v[1] += beta * old.y, v[2] += beta * old.z, v[3] += beta * old.w;
-  }
-  *reinterpret_cast<f32x4 *>(at) = f32x4{v[0], v[1], v[2], v[3]};
-#else
-  if (beta != 0.0f) {
-    const u32x2 old = *reinterpret_cast<const u32x2 *>(at);
-    v[0] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.x & 0xffffu));
-    v[1] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.x >> 16));
-    v[2] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.y & 0xffffu));
-    v[3] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.y >> 16));
-  }
-  u32x2 w;
-  w.x = (u32)from_f32<FERRY_OUT_TYPE>(v[0]) | (u32)from_f32<FERRY_OUT_TYPE>(v[1]) << 16;
-  w.y = (u32)from_f32<FERRY_OUT_TYPE>(v[2]) | (u32)from_f32<FERRY_OUT_TYPE>(v[3]) << 16;
-  *reinterpret_cast<u32x2 *>(at) = w;
-#endif
-}
-
 extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const ferry_gemm_params p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   if (dynamic_smem_size() < SMEM_BYTES) __trap();
@@ -276,10 +250,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
       const int row = row0 + g, col = n0 + j * 8 + t * 2;
-      store_out(C, p.ldc, p.m, p.n, row, col, acc[4 * j], alpha, beta);
-      store_out(C, p.ldc, p.m, p.n, row, col + 1, acc[4 * j + 1], alpha, beta);
-      store_out(C, p.ldc, p.m, p.n, row + 8, col, acc[4 * j + 2], alpha, beta);
-      store_out(C, p.ldc, p.m, p.n, row + 8, col + 1, acc[4 * j + 3], alpha, beta);
+      store_tile(C, p.ldc, p.m, p.n, row, col, acc + 4 * j, alpha, beta);
     }
   }
 }

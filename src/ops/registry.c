@@ -41,6 +41,14 @@ uint32_t ferry__design_smem(const ferry_op *op, uint32_t kind) {
   return (uint32_t)d->stages * (a + b) * 2u;
 }
 
+/* The digest of ferry's shared kernel headers, made once by register_builtins before the first built-in. */
+static uint8_t builtin_headers[32];
+
+/* What an artifact was made from (an imported or cached one must match it): the operator's text, macros, entry and
+ * options and, for a built-in operator, the shared headers its source holds too (source.c) — so that moving code
+ * from a kernel file into a shared header, or changing one, is not mistaken for the same source. A registered
+ * operator's digest is what it always was (gemm_params.cuh, the public parameter layout, is all it is given), so
+ * artifacts exported for it keep importing. */
 static void op_digest(ferry_op *op) {
   ferry__sha256 s;
   ferry__sha256_init(&s);
@@ -49,6 +57,7 @@ static void op_digest(ferry_op *op) {
   ferry__sha256_update(&s, "", 1);
   ferry__sha256_update(&s, op->entry, strlen(op->entry) + 1);
   for (int i = 0; i < op->n_options; i++) ferry__sha256_update(&s, op->options[i], strlen(op->options[i]) + 1);
+  if (op->family != FERRY__CUSTOM) ferry__sha256_update(&s, builtin_headers, sizeof builtin_headers);
   ferry__sha256_final(&s, op->digest);
 }
 
@@ -175,6 +184,7 @@ static void add_simt(void) {
  * time: for designs of one tile shape, speeds scale as 1 / time. */
 static void register_builtins(void) {
   pthread_mutex_lock(&registry_lock);
+  ferry__builtin_headers_digest(builtin_headers);
   static const int types[2] = {FERRY_F16, FERRY_BF16};
   for (int i = 0; i < 2; i++) {
     add_mma(FERRY__MMA, types[i], 128, 256, 32, 2, 4, 3, 8, 0.663); /* large problems: 8 warps of 64×64 */

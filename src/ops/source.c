@@ -29,19 +29,28 @@ static size_t source_head(const ferry_op *op, uint32_t kind, int sm, char head[6
 }
 
 /* The body: everything after the head, the same for all of the operator's kinds and targets (the design's macros,
- * the parameter struct, the shared helpers of ferry's own kernels, the kernel). It is handed piece by piece to
+ * the parameter struct, the shared headers of ferry's own kernels, the kernel). It is handed piece by piece to
  * `emit`, the one description of the body both for writing the source and for its digest, so the two cannot
- * drift apart. */
+ * drift apart. NVRTC is given no headers: each shared header is placed here, in the order the kernels include it
+ * (its include guard then skips the kernel file's #include, which serves nvcc), so every header's text enters
+ * the digest and with it the cache key. */
 typedef void (*emit_fn)(void *ctx, const void *bytes, size_t n);
+
+/* The headers only ferry's own kernels are given, after gemm_params.cuh: the one list of them. */
+static void builtin_headers(emit_fn emit, void *ctx) {
+  emit(ctx, ferry__kernel_gemm_kind, ferry__kernel_gemm_kind_size);
+  emit(ctx, "\n", 1);
+  emit(ctx, ferry__kernel_gemm_common, ferry__kernel_gemm_common_size);
+  emit(ctx, "\n", 1);
+  emit(ctx, ferry__kernel_gemm_output, ferry__kernel_gemm_output_size);
+  emit(ctx, "\n", 1);
+}
 
 static void source_body(const ferry_op *op, emit_fn emit, void *ctx) {
   emit(ctx, op->defines, strlen(op->defines));
   emit(ctx, ferry__kernel_gemm_params, ferry__kernel_gemm_params_size);
   emit(ctx, "\n", 1);
-  if (op->family != FERRY__CUSTOM) {
-    emit(ctx, ferry__kernel_gemm_common, ferry__kernel_gemm_common_size);
-    emit(ctx, "\n", 1);
-  }
+  if (op->family != FERRY__CUSTOM) builtin_headers(emit, ctx);
   emit(ctx, op->kernel_text, op->kernel_size);
 }
 
@@ -77,6 +86,14 @@ void ferry__op_body_digest(const ferry_op *op, uint8_t out[32]) {
   ferry__sha256 s;
   ferry__sha256_init(&s);
   source_body(op, emit_hash, &s);
+  ferry__sha256_final(&s, out);
+}
+
+void ferry__builtin_headers_digest(uint8_t out[32]) {
+  ferry__sha256 s;
+  ferry__sha256_init(&s);
+  emit_hash(&s, ferry__kernel_gemm_params, ferry__kernel_gemm_params_size);
+  builtin_headers(emit_hash, &s);
   ferry__sha256_final(&s, out);
 }
 

@@ -99,6 +99,24 @@ TEST(compile_key_covers_the_whole_source) {
       ASSERT(!memcmp(want, got, 32));
     }
   }
+  /* Each shared header stands whole in a built-in operator's source, so the digest, and with it the key, covers
+   * every one of them (NVRTC is given no headers: source.c places them). */
+  char *source = NULL;
+  size_t size = 0;
+  ASSERT_OK(ferry__op_source(ops[0], f16.problem.kind, 90, &source, &size));
+  const struct { const unsigned char *text; size_t n; const char *name; } headers[] = {
+      {ferry__kernel_gemm_params, ferry__kernel_gemm_params_size, "gemm_params.cuh"},
+      {ferry__kernel_gemm_kind, ferry__kernel_gemm_kind_size, "gemm_kind.cuh"},
+      {ferry__kernel_gemm_common, ferry__kernel_gemm_common_size, "gemm_common.cuh"},
+      {ferry__kernel_gemm_output, ferry__kernel_gemm_output_size, "gemm_output.cuh"},
+  };
+  for (size_t h = 0; h < sizeof headers / sizeof headers[0]; h++) {
+    int found = 0;
+    for (size_t at = 0; !found && at + headers[h].n <= size; at++)
+      found = !memcmp(source + at, headers[h].text, headers[h].n);
+    if (!found) FAIL_AT("%s is not in the source of %s", headers[h].name, ferry_op_get_info(ops[0])->name);
+  }
+  free(source);
   /* Every input changes the key; the same inputs give the same key. */
   const char *opts[3] = {"--gpu-architecture=sm_90", "--std=c++17", "-DX=1"};
   uint8_t base[32], again[32], other[32];

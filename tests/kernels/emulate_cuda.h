@@ -12,7 +12,8 @@
 // shared access and every cp.async source is bounds-checked, and a kernel must leave no copy in flight.
 //
 // This header replaces gemm_common.cuh (whose helpers are inline PTX): it provides the same names, with the same
-// semantics, in plain C++. The kernel file is included unchanged.
+// semantics, in plain C++. What the kernels share that is plain C++ already (gemm_kind.cuh, gemm_output.cuh) it
+// includes as it is, and the kernel file is included unchanged.
 #ifndef FERRY_EMULATE_CUDA_H
 #define FERRY_EMULATE_CUDA_H
 
@@ -262,38 +263,9 @@ inline void __syncwarp() { emu::warp_arrive([] {}); }
 // ---- gemm_common.cuh in plain C++ ----------------------------------------------------------------------------
 
 #define FERRY_GEMM_COMMON_INCLUDED
-#include "gemm_params.cuh"
-
-#ifndef FERRY_A_TYPE
-#define FERRY_A_TYPE FERRY_F16
-#endif
-#ifndef FERRY_B_TYPE
-#define FERRY_B_TYPE FERRY_A_TYPE
-#endif
-#ifndef FERRY_OUT_TYPE
-#define FERRY_OUT_TYPE FERRY_F32
-#endif
-#ifndef FERRY_ACC_TYPE
-#define FERRY_ACC_TYPE FERRY_F32
-#endif
-#ifndef FERRY_A_ROW
-#define FERRY_A_ROW 1
-#endif
-#ifndef FERRY_B_ROW
-#define FERRY_B_ROW 1
-#endif
-#ifndef FERRY_OUT_ROW
-#define FERRY_OUT_ROW 1
-#endif
+#include "gemm_kind.cuh"
 
 namespace ferry {
-
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef long long i64;
-
-template <int T> struct storage { typedef u16 type; };
-template <> struct storage<FERRY_F32> { typedef float type; };
 
 inline float f16_to_f32(u16 h) {
   const int sign = h >> 15, exp = (h >> 10) & 31, man = h & 1023;
@@ -556,27 +528,9 @@ inline const bool wgmma_checked_after_each_block = (emu::after_block = [] {
 }, true);
 inline void fence_proxy_async_shared() {}
 
-// As gemm_common.cuh.
-inline void tile_of_block(int m, int n, int bm, int bn, int &tm, int &tn) {
-  const int tiles_m = (m + bm - 1) / bm, tiles_n = (n + bn - 1) / bn;
-  const int group = 8;
-  const int per_group = group * tiles_n;
-  const int bid = (int)blockIdx.x;
-  const int first = bid / per_group * group;
-  const int rows = min(tiles_m - first, group);
-  const int in_group = bid % per_group;
-  tm = first + in_group % rows;
-  tn = in_group / rows;
-}
-
-inline void store_out(out_t *out, long long ldc, int m, int n, int row, int col, float acc, float alpha, float beta) {
-  if (row >= m || col >= n) return;
-  const long long at = FERRY_OUT_ROW ? (long long)row * ldc + col : (long long)col * ldc + row;
-  float v = alpha * acc;
-  if (beta != 0.0f) v += beta * to_f32<FERRY_OUT_TYPE>(out[at]);
-  out[at] = from_f32<FERRY_OUT_TYPE>(v);
-}
-
 } // namespace ferry
+
+// The output side as the kernels have it: it needs only what is above.
+#include "gemm_output.cuh"
 
 #endif

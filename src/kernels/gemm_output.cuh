@@ -1,0 +1,101 @@
+// gemm_output.cuh — the output side of ferry's GEMM kernels: which output tile a block computes, the values a
+// thread holds of one mma tile, and the stores (one element at a time, or 4 consecutive elements at once).
+//
+// Plain C++ with no PTX, so that the CPU emulation (tests/kernels/emulate_cuda.h) includes this same text rather
+// than a copy of it. It builds on what gemm_common.cuh (or, on the CPU, the emulation) defines first: the kind's
+// macros and types, to_f32 / from_f32 and f16_to_f32. The shared headers form one chain, each including the one
+// before it (gemm_params, gemm_kind, gemm_common, this file), and a kernel file includes this last one. ferry gives
+// NVRTC the same chain as text, in that order (src/ops/source.c), so the include guards skip every #include there:
+// the includes serve nvcc, which checks the files one by one.
+#ifndef FERRY_GEMM_OUTPUT_INCLUDED
+#define FERRY_GEMM_OUTPUT_INCLUDED
+
+#ifndef FERRY_GEMM_COMMON_INCLUDED
+#include "gemm_common.cuh"
+#endif
+
+namespace ferry {
+
+// Vector types of our own: the source includes no header, so it depends on nothing NVRTC may or may not predefine.
+struct __align__(8) f32x2 { float x, y; };
+struct __align__(16) f32x4 { float x, y, z, w; };
+struct __align__(8) u32x2 { u32 x, y; };
+
+// Maps blockIdx.x to a (row tile, column tile) pair, walking groups of 8 row tiles column by column so that
+// blocks running together share rows of A and columns of B in L2.
+__device__ __forceinline__ void tile_of_block(int m, int n, int bm, int bn, int &tm, int &tn) {
+  const int tiles_m = (m + bm - 1) / bm, tiles_n = (n + bn - 1) / bn;
+  const int group = 8;
+  const int per_group = group * tiles_n;
+  const int bid = blockIdx.x;
+  const int first = bid / per_group * group;
+  const int rows = min(tiles_m - first, group);
+  const int in_group = bid % per_group;
+  tm = first + in_group % rows;
+  tn = in_group / rows;
+}
+
+// The four values thread (g, t) of a warp holds of one 16×8 mma tile, as fp32: rows g and g+8, columns 2t and
+// 2t+1, from fp32 accumulators or from fp16 ones packed two to a register.
+__device__ __forceinline__ void tile_values(const float (&acc)[4], float v[4]) {
+  v[0] = acc[0];
+  v[1] = acc[1];
+  v[2] = acc[2];
+  v[3] = acc[3];
+}
+__device__ __forceinline__ void tile_values(const u32 (&acc)[2], float v[4]) {
+  v[0] = f16_to_f32((u16)(acc[0] & 0xffffu));
+  v[1] = f16_to_f32((u16)(acc[0] >> 16));
+  v[2] = f16_to_f32((u16)(acc[1] & 0xffffu));
+  v[3] = f16_to_f32((u16)(acc[1] >> 16));
+}
+
+// Writes one output element: alpha*acc + beta*old, converted to the output type; out of range is skipped.
+__device__ __forceinline__ void store_out(out_t *out, long long ldc, int m, int n, int row, int col, float acc,
+                                          float alpha, float beta) {
+  if (row >= m || col >= n) return;
+  const long long at = FERRY_OUT_ROW ? (long long)row * ldc + col : (long long)col * ldc + row;
+  float v = alpha * acc;
+  // beta == 0 must not read: the output may hold anything, NaN included.
+  if (beta != 0.0f) v += beta * to_f32<FERRY_OUT_TYPE>(out[at]);
+  out[at] = from_f32<FERRY_OUT_TYPE>(v);
+}
+
+// Writes the four values thread (g, t) holds of one 16×8 mma tile (tile_values' order), element by element: rows
+// row and row+8, columns col and col+1, where row is the tile's first row + g and col its first column + 2t.
+__device__ __forceinline__ void store_tile(out_t *out, long long ldc, int m, int n, int row, int col, const float v[4],
+                                           float alpha, float beta) {
+  store_out(out, ldc, m, n, row, col, v[0], alpha, beta);
+  store_out(out, ldc, m, n, row, col + 1, v[1], alpha, beta);
+  store_out(out, ldc, m, n, row + 8, col, v[2], alpha, beta);
+  store_out(out, ldc, m, n, row + 8, col + 1, v[3], alpha, beta);
+}
+
+// Writes four consecutive elements of a row-major output, alpha*a + beta*old, with one 16-byte (fp32) or 8-byte
+// (16-bit types) load and store; the caller has checked that they are in range and aligned for it.
+__device__ __forceinline__ void store4(out_t *at, const float a[4], float alpha, float beta) {
+  float v[4] = {alpha * a[0], alpha * a[1], alpha * a[2], alpha * a[3]};
+#if FERRY_OUT_TYPE == FERRY_F32
+  if (beta != 0.0f) {
+    const f32x4 old = *reinterpret_cast<const f32x4 *>(at);
+    v[0] += beta * old.x, v[1] += beta * old.y, v[2] += beta * old.z, v[3] += beta * old.w;
+  }
+  *reinterpret_cast<f32x4 *>(at) = f32x4{v[0], v[1], v[2], v[3]};
+#else
+  if (beta != 0.0f) {
+    const u32x2 old = *reinterpret_cast<const u32x2 *>(at);
+    v[0] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.x & 0xffffu));
+    v[1] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.x >> 16));
+    v[2] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.y & 0xffffu));
+    v[3] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.y >> 16));
+  }
+  u32x2 w;
+  w.x = (u32)from_f32<FERRY_OUT_TYPE>(v[0]) | (u32)from_f32<FERRY_OUT_TYPE>(v[1]) << 16;
+  w.y = (u32)from_f32<FERRY_OUT_TYPE>(v[2]) | (u32)from_f32<FERRY_OUT_TYPE>(v[3]) << 16;
+  *reinterpret_cast<u32x2 *>(at) = w;
+#endif
+}
+
+}  // namespace ferry
+
+#endif
