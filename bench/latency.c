@@ -265,6 +265,7 @@ static int gemm_device_rows(int m, int type, int sets_n, int launches, bench_cub
     }
     BENCH_CU(ferry__drv.cuMemcpyHtoD(a[s], host, bytes));
     BENCH_CU(ferry__drv.cuMemcpyHtoD(b[s], host, bytes));
+    BENCH_CU(ferry__drv.cuStreamSynchronize(NULL)); /* pageable uploads may land after return: done before use */
     ferry_tensor ta = {(void *)(uintptr_t)a[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
     ferry_tensor tb = {(void *)(uintptr_t)b[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
     ferry_tensor tc = {(void *)(uintptr_t)c[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
@@ -367,6 +368,7 @@ int bench_latency_main(int argc, char **argv) {
     for (int i = 0; i < N * N; i++) host[i] = (uint16_t)(0x3000u + bench_rng_below(&rng, 0x0c00u)) | (i & 1 ? 0x8000u : 0);
     BENCH_CU(ferry__drv.cuMemcpyHtoD(x->a, host, N * N * 2));
     BENCH_CU(ferry__drv.cuMemcpyHtoD(x->b, host, N * N * 2));
+    BENCH_CU(ferry__drv.cuStreamSynchronize(NULL)); /* pageable uploads may land after return: done before use */
     x->ta = (ferry_tensor){(void *)(uintptr_t)x->a, {FERRY_DEVICE_CUDA, dev}, 2, f16, shape128, NULL, 0};
     x->tb = (ferry_tensor){(void *)(uintptr_t)x->b, {FERRY_DEVICE_CUDA, dev}, 2, f16, shape128, NULL, 0};
     x->tout = (ferry_tensor){(void *)(uintptr_t)x->out, {FERRY_DEVICE_CUDA, dev}, 2, f16, shape128, NULL, 0};

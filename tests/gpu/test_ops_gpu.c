@@ -147,17 +147,25 @@ static void mat_make(mat *m, int type, int col, int l, int rows, int cols, int p
                                        : (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
   m->t = (ferry_tensor){(void *)(uintptr_t)m->dev, {FERRY_DEVICE_CUDA, dev}, 2 + b, dt, m->shape, m->strides, 0};
 }
+/* Host -> device, complete on return. From pageable memory cuMemcpyHtoD may return before its DMA lands, and the
+ * operators run on a non-blocking stream that does not wait for the legacy stream the copy went on: without the
+ * sync, a NaN sentinel could land after the kernel's output and read as "not written" (seen on the H200 while
+ * another process kept the copy engines busy). */
+static void mat_upload(mat *m) {
+  REQUIRE_CU(ferry__drv.cuMemcpyHtoD(m->dev, m->host, m->elems * esize(m->type)));
+  REQUIRE_CU(ferry__drv.cuStreamSynchronize(NULL));
+}
 static void mat_random(mat *m) {
   if (!m->val) m->val = malloc(m->elems * sizeof *m->val);
   for (size_t i = 0; i < m->elems; i++) {
     put(m->host, i, m->type, uniform());
     m->val[i] = get(m->host, i, m->type);
   }
-  REQUIRE_CU(ferry__drv.cuMemcpyHtoD(m->dev, m->host, m->elems * esize(m->type)));
+  mat_upload(m);
 }
 static void mat_poison(mat *m) { /* all-ones bits: NaN in fp16, bf16 and fp32 */
   memset(m->host, 0xff, m->elems * esize(m->type));
-  REQUIRE_CU(ferry__drv.cuMemcpyHtoD(m->dev, m->host, m->elems * esize(m->type)));
+  mat_upload(m);
 }
 static void mat_download(mat *m) { REQUIRE_CU(ferry__drv.cuMemcpyDtoH(m->host, m->dev, m->elems * esize(m->type))); }
 static void mat_free(mat *m) {
@@ -252,7 +260,7 @@ static void run_case(int ta, int tb, int tout, int tacc, int ca, int cb, int cc,
   for (size_t o = 0; o < n_ops && o < 32; o++) {
     if (beta != 0.0f) { /* the old output again (the previous operator's result overwrote the host copy) */
       for (size_t i = 0; i < out.elems; i++) put(out.host, i, tout, c0[i]);
-      REQUIRE_CU(ferry__drv.cuMemcpyHtoD(out.dev, out.host, out.elems * esize(tout)));
+      mat_upload(&out);
     } else {
       mat_poison(&out);
     }

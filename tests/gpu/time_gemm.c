@@ -168,6 +168,7 @@ int main(int argc, char **argv) {
       }
       REQUIRE_CU(ferry__drv.cuMemcpyHtoD(which ? b_[s] : a_[s], host, bytes));
     }
+    REQUIRE_CU(ferry__drv.cuStreamSynchronize(NULL)); /* pageable uploads may land after return: done before use */
     ferry_tensor ta = {(void *)(uintptr_t)a_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
     ferry_tensor tb = {(void *)(uintptr_t)b_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
     ferry_tensor tc = {(void *)(uintptr_t)c_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
@@ -201,6 +202,7 @@ int main(int argc, char **argv) {
     REQUIRE_OK(ferry_op_compile(ops[i], &args_[0], &art));
     memset(out, 0xff, bytes); /* NaN: every element must be written */
     REQUIRE_CU(ferry__drv.cuMemcpyHtoD(c_[0], out, bytes));
+    REQUIRE_CU(ferry__drv.cuStreamSynchronize(NULL)); /* the NaN sentinel lands before the kernel writes */
     launch(ops[i], art, 0);
     REQUIRE_CU(ferry__drv.cuStreamSynchronize(stream));
     double err = have_cublas_ ? compare(ref, out) : NAN;

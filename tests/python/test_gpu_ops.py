@@ -79,6 +79,10 @@ def make_case(m, n, k, l, tin, tout, majors=("row", "row", "row"), offset=0, alp
     if not beta:
         c.fill_(NAN)
     args = ops.GemmArguments(a, b, c, torch.float32, alpha=alpha, beta=beta)
+    # The operands are complete before a test runs them on a stream of its choosing (torch's side streams do not
+    # wait for the current stream: a NaN fill landing after a kernel's output reads as "never written", as seen on
+    # the H200 while another process kept the GPU busy).
+    torch.cuda.synchronize()
     return args, (a, b, c, c0)
 
 
