@@ -74,7 +74,7 @@ for p in "${parts[@]}"; do
            --output $RESULTS/py_call_overhead_notrim.csv" ;; # A/B: glibc never trims or unmaps
   pycallviews) TAILN=24 part pycallviews "$PYTHON -m ferry.bench.call_overhead --num-tensors 256 4096 --views \
            --device-arg --small-calls 200 --output $RESULTS/py_call_overhead_views.csv" ;; # inputs as the bandwidth bench's
-  pybench4096) TAILN=12 part pybench4096 "$PYTHON -m ferry.bench.overlap --num-tensors 4096 --num-runs 15 \
+  pybench4096) TAILN=18 part pybench4096 "$PYTHON -m ferry.bench.overlap --num-tensors 4096 --num-runs 15 \
            --output $RESULTS/py_overlap_4096.csv --diagnostics-output $RESULTS/py_overlap_4096_diagnostics.csv" ;;
   pybench4096arena) TAILN=12 part pybench4096arena "GLIBC_TUNABLES=glibc.malloc.arena_max=1 $PYTHON -m \
            ferry.bench.overlap --num-tensors 4096 --num-runs 15 --output $RESULTS/py_overlap_4096_arena1.csv \
@@ -84,7 +84,7 @@ for p in "${parts[@]}"; do
            --diagnostics-output $RESULTS/py_overlap_4096_notrim_diagnostics.csv" ;; # A/B: glibc never trims
   pybench4096frozen) TAILN=12 part pybench4096frozen "$PYTHON -m ferry.bench.overlap --num-tensors 4096 \
            --num-runs 15 --gc-freeze --output $RESULTS/py_overlap_4096_frozen.csv" ;; # A/B: full GCs skip torch
-  pybench) TAILN=12 part pybench "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \
+  pybench) TAILN=20 part pybench "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \
            --output $RESULTS/py_overlap.csv --samples-output $RESULTS/py_overlap_samples.csv \
            --diagnostics-output $RESULTS/py_overlap_diagnostics.csv --harness-floor" ;;
   pybenchnohandoff) TAILN=12 part pybenchnohandoff "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \

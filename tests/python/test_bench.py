@@ -190,6 +190,20 @@ def test_diagnostic_timeline_adds_up_to_the_excess_and_reads_ferry_phases():
     finally:
         sys.stdout = saved
     assert "0.001/0.002/0.001/0.005" in out.getvalue()
+    # Transfer-only blocks: one row per (trial, method), with both threads' CPU probes taken after the block.
+    trows = overlap._transfer_rows(runner.records, 64 << 20, 32)
+    assert sorted((r["method"], r["trial"]) for r in trows) == [(m, t) for m in ("ferry", "other") for t in range(3)]
+    assert all(r["transfer_ms"] >= 1.0 or r["method"] == "other" for r in trows)  # ferry's stand-in sleeps 1 ms
+    assert all(r["worker_probe_ms"] > 0 and r["main_probe_ms"] > 0 and r["worker_cpu"] >= 0 for r in trows)
+    assert all(r["ferry_build_ms"] == pytest.approx(0.005) for r in trows if r["method"] == "ferry")
+    assert all("ferry_walk_ms" not in r for r in trows if r["method"] == "other")
+    out = io.StringIO()
+    sys.stdout, saved = out, sys.stdout
+    try:
+        overlap._print_transfer_diagnostics(trows)
+    finally:
+        sys.stdout = saved
+    assert "Transfer-only blocks" in out.getvalue() and "0.001/0.002/0.001/0.005/nan" in out.getvalue()
 
 
 def test_overlap_flags_beyond_the_seeds_are_off_by_default():
@@ -336,6 +350,9 @@ def test_overlap_main_on_a_stand_in_with_diagnostics_then_every_csv_plots(monkey
     diag = list(csv.DictReader(open(files["py_diag"], newline="")))
     # 2 tensor counts x 3 methods (PyTorch, ferry, no transfer) x 3 blocks
     assert len(diag) == 2 * 3 * 3 and set(diag[0]) == set(overlap.DIAGNOSTIC_FIELDS)
+    transfer_diag = list(csv.DictReader(open(str(tmp_path / "py_diag_transfer.csv"), newline="")))
+    assert len(transfer_diag) == 2 * 3 * 3 and set(transfer_diag[0]) == set(overlap.TRANSFER_DIAGNOSTIC_FIELDS)
+    assert "Transfer-only blocks" in out
     if importlib.util.find_spec("matplotlib") is None:
         return
     assert plot.main(list(files.values()) + ["--out-dir", str(tmp_path / "png")]) == 0

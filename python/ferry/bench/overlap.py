@@ -20,7 +20,10 @@ after the release, its launch phase (barrier release to the last ``torch.mm`` re
 start to last ``torch.mm``), the GPU tail after the launches, the worker's transfer call, and for ferry its own
 phases (walk, submit, GIL hand-off window, output build, wait) from its private phase stamps. The stamps cost a
 few ``perf_counter_ns`` calls per block, so a diagnostic run is not the reference run: compare its medians with
-each other. The rows go to PATH and a table of medians is printed before the summary.
+each other. The rows go to PATH and a table of medians is printed before the summary. Transfer-only blocks get
+rows of their own in PATH's ``_transfer`` sibling (diag.csv -> diag_transfer.csv): the block's time, ferry's phases
+in it, and, taken right after the block and untimed, a CPU probe (call_overhead's fixed Python loop) on the worker
+and on the main thread with the CPU each is on, so that a slow block can be matched with a slowed vCPU.
 
 Harness floor (``--harness-floor``; not part of the seed): a third method whose worker returns at once runs in the
 same blocks. Its transfer-only time is the executor round trip and its concurrent excess over compute is what the
@@ -50,6 +53,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 from ferry.bench._gpu import torch_cuda_device
+from ferry.bench.call_overhead import _cpu_probe_ms
 
 _SCHEMA_VERSION = 1
 _METHOD_NATIVE = "PyTorch to(cpu)"
@@ -254,7 +258,7 @@ class _DiagnosticRunner(_Runner):
             if barrier is not None:
                 record["bg_arrive"] = time.perf_counter_ns()
                 barrier.wait(timeout=_BARRIER_TIMEOUT_S)
-            started = time.perf_counter_ns()
+            started = record["bg_start"] = time.perf_counter_ns()
             output = transfer()
             record["bg_end"] = time.perf_counter_ns()
             record["phases"] = self.ferry_phases()
@@ -286,6 +290,17 @@ class _DiagnosticRunner(_Runner):
         skew = _ms(min(compute_started, transfer_started), max(compute_started, transfer_started))
         return _ms(start, end), skew
 
+    def transfer_only(self, transfer):
+        ms = super().transfer_only(transfer)
+        record = self.pending
+        # Untimed, right after the block: the speed of the CPU under each thread (call_overhead's probe) and the
+        # CPU the worker is on. On the lent VM a vCPU can run 1.6-1.9x slower than the rest, and every phase of a
+        # many-tensor call (CPU work) with it; these columns tell whether a slow block ran on a slow CPU.
+        record["worker_probe_ms"], record["worker_cpu"] = self.executor.submit(_probe_this_thread).result()
+        record["main_probe_ms"], record["main_cpu"] = _probe_this_thread()
+        record["transfer_ms"] = ms
+        return ms
+
     def note(self, trial, method, schedule):
         self.records.append((trial, method, schedule, self.pending))
         self.pending = {}
@@ -299,6 +314,68 @@ DIAGNOSTIC_FIELDS = [
 
 _FERRY_PHASES = [("walk", "start", "walked"), ("submit", "walked", "submitted"), ("handoff", "submitted", "handed"),
                  ("build", "handed", "built"), ("wait", "built", "waited"), ("finish", "waited", "finished")]
+
+
+def _probe_this_thread():
+    """(the CPU probe on the calling thread in ms, the CPU it is running on: field 39 of /proc/thread-self/stat)."""
+    probe_ms = _cpu_probe_ms(repeats=5)
+    try:
+        with open("/proc/thread-self/stat") as f:
+            cpu = int(f.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, IndexError, ValueError):
+        cpu = -1
+    return probe_ms, cpu
+
+
+TRANSFER_DIAGNOSTIC_FIELDS = [
+    "total_bytes", "num_tensors", "method", "trial", "transfer_ms", "worker_probe_ms", "worker_cpu", "main_probe_ms",
+    "main_cpu", "ferry_walk_ms", "ferry_submit_ms", "ferry_handoff_ms", "ferry_build_ms", "ferry_wait_ms",
+    "ferry_finish_ms"]
+
+
+def _transfer_rows(records, total_bytes, num_tensors):
+    """Per (trial, method): the transfer-only block, ferry's phases in it and the CPU probes taken after it."""
+    rows = []
+    for trial, method, schedule, r in records:
+        if schedule != "transfer" or "transfer_ms" not in r:
+            continue
+        row = dict(total_bytes=total_bytes, num_tensors=num_tensors, method=method, trial=trial,
+                   **{k: r[k] for k in ("transfer_ms", "worker_probe_ms", "worker_cpu", "main_probe_ms", "main_cpu")})
+        phases = r.get("phases") or {}
+        if phases.get("start") is not None and phases["start"] >= r["bg_start"]:  # this block's call, not older
+            for name, a, b in _FERRY_PHASES:
+                if phases.get(a) is not None and phases.get(b) is not None:
+                    row[f"ferry_{name}_ms"] = _ms(phases[a], phases[b])
+        rows.append(row)
+    return rows
+
+
+def _print_transfer_diagnostics(rows):
+    """Medians of the transfer-only blocks, and the transfer time split by the worker's CPU probe: if the blocks
+    whose worker sat on a slow CPU are the slow ones, the harness's slowdown is the VM's and not the harness's."""
+    def med(values):
+        values = [v for v in values if v is not None and v != ""]
+        return _percentile(values, 50) if values else float("nan")
+
+    print("\nTransfer-only blocks (medians, ms; probe = call_overhead's CPU probe on that thread right after the "
+          "block, lower is faster)")
+    print(f"{'Tensors':>7}  {'Method':<16}{'xfer':>7}{'worker probe':>13}{'main probe':>11}"
+          f"{'xfer | fast worker':>19}{'xfer | slow worker':>19}  ferry walk/submit/handoff/build/wait")
+    groups = sorted({(r["total_bytes"], r["num_tensors"], r["method"]) for r in rows})
+    for total, n, method in groups:
+        g = [r for r in rows if (r["total_bytes"], r["num_tensors"], r["method"]) == (total, n, method)]
+        probe = med([r["worker_probe_ms"] for r in g])
+        fast = med([r["transfer_ms"] for r in g if r["worker_probe_ms"] <= probe])
+        slow = med([r["transfer_ms"] for r in g if r["worker_probe_ms"] > probe])
+        ferry = ""
+        if any(r.get("ferry_walk_ms") is not None for r in g):
+            ferry = "/".join(f"{med([r.get(f'ferry_{p}_ms') for r in g]):.3f}"
+                             for p in ("walk", "submit", "handoff", "build", "wait"))
+        print(f"{n:>7}  {method:<16}{med([r['transfer_ms'] for r in g]):7.3f}{probe:13.2f}"
+              f"{med([r['main_probe_ms'] for r in g]):11.2f}{fast:19.3f}{slow:19.3f}  {ferry}")
+    cpus = sorted({r["worker_cpu"] for r in rows})
+    print(f"worker thread seen on CPUs {cpus}; fast/slow worker: the blocks whose worker probe is at or below / "
+          "above its median")
 
 
 def _diagnostic_rows(records, total_bytes, num_tensors):
@@ -415,6 +492,8 @@ def _collect(runner, methods, *, num_warmup, num_runs, seed):
                     note(trial, "compute", "compute")
             elif schedule == "transfer":
                 results[method]["transfer"] = runner.transfer_only(methods[method])
+                if note:
+                    note(trial, method, "transfer")
             elif schedule == "serialized":
                 results[method]["serialized"] = runner.serialized(methods[method])
             else:
@@ -528,7 +607,7 @@ def _run(torch, ferry, config, device, diagnostics=False, harness_floor=False):
     created = datetime.now(timezone.utc).isoformat()
     scenarios = [(mib << 20, count) for mib in config.total_mib for count in config.num_tensors]
     random.Random(config.seed).shuffle(scenarios)
-    summaries, raw, diagnostic_rows = [], [], []
+    summaries, raw, diagnostic_rows, transfer_rows = [], [], [], []
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-d2h-benchmark") as executor:
         if diagnostics:
             from ferry import _ferry
@@ -569,6 +648,7 @@ def _run(torch, ferry, config, device, diagnostics=False, harness_floor=False):
                                   seed=scenario_seed)
             if diagnostics:
                 diagnostic_rows.extend(_diagnostic_rows(runner.records, total_bytes, count))
+                transfer_rows.extend(_transfer_rows(runner.records, total_bytes, count))
                 runner.records = []
             for method_index, (method, samples) in enumerate(per_method.items()):
                 bootstrap_seed = scenario_seed + method_index * 17
@@ -586,7 +666,7 @@ def _run(torch, ferry, config, device, diagnostics=False, harness_floor=False):
                     estimated_overlap_efficiency=s.estimated_overlap_efficiency,
                     cpu_launch_skew_ms=s.cpu_launch_skew_ms) for s in samples)
             del tensors
-    return summaries, raw, diagnostic_rows
+    return summaries, raw, (diagnostic_rows, transfer_rows)
 
 
 def _print_harness_floor(raw):
@@ -695,7 +775,8 @@ def _parse_args(argv):
     # Not in the seed: diagnostics and ferry's own setting, both off / at ferry's default unless given.
     p.add_argument("--diagnostics-output", type=os.path.realpath,
                    help="Diagnostic mode: per-block timeline CSV (barrier release, launch phase, ferry's phases) "
-                        "and a table of its medians. Off by default.")
+                        "and a table of its medians; transfer-only blocks with CPU probes go to PATH's _transfer "
+                        "sibling. Off by default.")
     p.add_argument("--ferry-gil-handoff-us", type=_non_negative_int,
                    help="ferry's GIL hand-off window in microseconds (0: none), for A/B runs; default: ferry's "
                         "own. A setting of the library, not of the harness.")
@@ -706,6 +787,12 @@ def _parse_args(argv):
                    help="Also run a method whose worker returns at once, and print each method's transfer time and "
                         "overlap net of the harness's own thread hand-offs (not part of the seed).")
     return p.parse_args(argv)
+
+
+def _transfer_diagnostics_path(path):
+    """The transfer-only blocks' rows go beside the concurrent blocks': diag.csv -> diag_transfer.csv."""
+    root, ext = os.path.splitext(path)
+    return f"{root}_transfer{ext or '.csv'}"
 
 
 def main(argv=None):
@@ -739,13 +826,16 @@ def main(argv=None):
         print(f"gc.freeze(): {gc.get_freeze_count()} objects left out of collections")
     old_timing = _ferry._phase_timing(diagnostics)
     try:
-        summaries, raw, diagnostic_rows = _run(torch, ferry, config, device, diagnostics, args.harness_floor)
+        summaries, raw, (diagnostic_rows, transfer_rows) = _run(torch, ferry, config, device, diagnostics,
+                                                                 args.harness_floor)
     finally:
         _ferry._phase_timing(old_timing)
     _write_csv(summaries, args.output, BenchmarkSummary)
     if diagnostics:
         _write_rows(diagnostic_rows, args.diagnostics_output, DIAGNOSTIC_FIELDS)
+        _write_rows(transfer_rows, _transfer_diagnostics_path(args.diagnostics_output), TRANSFER_DIAGNOSTIC_FIELDS)
         _print_diagnostics(diagnostic_rows)
+        _print_transfer_diagnostics(transfer_rows)
     _print_table(summaries)
     if args.harness_floor:
         _print_harness_floor(raw)
@@ -754,7 +844,7 @@ def main(argv=None):
         _write_csv(raw, args.samples_output, RawSampleRecord)
         print(f"Raw samples saved to: {args.samples_output}")
     if diagnostics:
-        print(f"Diagnostics saved to: {args.diagnostics_output}")
+        print(f"Diagnostics saved to: {args.diagnostics_output} and {_transfer_diagnostics_path(args.diagnostics_output)}")
     return 0
 
 
