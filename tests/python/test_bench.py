@@ -8,6 +8,7 @@ import importlib.util
 import io
 import os
 import sys
+import threading
 import time
 import types
 from concurrent.futures import ThreadPoolExecutor
@@ -209,6 +210,27 @@ def test_diagnostic_timeline_adds_up_to_the_excess_and_reads_ferry_phases():
 def test_overlap_flags_beyond_the_seeds_are_off_by_default():
     args = overlap._parse_args(["--output", "x.csv"])
     assert args.diagnostics_output is None and args.ferry_gil_handoff_us is None
+    assert not args.free_outputs_on_worker and not args.harness_floor
+
+
+@pytest.mark.parametrize("free_on_worker", [False, True])
+def test_outputs_are_freed_on_the_main_thread_as_in_the_seed_unless_asked(free_on_worker):
+    """The seed drops every block's outputs on the main thread; --free-outputs-on-worker drops them on the worker."""
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(set_device=lambda d: None))
+    freed_on = []
+
+    class Output:
+        def __del__(self):
+            freed_on.append(threading.get_ident())
+
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        worker = executor.submit(threading.get_ident).result()
+        runner = overlap._Runner(fake, 0, executor, lambda: None, free_on_worker)
+        runner.transfer_only(lambda: [Output()])
+        runner.serialized(lambda: [Output()])
+        runner.concurrent(lambda: [Output(), Output()])
+    expected = worker if free_on_worker else threading.get_ident()
+    assert freed_on == [expected] * 4
 
 
 # ---- call overhead ------------------------------------------------------------------------------------------------

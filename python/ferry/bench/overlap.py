@@ -191,8 +191,15 @@ def _ms(start_ns, end_ns):
 class _Runner:
     """The worker thread, the compute closure and the four timed schedules."""
 
-    def __init__(self, torch, device, executor, run_compute):
+    def __init__(self, torch, device, executor, run_compute, free_on_worker=False):
         self.torch, self.device, self.executor, self.run_compute = torch, device, executor, run_compute
+        self.free_on_worker = free_on_worker
+
+    def drop(self, output):
+        """After a block's clock has stopped: the seed frees the outputs on the main thread, where the future hands
+        them over; --free-outputs-on-worker frees them on the worker that made them (a diagnostic A/B)."""
+        if self.free_on_worker and isinstance(output, list):
+            self.executor.submit(output.clear).result()
 
     def submit(self, transfer, barrier=None):
         """Runs one transfer on the worker; the future's result is (output, start_ns)."""
@@ -215,6 +222,7 @@ class _Runner:
         start = time.perf_counter_ns()
         result = self.submit(transfer).result()
         end = time.perf_counter_ns()
+        self.drop(result[0])
         del result
         return _ms(start, end)
 
@@ -223,6 +231,7 @@ class _Runner:
         result = self.submit(transfer).result()
         self.run_compute()
         end = time.perf_counter_ns()
+        self.drop(result[0])
         del result
         return _ms(start, end)
 
@@ -233,8 +242,9 @@ class _Runner:
         barrier.wait(timeout=_BARRIER_TIMEOUT_S)
         compute_started = time.perf_counter_ns()
         self.run_compute()
-        _, transfer_started = future.result()
+        output, transfer_started = future.result()
         end = time.perf_counter_ns()
+        self.drop(output)
         skew = _ms(min(compute_started, transfer_started), max(compute_started, transfer_started))
         return _ms(start, end), skew
 
@@ -243,8 +253,8 @@ class _DiagnosticRunner(_Runner):
     """_Runner with timestamps (diagnostic mode): compute-only and concurrent blocks leave a record in `pending`,
     which _collect files under (trial, method, schedule) through note()."""
 
-    def __init__(self, torch, device, executor, run_compute, launch, ferry_phases):
-        super().__init__(torch, device, executor, run_compute)
+    def __init__(self, torch, device, executor, run_compute, launch, ferry_phases, free_on_worker=False):
+        super().__init__(torch, device, executor, run_compute, free_on_worker)
         self.launch = launch              # {"first", "last"}: perf_counter_ns of the first and last torch.mm return
         self.ferry_phases = ferry_phases  # reads the worker thread's last ferry phase stamps
         self.pending = {}
@@ -283,8 +293,9 @@ class _DiagnosticRunner(_Runner):
         compute_started = time.perf_counter_ns()
         self.run_compute()
         compute_end = time.perf_counter_ns()
-        _, transfer_started = future.result()
+        output, transfer_started = future.result()
         end = time.perf_counter_ns()
+        self.drop(output)
         record.update(start=start, fg_pass=compute_started, bg_pass=transfer_started, first=self.launch["first"],
                       last=self.launch["last"], compute_end=compute_end, end=end)
         skew = _ms(min(compute_started, transfer_started), max(compute_started, transfer_started))
@@ -565,7 +576,7 @@ def _write_csv(records, path, record_type):
             writer.writerow({n: getattr(r, n) for n in names})
 
 
-def _run(torch, ferry, config, device, diagnostics=False, harness_floor=False):
+def _run(torch, ferry, config, device, diagnostics=False, harness_floor=False, free_on_worker=False):
     torch.manual_seed(config.seed)
     torch.cuda.set_device(device)
     device = torch.device("cuda", torch.cuda.current_device())
@@ -612,9 +623,10 @@ def _run(torch, ferry, config, device, diagnostics=False, harness_floor=False):
         if diagnostics:
             from ferry import _ferry
 
-            runner = _DiagnosticRunner(torch, device, executor, run_compute, launch, _ferry._last_phases)
+            runner = _DiagnosticRunner(torch, device, executor, run_compute, launch, _ferry._last_phases,
+                                       free_on_worker)
         else:
-            runner = _Runner(torch, device, executor, run_compute)
+            runner = _Runner(torch, device, executor, run_compute, free_on_worker)
         for index, (total_bytes, count) in enumerate(scenarios):
             print(f"\n{total_bytes / (1 << 20):.0f} MiB in {count} tensor(s), {iterations} compute iteration(s)")
             tensors = _source_tensors(torch, total_bytes, count, device)
@@ -783,6 +795,10 @@ def _parse_args(argv):
     p.add_argument("--gc-freeze", action="store_true",
                    help="gc.freeze() once everything is imported, so that the cyclic garbage collector's full "
                         "collections skip the modules' objects (a diagnostic; not part of the seed).")
+    p.add_argument("--free-outputs-on-worker", action="store_true",
+                   help="Free each block's outputs on the worker thread that made them, after the block's clock "
+                        "stops, instead of on the main thread as the seed does (a diagnostic A/B: a thread that "
+                        "frees another's allocations leaves the allocator's per-thread caches of the maker empty).")
     p.add_argument("--harness-floor", action="store_true",
                    help="Also run a method whose worker returns at once, and print each method's transfer time and "
                         "overlap net of the harness's own thread hand-offs (not part of the seed).")
@@ -827,7 +843,7 @@ def main(argv=None):
     old_timing = _ferry._phase_timing(diagnostics)
     try:
         summaries, raw, (diagnostic_rows, transfer_rows) = _run(torch, ferry, config, device, diagnostics,
-                                                                 args.harness_floor)
+                                                                 args.harness_floor, args.free_outputs_on_worker)
     finally:
         _ferry._phase_timing(old_timing)
     _write_csv(summaries, args.output, BenchmarkSummary)
