@@ -146,7 +146,7 @@ def test_call_overhead_cpu_probe_measures_a_positive_time():
 # ---- overlap: diagnostic mode ---------------------------------------------------------------------------------------
 
 
-def test_diagnostic_timeline_adds_up_to_the_excess_and_reads_ferry_phases():
+def test_diagnostic_timeline_adds_up_to_the_excess_and_reads_ferry_phases(capsys):
     """concurrent - compute = handoff + fg_resume + launch_excess + gpu_tail_excess + result, block by block."""
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(set_device=lambda d: None))
     launch = {"first": 0, "last": 0}
@@ -184,13 +184,8 @@ def test_diagnostic_timeline_adds_up_to_the_excess_and_reads_ferry_phases():
                for r in ferry_rows)
     # The other method's block must not pick up ferry's stamps from an earlier call on the same worker.
     assert all("ferry_walk_ms" not in r for r in rows if r["method"] == "other")
-    out = io.StringIO()
-    sys.stdout, saved = out, sys.stdout
-    try:
-        overlap._print_diagnostics(rows)
-    finally:
-        sys.stdout = saved
-    assert "0.001/0.002/0.001/0.005" in out.getvalue()
+    overlap._print_diagnostics(rows)
+    assert "0.001/0.002/0.001/0.005" in capsys.readouterr().out
     # Transfer-only blocks: one row per (trial, method), with both threads' CPU probes taken after the block.
     trows = overlap._transfer_rows(runner.records, 64 << 20, 32)
     assert sorted((r["method"], r["trial"]) for r in trows) == [(m, t) for m in ("ferry", "other") for t in range(3)]
@@ -198,13 +193,9 @@ def test_diagnostic_timeline_adds_up_to_the_excess_and_reads_ferry_phases():
     assert all(r["worker_probe_ms"] > 0 and r["main_probe_ms"] > 0 and r["worker_cpu"] >= 0 for r in trows)
     assert all(r["ferry_build_ms"] == pytest.approx(0.005) for r in trows if r["method"] == "ferry")
     assert all("ferry_walk_ms" not in r for r in trows if r["method"] == "other")
-    out = io.StringIO()
-    sys.stdout, saved = out, sys.stdout
-    try:
-        overlap._print_transfer_diagnostics(trows)
-    finally:
-        sys.stdout = saved
-    assert "Transfer-only blocks" in out.getvalue() and "0.001/0.002/0.001/0.005/nan" in out.getvalue()
+    overlap._print_transfer_diagnostics(trows)
+    out = capsys.readouterr().out
+    assert "Transfer-only blocks" in out and "0.001/0.002/0.001/0.005/nan" in out
 
 
 def test_overlap_flags_beyond_the_seeds_are_off_by_default():

@@ -43,7 +43,6 @@ import argparse
 import csv
 import os
 import random
-import statistics
 import sys
 import threading
 import time
@@ -327,6 +326,28 @@ _FERRY_PHASES = [("walk", "start", "walked"), ("submit", "walked", "submitted"),
                  ("build", "handed", "built"), ("wait", "built", "waited"), ("finish", "waited", "finished")]
 
 
+def _median(values):
+    """The median of the values given (None and "" left out), NaN when none are."""
+    values = [v for v in values if v is not None and v != ""]
+    return _percentile(values, 50) if values else float("nan")
+
+
+def _by_scenario_and_method(rows):
+    """(num_tensors, method, rows) for each (total_bytes, num_tensors, method) in rows, sorted."""
+    keys = sorted({(r["total_bytes"], r["num_tensors"], r["method"]) for r in rows})
+    for total, n, method in keys:
+        yield n, method, [r for r in rows if (r["total_bytes"], r["num_tensors"], r["method"]) == (total, n, method)]
+
+
+def _ferry_phase_columns(phases, since_ns):
+    """ferry_<phase>_ms columns from the worker's last phase stamps, if they belong to a call that started at or
+    after since_ns (and not to an older call on the same worker)."""
+    if not phases or phases.get("start") is None or phases["start"] < since_ns:
+        return {}
+    return {f"ferry_{name}_ms": _ms(phases[a], phases[b]) for name, a, b in _FERRY_PHASES
+            if phases.get(a) is not None and phases.get(b) is not None}
+
+
 def _probe_this_thread():
     """(the CPU probe on the calling thread in ms, the CPU it is running on: field 39 of /proc/thread-self/stat)."""
     probe_ms = _cpu_probe_ms(repeats=5)
@@ -352,11 +373,7 @@ def _transfer_rows(records, total_bytes, num_tensors):
             continue
         row = dict(total_bytes=total_bytes, num_tensors=num_tensors, method=method, trial=trial,
                    **{k: r[k] for k in ("transfer_ms", "worker_probe_ms", "worker_cpu", "main_probe_ms", "main_cpu")})
-        phases = r.get("phases") or {}
-        if phases.get("start") is not None and phases["start"] >= r["bg_start"]:  # this block's call, not older
-            for name, a, b in _FERRY_PHASES:
-                if phases.get(a) is not None and phases.get(b) is not None:
-                    row[f"ferry_{name}_ms"] = _ms(phases[a], phases[b])
+        row.update(_ferry_phase_columns(r.get("phases"), r["bg_start"]))
         rows.append(row)
     return rows
 
@@ -364,26 +381,20 @@ def _transfer_rows(records, total_bytes, num_tensors):
 def _print_transfer_diagnostics(rows):
     """Medians of the transfer-only blocks, and the transfer time split by the worker's CPU probe: if the blocks
     whose worker sat on a slow CPU are the slow ones, the harness's slowdown is the VM's and not the harness's."""
-    def med(values):
-        values = [v for v in values if v is not None and v != ""]
-        return _percentile(values, 50) if values else float("nan")
-
     print("\nTransfer-only blocks (medians, ms; probe = call_overhead's CPU probe on that thread right after the "
           "block, lower is faster)")
     print(f"{'Tensors':>7}  {'Method':<16}{'xfer':>7}{'worker probe':>13}{'main probe':>11}"
           f"{'xfer | fast worker':>19}{'xfer | slow worker':>19}  ferry walk/submit/handoff/build/wait")
-    groups = sorted({(r["total_bytes"], r["num_tensors"], r["method"]) for r in rows})
-    for total, n, method in groups:
-        g = [r for r in rows if (r["total_bytes"], r["num_tensors"], r["method"]) == (total, n, method)]
-        probe = med([r["worker_probe_ms"] for r in g])
-        fast = med([r["transfer_ms"] for r in g if r["worker_probe_ms"] <= probe])
-        slow = med([r["transfer_ms"] for r in g if r["worker_probe_ms"] > probe])
+    for n, method, g in _by_scenario_and_method(rows):
+        probe = _median([r["worker_probe_ms"] for r in g])
+        fast = _median([r["transfer_ms"] for r in g if r["worker_probe_ms"] <= probe])
+        slow = _median([r["transfer_ms"] for r in g if r["worker_probe_ms"] > probe])
         ferry = ""
         if any(r.get("ferry_walk_ms") is not None for r in g):
-            ferry = "/".join(f"{med([r.get(f'ferry_{p}_ms') for r in g]):.3f}"
+            ferry = "/".join(f"{_median([r.get(f'ferry_{p}_ms') for r in g]):.3f}"
                              for p in ("walk", "submit", "handoff", "build", "wait"))
-        print(f"{n:>7}  {method:<16}{med([r['transfer_ms'] for r in g]):7.3f}{probe:13.2f}"
-              f"{med([r['main_probe_ms'] for r in g]):11.2f}{fast:19.3f}{slow:19.3f}  {ferry}")
+        print(f"{n:>7}  {method:<16}{_median([r['transfer_ms'] for r in g]):7.3f}{probe:13.2f}"
+              f"{_median([r['main_probe_ms'] for r in g]):11.2f}{fast:19.3f}{slow:19.3f}  {ferry}")
     cpus = sorted({r["worker_cpu"] for r in rows})
     print(f"worker thread seen on CPUs {cpus}; fast/slow worker: the blocks whose worker probe is at or below / "
           "above its median")
@@ -419,32 +430,23 @@ def _diagnostic_rows(records, total_bytes, num_tensors):
                    result_ms=_ms(r["compute_end"], r["end"]), bg_resume_ms=_ms(release, r["bg_pass"]),
                    transfer_call_ms=_ms(r["bg_pass"], r["bg_end"]))
         row["excess_ms"] = row["concurrent_ms"] - row["compute_only_ms"]
-        phases = r.get("phases") or {}
         # Phase stamps belong to this block only if ferry's call started after the worker passed the barrier.
-        if phases.get("start") is not None and phases["start"] >= r["bg_pass"]:
-            for name, a, b in _FERRY_PHASES:
-                if phases.get(a) is not None and phases.get(b) is not None:
-                    row[f"ferry_{name}_ms"] = _ms(phases[a], phases[b])
-            if phases.get("built") is not None:
-                row["ferry_built_after_release_ms"] = _ms(release, phases["built"])
+        ferry = _ferry_phase_columns(r.get("phases"), r["bg_pass"])
+        row.update(ferry)
+        if ferry and r["phases"].get("built") is not None:
+            row["ferry_built_after_release_ms"] = _ms(release, r["phases"]["built"])
         rows.append(row)
     return rows
 
 
 def _print_diagnostics(rows):
     """Medians per (tensors, method) of the timeline pieces (medians do not add up exactly)."""
-    def med(values):
-        values = [v for v in values if v is not None and v != ""]
-        return _percentile(values, 50) if values else float("nan")
-
     print("\nDiagnostics (medians, ms): excess = concurrent - compute ~ handoff + resume + launch+ + tail+ + "
           "result; launch = barrier release -> last torch.mm returned (compute-only: start -> last torch.mm)")
     print(f"{'Tensors':>7}  {'Method':<16}{'excess':>7}{'handoff':>8}{'resume':>7}{'launch+':>8}{'tail+':>7}"
           f"{'result':>7}  {'1st mm':>7}{'launch':>7}{'(alone)':>8}  {'xfer':>6}  ferry walk/submit/handoff/build")
-    groups = sorted({(r["total_bytes"], r["num_tensors"], r["method"]) for r in rows})
-    for total, n, method in groups:
-        g = [r for r in rows if (r["total_bytes"], r["num_tensors"], r["method"]) == (total, n, method)]
-        col = {k: med([r.get(k) for r in g]) for k in DIAGNOSTIC_FIELDS[4:]}
+    for n, method, g in _by_scenario_and_method(rows):
+        col = {k: _median([r.get(k) for r in g]) for k in DIAGNOSTIC_FIELDS[4:]}
         ferry = ""
         if col["ferry_walk_ms"] == col["ferry_walk_ms"]:
             ferry = "/".join(f"{col[f'ferry_{p}_ms']:.3f}" for p in ("walk", "submit", "handoff", "build"))
@@ -710,14 +712,13 @@ def _print_harness_floor(raw):
                 d["net_eff"].append((r.serialized_ms - r.concurrent_ms) / possible)
     if not rows:
         return
-    med = statistics.median
     print("\nHarness floor (a worker that returns at once, in the same blocks): R = its transfer-only (executor round "
           "trip), W = its concurrent - compute; net of the harness: transfer - R, and (serialized - concurrent) / "
           "(transfer - W). Medians over blocks, ms.")
     print(f"{'Tensors':>7}  {'Method':<16}{'R':>7}{'W':>7}{'transfer-R':>11}{'overlap net':>12}")
     for (total, n, method), d in sorted(rows.items()):
-        eff = f"{med(d['net_eff']) * 100:10.1f}%" if d["net_eff"] else f"{'n/a':>11}"
-        print(f"{n:>7}  {method:<16}{med(d['R']):7.3f}{med(d['W']):7.3f}{med(d['net_t']):11.3f} {eff}")
+        eff = f"{_median(d['net_eff']) * 100:10.1f}%" if d["net_eff"] else f"{'n/a':>11}"
+        print(f"{n:>7}  {method:<16}{_median(d['R']):7.3f}{_median(d['W']):7.3f}{_median(d['net_t']):11.3f} {eff}")
 
 
 def _print_table(summaries):
