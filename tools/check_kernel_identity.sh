@@ -3,8 +3,8 @@
 # as it was: it compiles every kernel source, in every built-in design and in the problem kinds the sources branch
 # on, to an sm_90 cubin with nvcc, once per version of the sources, and compares the two sets. A pair passes when
 # the cubins are byte-identical, or else when `cuobjdump -sass` prints the same machine code for both (a cubin may
-# differ in what is not code, such as a file name) and the same
-# resources; anything else fails. Made for clean-ups that must not change a kernel: run it before committing one.
+# differ in what is not code, such as a file name) and the same resources; anything else fails. Made for clean-ups
+# that must not change a kernel: run it before committing one.
 #
 # usage: tools/check_kernel_identity.sh REV [REV2]         the sources of REV against those of REV2 (default: the
 #                                                          working tree); e.g. `HEAD` checks the uncommitted change

@@ -249,8 +249,8 @@ class _Runner:
 
 
 class _DiagnosticRunner(_Runner):
-    """_Runner with timestamps (diagnostic mode): compute-only and concurrent blocks leave a record in `pending`,
-    which _collect files under (trial, method, schedule) through note()."""
+    """_Runner with timestamps (diagnostic mode): compute-only, transfer-only and concurrent blocks leave a record in
+    `pending`, which _collect files under (trial, method, schedule) through note()."""
 
     def __init__(self, torch, device, executor, run_compute, launch, ferry_phases, free_on_worker=False):
         super().__init__(torch, device, executor, run_compute, free_on_worker)
@@ -680,7 +680,7 @@ def _run(torch, ferry, config, device, diagnostics=False, harness_floor=False, f
                     estimated_overlap_efficiency=s.estimated_overlap_efficiency,
                     cpu_launch_skew_ms=s.cpu_launch_skew_ms) for s in samples)
             del tensors
-    return summaries, raw, (diagnostic_rows, transfer_rows)
+    return summaries, raw, diagnostic_rows, transfer_rows
 
 
 def _print_harness_floor(raw):
@@ -798,8 +798,8 @@ def _parse_args(argv):
                         "collections skip the modules' objects (a diagnostic; not part of the seed).")
     p.add_argument("--free-outputs-on-worker", action="store_true",
                    help="Free each block's outputs on the worker thread that made them, after the block's clock "
-                        "stops, instead of on the main thread as the seed does (a diagnostic A/B: a thread that "
-                        "frees another's allocations leaves the allocator's per-thread caches of the maker empty).")
+                        "stops, instead of on the main thread as the seed does (a diagnostic A/B: whether the "
+                        "thread that frees the outputs changes how fast the worker makes the next ones).")
     p.add_argument("--harness-floor", action="store_true",
                    help="Also run a method whose worker returns at once, and print each method's transfer time and "
                         "overlap net of the harness's own thread hand-offs (not part of the seed).")
@@ -843,8 +843,8 @@ def main(argv=None):
         print(f"gc.freeze(): {gc.get_freeze_count()} objects left out of collections")
     old_timing = _ferry._phase_timing(diagnostics)
     try:
-        summaries, raw, (diagnostic_rows, transfer_rows) = _run(torch, ferry, config, device, diagnostics,
-                                                                 args.harness_floor, args.free_outputs_on_worker)
+        summaries, raw, diagnostic_rows, transfer_rows = _run(torch, ferry, config, device, diagnostics,
+                                                               args.harness_floor, args.free_outputs_on_worker)
     finally:
         _ferry._phase_timing(old_timing)
     _write_csv(summaries, args.output, BenchmarkSummary)
@@ -861,7 +861,8 @@ def main(argv=None):
         _write_csv(raw, args.samples_output, RawSampleRecord)
         print(f"Raw samples saved to: {args.samples_output}")
     if diagnostics:
-        print(f"Diagnostics saved to: {args.diagnostics_output} and {_transfer_diagnostics_path(args.diagnostics_output)}")
+        transfer_path = _transfer_diagnostics_path(args.diagnostics_output)
+        print(f"Diagnostics saved to: {args.diagnostics_output} and {transfer_path}")
     return 0
 
 
