@@ -15,6 +15,8 @@
  *   _sim_hold(flag)           hold events incomplete until the next synchronisation
  *   _sim_counters()           live streams, events, device allocations and registered ranges (leak checks)
  *   _sim_fault(call, nth, cu) make the nth call of a driver entry fail with CUresult `cu` (0 disarms)
+ *   _sim_submit_delay_us(us)  every event record sleeps `us` microseconds (0: none): a slow submission, as a
+ *                             batch of thousands of tensors is; returns the old value
  *   _sim_foreign_stream()     a stream handle that belongs to a second (non-primary) context of cuda:0
  *   _SimDeviceArray(array, device=0)   exports a numpy array as if it lived on cuda:<device>
  *   _SimExchangeTensor(array, device=0) the same through the DLPack exchange API (torch's path); device=-1: host
@@ -26,6 +28,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- the simulated driver ----------------------------------------------------------------------------------- */
 
@@ -82,7 +85,15 @@ static CUresult sim_event_destroy(CUevent e) {
   atomic_fetch_sub(&live_events, 1);
   return CUDA_SUCCESS;
 }
-static CUresult sim_event_record(CUevent e, CUstream s) { return CUDA_SUCCESS; }
+static atomic_int record_delay_us; /* _sim_submit_delay_us: every event record takes this long */
+static CUresult sim_event_record(CUevent e, CUstream s) {
+  int us = atomic_load(&record_delay_us);
+  if (us > 0) {
+    struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0) {} /* resumed with the remainder after a signal */
+  }
+  return CUDA_SUCCESS;
+}
 static CUresult sim_event_query(CUevent e) { return atomic_load(&hold_events) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS; }
 static CUresult sim_event_sync(CUevent e) { return sim_synchronize(); }
 static CUresult sim_register(void *p, size_t n, unsigned f) {
@@ -202,6 +213,16 @@ static PyObject *sim_install(PyObject *self, PyObject *unused) {
    * importable, and would pass them to the real driver). H2D outputs stay ferry.SlabTensor. */
   ferry_py_device_outputs_to_frameworks = false;
   Py_RETURN_NONE;
+}
+
+static PyObject *sim_submit_delay_us(PyObject *self, PyObject *arg) {
+  long us = PyLong_AsLong(arg);
+  if (us == -1 && PyErr_Occurred()) return NULL;
+  if (us < 0 || us > 10000000) {
+    PyErr_Format(PyExc_ValueError, "_sim_submit_delay_us(%ld): expected 0 to 10000000 microseconds", us);
+    return NULL;
+  }
+  return PyLong_FromLong(atomic_exchange(&record_delay_us, (int)us));
 }
 
 static PyObject *sim_hold(PyObject *self, PyObject *flag) {
@@ -556,6 +577,7 @@ static PyMethodDef hooks[] = {
     {"_sim_install", sim_install, METH_NOARGS, NULL},
     {"_sim_frameworks", sim_frameworks, METH_O, NULL},
     {"_sim_hold", sim_hold, METH_O, NULL},
+    {"_sim_submit_delay_us", sim_submit_delay_us, METH_O, NULL},
     {"_sim_counters", sim_counters, METH_NOARGS, NULL},
     {"_sim_fault", sim_fault, METH_VARARGS, NULL},
     {"_sim_read", sim_read, METH_O, NULL},

@@ -49,8 +49,11 @@ static inline void stamp(ferry_py_job *job, int phase) {
  * ends early when the copies finish; while the copies outlast window + build (64 MiB: ~1.3 ms against ~0.25 ms
  * for 256 outputs) it costs nothing end to end; otherwise at most the window. It is skipped when no other Python
  * thread exists (nobody to hand over to), for batches with fewer than HANDOFF_MIN_OUTPUTS torch outputs (their
- * build holds the GIL for less than a waiter's wake-up) and in the async form (whose caller wants control back at
- * once). The walk before submission is not shortened the same way: it must finish before the copies can start,
+ * build holds the GIL for less than a waiter's wake-up), in the async form (whose caller wants control back at
+ * once), and when the submission itself kept the GIL released for a whole window (thousands of tensors: ~0.3 ms),
+ * which gave a waiter the same chance; a second window would only delay the build, which is then the transfer's
+ * critical path (4096 outputs: ~1.1-2 ms of build against ~1.2 ms of copies). The two cannot be added up: a waiter
+ * that wakes after the GIL was taken back sleeps again and needs a whole new wake-up. The walk before submission is not shortened the same way: it must finish before the copies can start,
  * and per tensor it is a cached type look-up plus torch's dltensor_from_py_object_no_sync (ferry's own part
  * measured at ~0.04 us per tensor on the CI machine), nothing that can move out of the GIL. */
 
@@ -186,9 +189,12 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, bool sync, const char *name,
   const ferry_tensor *tensors = job->tape.tensors;
   size_t n = job->tape.n_leaves;
   stamp(job, FERRY_PY_PHASE_WALKED);
+  /* From release to re-acquisition: a thread that took the GIL meanwhile lengthens it, rightly (it got in). */
+  int64_t released_from = now_ns();
   Py_BEGIN_ALLOW_THREADS st = h2d ? ferry_transfer_h2d(tensors, n, &opts, &ticket)
                                   : ferry_transfer_d2h(tensors, n, &opts, &ticket);
-  Py_END_ALLOW_THREADS if (st != FERRY_OK) {
+  Py_END_ALLOW_THREADS int64_t released_ns = now_ns() - released_from;
+  if (st != FERRY_OK) {
     ferry_py_raise(st);
     goto fail;
   }
@@ -201,7 +207,8 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, bool sync, const char *name,
   if (!(job->outputs = ferry_py_outputs_new(ticket))) goto fail;
   size_t exchange_outputs = 0;
   for (size_t i = 0; i < n; i++) exchange_outputs += job->tape.leaves[i].api != NULL;
-  if (sync && handoff_us > 0 && exchange_outputs >= HANDOFF_MIN_OUTPUTS && other_python_threads())
+  if (sync && handoff_us > 0 && exchange_outputs >= HANDOFF_MIN_OUTPUTS &&
+      released_ns < (int64_t)handoff_us * 1000 && other_python_threads())
     hand_off_gil(ticket);
   stamp(job, FERRY_PY_PHASE_HANDED);
   for (size_t i = 0; i < n; i++) {

@@ -171,6 +171,39 @@ def test_no_window_for_few_outputs_for_the_async_form_or_when_turned_off(timing,
     assert ph["handed"] - ph["submitted"] < 10_000, ph
 
 
+@pytest.fixture
+def slow_submit():
+    """Makes the simulated submission slow for one test (every event record sleeps), restoring it after."""
+    yield lambda us: _ferry._sim_submit_delay_us(us)
+    _ferry._sim_submit_delay_us(0)
+
+
+def test_no_second_window_when_the_submission_released_the_gil_for_a_whole_one(timing, window, other_thread,
+                                                                                 slow_submit):
+    """Thousands of tensors take ~0.3 ms to submit, with the GIL released: a waiter had its window already, and
+    another would only delay the build (see python/src/transfer.c)."""
+    many = [X(np.full(10, i, np.uint8)) for i in range(64)]
+    window(20_000)
+    slow_submit(25_000)  # the submission alone outlasts the window
+    _ferry._sim_hold(True)
+    ferry.transfer_tensor_d2h(many)
+    ph = phases_us()
+    assert ph["submitted"] - ph["walked"] >= 24_000, ph
+    assert ph["handed"] - ph["submitted"] < 10_000, ph
+    slow_submit(1_000)  # a submission shorter than the window still gets one
+    _ferry._sim_hold(True)
+    ferry.transfer_tensor_d2h(many)
+    ph = phases_us()
+    assert ph["submitted"] - ph["walked"] < 20_000, ph
+    assert ph["handed"] - ph["submitted"] >= 19_900, ph
+
+
+def test_submit_delay_hook_is_validated(slow_submit):
+    with pytest.raises(ValueError, match="-5"):
+        _ferry._sim_submit_delay_us(-5)
+    assert slow_submit(7) == 0 and slow_submit(0) == 7
+
+
 def test_window_ends_as_soon_as_the_copies_are_done(timing, window, other_thread):
     window(200_000)  # 0.2 s unless cut short
     ferry.transfer_tensor_d2h([X(np.full(10, i, np.uint8)) for i in range(64)])  # copies complete at once here
