@@ -191,11 +191,20 @@ def test_diagnostic_timeline_adds_up_to_the_excess_and_reads_ferry_phases(capsys
     assert sorted((r["method"], r["trial"]) for r in trows) == [(m, t) for m in ("ferry", "other") for t in range(3)]
     assert all(r["transfer_ms"] >= 1.0 or r["method"] == "other" for r in trows)  # ferry's stand-in sleeps 1 ms
     assert all(r["worker_probe_ms"] > 0 and r["main_probe_ms"] > 0 and r["worker_cpu"] >= 0 for r in trows)
+    # The worker's own account of the call: ferry's stand-in sleeps 1 ms, off the CPU, so its on-CPU time is a
+    # small part of its wall time and the sleep is a voluntary switch.
+    for r in trows:
+        assert 0 <= r["worker_call_cpu_ms"] <= r["worker_call_ms"] + 0.05 and r["worker_call_ms"] <= r["transfer_ms"]
+        assert r["worker_call_minflt"] >= 0 and r["worker_call_nivcsw"] >= 0
+    ferry_trows = [r for r in trows if r["method"] == "ferry"]
+    assert all(r["worker_call_ms"] >= 1.0 and r["worker_call_cpu_ms"] < 0.5 * r["worker_call_ms"] and
+               r["worker_call_nvcsw"] >= 1 for r in ferry_trows)
     assert all(r["ferry_build_ms"] == pytest.approx(0.005) for r in trows if r["method"] == "ferry")
     assert all("ferry_walk_ms" not in r for r in trows if r["method"] == "other")
     overlap._print_transfer_diagnostics(trows)
     out = capsys.readouterr().out
     assert "Transfer-only blocks" in out and "0.001/0.002/0.001/0.005/nan" in out
+    assert "wall  on CPU  faults  vol cs invol cs" in out
 
 
 def test_overlap_flags_beyond_the_seeds_are_off_by_default():

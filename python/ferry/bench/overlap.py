@@ -267,9 +267,11 @@ class _DiagnosticRunner(_Runner):
             if barrier is not None:
                 record["bg_arrive"] = time.perf_counter_ns()
                 barrier.wait(timeout=_BARRIER_TIMEOUT_S)
+            before = _thread_usage()
             started = record["bg_start"] = time.perf_counter_ns()
             output = transfer()
             record["bg_end"] = time.perf_counter_ns()
+            record["bg_usage"] = _usage_delta(before, _thread_usage())
             record["phases"] = self.ferry_phases()
             return output, started
 
@@ -359,10 +361,32 @@ def _probe_this_thread():
     return probe_ms, cpu
 
 
+def _thread_usage():
+    """(CPU time of the calling thread in ns, its minor page faults, voluntary and involuntary context switches)."""
+    cpu = time.thread_time_ns()
+    try:
+        import resource
+        ru = resource.getrusage(resource.RUSAGE_THREAD)
+        return cpu, ru.ru_minflt, ru.ru_nvcsw, ru.ru_nivcsw
+    except (ImportError, AttributeError, OSError):  # RUSAGE_THREAD is Linux's
+        return cpu, None, None, None
+
+
+def _usage_delta(before, after):
+    """What the transfer call cost its thread: on-CPU ms, minor faults, voluntary and involuntary switches. On-CPU time
+    well under the call's wall time means the thread was off the CPU (preempted, or blocked: on the GIL, a lock, the
+    copies); equal to it means the time went to work on the CPU, where caches and clock speed decide."""
+    d = [None if a is None or b is None else b - a for a, b in zip(before, after)]
+    return dict(worker_call_cpu_ms=d[0] / 1e6, worker_call_minflt=d[1], worker_call_nvcsw=d[2],
+                worker_call_nivcsw=d[3])
+
+
+_USAGE_FIELDS = ["worker_call_cpu_ms", "worker_call_minflt", "worker_call_nvcsw", "worker_call_nivcsw"]
+
 TRANSFER_DIAGNOSTIC_FIELDS = [
     "total_bytes", "num_tensors", "method", "trial", "transfer_ms", "worker_probe_ms", "worker_cpu", "main_probe_ms",
-    "main_cpu", "ferry_walk_ms", "ferry_submit_ms", "ferry_handoff_ms", "ferry_build_ms", "ferry_wait_ms",
-    "ferry_finish_ms"]
+    "main_cpu", "worker_call_ms", *_USAGE_FIELDS, "ferry_walk_ms", "ferry_submit_ms", "ferry_handoff_ms",
+    "ferry_build_ms", "ferry_wait_ms", "ferry_finish_ms"]
 
 
 def _transfer_rows(records, total_bytes, num_tensors):
@@ -372,7 +396,8 @@ def _transfer_rows(records, total_bytes, num_tensors):
         if schedule != "transfer" or "transfer_ms" not in r:
             continue
         row = dict(total_bytes=total_bytes, num_tensors=num_tensors, method=method, trial=trial,
-                   **{k: r[k] for k in ("transfer_ms", "worker_probe_ms", "worker_cpu", "main_probe_ms", "main_cpu")})
+                   **{k: r[k] for k in ("transfer_ms", "worker_probe_ms", "worker_cpu", "main_probe_ms", "main_cpu")},
+                   worker_call_ms=_ms(r["bg_start"], r["bg_end"]), **r["bg_usage"])
         row.update(_ferry_phase_columns(r.get("phases"), r["bg_start"]))
         rows.append(row)
     return rows
@@ -398,6 +423,13 @@ def _print_transfer_diagnostics(rows):
     cpus = sorted({r["worker_cpu"] for r in rows})
     print(f"worker thread seen on CPUs {cpus}; fast/slow worker: the blocks whose worker probe is at or below / "
           "above its median")
+    print("The worker's transfer call in those blocks (medians): wall and on-CPU time (ms), minor page faults, "
+          "voluntary and involuntary context switches")
+    print(f"{'Tensors':>7}  {'Method':<16}{'wall':>8}{'on CPU':>8}{'faults':>8}{'vol cs':>8}{'invol cs':>9}")
+    for n, method, g in _by_scenario_and_method(rows):
+        m = {k: _median([r.get(k) for r in g]) for k in ("worker_call_ms", *_USAGE_FIELDS)}
+        print(f"{n:>7}  {method:<16}{m['worker_call_ms']:8.3f}{m['worker_call_cpu_ms']:8.3f}"
+              f"{m['worker_call_minflt']:8.0f}{m['worker_call_nvcsw']:8.0f}{m['worker_call_nivcsw']:9.0f}")
 
 
 def _diagnostic_rows(records, total_bytes, num_tensors):
