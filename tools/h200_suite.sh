@@ -6,7 +6,7 @@
 #
 # usage: tools/h200_suite.sh [--results DIR] PART...
 #   parts: build (= compile + ctest) compile ctest tests memcheck racecheck opsracecheck synccheck overlap
-#          overlap1ms bandwidth bandwidth64 python pycall pycalltrim pycallviews pybench pybench4096 pybench4096arena pybench4096notrim pybench4096frozen pybench4096workerfree pybenchworkerfree pybench1ms pybenchnohandoff pybandwidth
+#          overlap1ms bandwidth bandwidth64 python pycall pycalltrim pycallviews pybench pybench4096 pybench4096arena pybench4096notrim pybench4096frozen pybench4096warm pybench1ms pybenchnohandoff pybandwidth
 #          pybandwidth64 ops
 #          opsfaults opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots all
 #   ferry_stress under compute-sanitizer: stressmemcheck stressracecheck (STRESS_BATCHES per thread)
@@ -82,12 +82,9 @@ for p in "${parts[@]}"; do
   pybench4096notrim) TAILN=12 part pybench4096notrim "GLIBC_TUNABLES=glibc.malloc.trim_threshold=1073741824 \
            $PYTHON -m ferry.bench.overlap --num-tensors 4096 --num-runs 15 --output $RESULTS/py_overlap_4096_notrim.csv \
            --diagnostics-output $RESULTS/py_overlap_4096_notrim_diagnostics.csv" ;; # A/B: glibc never trims
-  pybench4096workerfree) TAILN=18 part pybench4096workerfree "$PYTHON -m ferry.bench.overlap --num-tensors 4096 \
-           --num-runs 15 --free-outputs-on-worker --output $RESULTS/py_overlap_4096_workerfree.csv \
-           --diagnostics-output $RESULTS/py_overlap_4096_workerfree_diagnostics.csv" ;; # A/B: outputs freed by their maker
-  pybenchworkerfree) TAILN=20 part pybenchworkerfree "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \
-           --free-outputs-on-worker --output $RESULTS/py_overlap_workerfree.csv \
-           --diagnostics-output $RESULTS/py_overlap_workerfree_diagnostics.csv --harness-floor" ;;
+  pybench4096warm) TAILN=24 part pybench4096warm "$PYTHON -m ferry.bench.overlap --num-tensors 4096 \
+           --num-runs 15 --warm-transfer-first --output $RESULTS/py_overlap_4096_warm.csv \
+           --diagnostics-output $RESULTS/py_overlap_4096_warm_diagnostics.csv" ;; # A/B: a warm-up call before each timed one
   pybench4096frozen) TAILN=12 part pybench4096frozen "$PYTHON -m ferry.bench.overlap --num-tensors 4096 \
            --num-runs 15 --gc-freeze --output $RESULTS/py_overlap_4096_frozen.csv" ;; # A/B: full GCs skip torch
   pybench) TAILN=20 part pybench "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \

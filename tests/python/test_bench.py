@@ -210,27 +210,43 @@ def test_diagnostic_timeline_adds_up_to_the_excess_and_reads_ferry_phases(capsys
 def test_overlap_flags_beyond_the_seeds_are_off_by_default():
     args = overlap._parse_args(["--output", "x.csv"])
     assert args.diagnostics_output is None and args.ferry_gil_handoff_us is None
-    assert not args.free_outputs_on_worker and not args.harness_floor
+    assert not args.warm_transfer_first and not args.harness_floor
 
 
-@pytest.mark.parametrize("free_on_worker", [False, True])
-def test_outputs_are_freed_on_the_main_thread_as_in_the_seed_unless_asked(free_on_worker):
-    """The seed drops every block's outputs on the main thread; --free-outputs-on-worker drops them on the worker."""
+@pytest.mark.parametrize("warm_first", [False, True])
+def test_outputs_are_freed_on_the_main_thread_and_the_warm_up_call_is_off_the_clock(warm_first):
+    """The seed drops every block's outputs on the main thread. --warm-transfer-first adds one untimed call on the
+    worker before each transfer-only block (its output dropped there), and none before the other schedules."""
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(set_device=lambda d: None))
-    freed_on = []
+    freed_on, calls = [], []
 
     class Output:
+        def __init__(self, block):
+            calls.append(block)
+
         def __del__(self):
             freed_on.append(threading.get_ident())
 
+    def slow_first_time():  # the first call takes 0.2 s, the rest none
+        out = [Output("transfer")]
+        if calls.count("transfer") == 1:
+            time.sleep(0.2)
+        return out
+
     with ThreadPoolExecutor(max_workers=1) as executor:
         worker = executor.submit(threading.get_ident).result()
-        runner = overlap._Runner(fake, 0, executor, lambda: None, free_on_worker)
-        runner.transfer_only(lambda: [Output()])
-        runner.serialized(lambda: [Output()])
-        runner.concurrent(lambda: [Output(), Output()])
-    expected = worker if free_on_worker else threading.get_ident()
-    assert freed_on == [expected] * 4
+        runner = overlap._Runner(fake, 0, executor, lambda: None, warm_first)
+        transfer_ms = runner.transfer_only(slow_first_time)
+        runner.serialized(lambda: [Output("serialized")])
+        runner.concurrent(lambda: [Output("concurrent")])
+    main = threading.get_ident()
+    if warm_first:
+        assert calls == ["transfer", "transfer", "serialized", "concurrent"]
+        assert freed_on == [worker, main, main, main]
+    else:
+        assert calls == ["transfer", "serialized", "concurrent"]
+        assert freed_on == [main] * 3
+    assert (transfer_ms < 200) == warm_first  # the slow first call is the warm-up's, off the clock, or the timed one
 
 
 # ---- call overhead ------------------------------------------------------------------------------------------------

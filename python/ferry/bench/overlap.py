@@ -188,17 +188,25 @@ def _ms(start_ns, end_ns):
 
 
 class _Runner:
-    """The worker thread, the compute closure and the four timed schedules."""
+    """The worker thread, the compute closure and the four timed schedules. As in the seed, each block's outputs are
+    freed on the main thread, where the future hands them over, after the block's clock has stopped."""
 
-    def __init__(self, torch, device, executor, run_compute, free_on_worker=False):
+    def __init__(self, torch, device, executor, run_compute, warm_first=False):
         self.torch, self.device, self.executor, self.run_compute = torch, device, executor, run_compute
-        self.free_on_worker = free_on_worker
+        self.warm_first = warm_first
 
-    def drop(self, output):
-        """After a block's clock has stopped: the seed frees the outputs on the main thread, where the future hands
-        them over; --free-outputs-on-worker frees them on the worker that made them (a diagnostic A/B)."""
-        if self.free_on_worker and isinstance(output, list):
-            self.executor.submit(output.clear).result()
+    def warm_up(self, transfer):
+        """--warm-transfer-first: before a transfer-only block, off its clock, the worker makes the same transfer
+        once and drops it, so that the timed call finds the caches and the allocator as a tight loop of calls leaves
+        them rather than as the blocks in between did (a diagnostic A/B, not the seed's experiment)."""
+        if not self.warm_first:
+            return
+
+        def work():
+            self.torch.cuda.set_device(self.device)
+            transfer()
+
+        self.executor.submit(work).result()
 
     def submit(self, transfer, barrier=None):
         """Runs one transfer on the worker; the future's result is (output, start_ns)."""
@@ -218,10 +226,10 @@ class _Runner:
         return _ms(start, time.perf_counter_ns())
 
     def transfer_only(self, transfer):
+        self.warm_up(transfer)
         start = time.perf_counter_ns()
         result = self.submit(transfer).result()
         end = time.perf_counter_ns()
-        self.drop(result[0])
         del result
         return _ms(start, end)
 
@@ -230,7 +238,6 @@ class _Runner:
         result = self.submit(transfer).result()
         self.run_compute()
         end = time.perf_counter_ns()
-        self.drop(result[0])
         del result
         return _ms(start, end)
 
@@ -243,7 +250,7 @@ class _Runner:
         self.run_compute()
         output, transfer_started = future.result()
         end = time.perf_counter_ns()
-        self.drop(output)
+        del output
         skew = _ms(min(compute_started, transfer_started), max(compute_started, transfer_started))
         return _ms(start, end), skew
 
@@ -252,8 +259,8 @@ class _DiagnosticRunner(_Runner):
     """_Runner with timestamps (diagnostic mode): compute-only, transfer-only and concurrent blocks leave a record in
     `pending`, which _collect files under (trial, method, schedule) through note()."""
 
-    def __init__(self, torch, device, executor, run_compute, launch, ferry_phases, free_on_worker=False):
-        super().__init__(torch, device, executor, run_compute, free_on_worker)
+    def __init__(self, torch, device, executor, run_compute, launch, ferry_phases, warm_first=False):
+        super().__init__(torch, device, executor, run_compute, warm_first)
         self.launch = launch              # {"first", "last"}: perf_counter_ns of the first and last torch.mm return
         self.ferry_phases = ferry_phases  # reads the worker thread's last ferry phase stamps
         self.pending = {}
@@ -296,7 +303,7 @@ class _DiagnosticRunner(_Runner):
         compute_end = time.perf_counter_ns()
         output, transfer_started = future.result()
         end = time.perf_counter_ns()
-        self.drop(output)
+        del output
         record.update(start=start, fg_pass=compute_started, bg_pass=transfer_started, first=self.launch["first"],
                       last=self.launch["last"], compute_end=compute_end, end=end)
         skew = _ms(min(compute_started, transfer_started), max(compute_started, transfer_started))
@@ -610,7 +617,7 @@ def _write_csv(records, path, record_type):
             writer.writerow({n: getattr(r, n) for n in names})
 
 
-def _run(torch, ferry, config, device, diagnostics=False, harness_floor=False, free_on_worker=False):
+def _run(torch, ferry, config, device, diagnostics=False, harness_floor=False, warm_first=False):
     torch.manual_seed(config.seed)
     torch.cuda.set_device(device)
     device = torch.device("cuda", torch.cuda.current_device())
@@ -658,9 +665,9 @@ def _run(torch, ferry, config, device, diagnostics=False, harness_floor=False, f
             from ferry import _ferry
 
             runner = _DiagnosticRunner(torch, device, executor, run_compute, launch, _ferry._last_phases,
-                                       free_on_worker)
+                                       warm_first)
         else:
-            runner = _Runner(torch, device, executor, run_compute, free_on_worker)
+            runner = _Runner(torch, device, executor, run_compute, warm_first)
         for index, (total_bytes, count) in enumerate(scenarios):
             print(f"\n{total_bytes / (1 << 20):.0f} MiB in {count} tensor(s), {iterations} compute iteration(s)")
             tensors = _source_tensors(torch, total_bytes, count, device)
@@ -828,10 +835,11 @@ def _parse_args(argv):
     p.add_argument("--gc-freeze", action="store_true",
                    help="gc.freeze() once everything is imported, so that the cyclic garbage collector's full "
                         "collections skip the modules' objects (a diagnostic; not part of the seed).")
-    p.add_argument("--free-outputs-on-worker", action="store_true",
-                   help="Free each block's outputs on the worker thread that made them, after the block's clock "
-                        "stops, instead of on the main thread as the seed does (a diagnostic A/B: whether the "
-                        "thread that frees the outputs changes how fast the worker makes the next ones).")
+    p.add_argument("--warm-transfer-first", action="store_true",
+                   help="Before each transfer-only block, off its clock, run the same transfer once on the worker "
+                        "and drop it, so the timed call starts from the state a tight loop of calls leaves (a "
+                        "diagnostic A/B: whether the harness's slower calls come from the state the other blocks "
+                        "leave behind; not part of the seed).")
     p.add_argument("--harness-floor", action="store_true",
                    help="Also run a method whose worker returns at once, and print each method's transfer time and "
                         "overlap net of the harness's own thread hand-offs (not part of the seed).")
@@ -876,7 +884,7 @@ def main(argv=None):
     old_timing = _ferry._phase_timing(diagnostics)
     try:
         summaries, raw, diagnostic_rows, transfer_rows = _run(torch, ferry, config, device, diagnostics,
-                                                               args.harness_floor, args.free_outputs_on_worker)
+                                                               args.harness_floor, args.warm_transfer_first)
     finally:
         _ferry._phase_timing(old_timing)
     _write_csv(summaries, args.output, BenchmarkSummary)
