@@ -12,9 +12,15 @@
 #          prefixed. PLACEMENTS chooses the placements (default "unpinned nodes one"): unpinned, nodes (each NUMA
 #          node, when there are several), nodeN, one (the first allowed CPU), pair (the first two), fast / slow
 #          (the two CPUs the speed probe finds fastest / slowest), cpusLIST.
+#        tools/cpu_placement.sh idleab ROUNDS COMMAND...
+#          runs COMMAND pinned to the probe's CPUS fastest CPUs (default 3), ROUNDS times alternately alone ($SPIN=0)
+#          and with one busy loop per pinned CPU at SCHED_IDLE priority ($SPIN=1; chrt -i 0): the loops take a CPU
+#          only when nothing else wants it, so those vCPUs never halt between the command's bursts of work, and
+#          yield to its threads at once. Whether that moves the figures says whether a vCPU going idle (and what
+#          the host does with its core meanwhile) slows the work that follows. COMMAND also sees $ROUND.
 # Why: ferry's many-tensor Python figures are CPU work, and they moved by 2x between runs on the lent H200.
 set -u
-if [ $# -eq 0 ] || [ "$1" = "--help" ]; then sed -n '2,14p' "$0"; exit 0; fi
+if [ $# -eq 0 ] || [ "$1" = "--help" ]; then sed -n '2,20p' "$0"; exit 0; fi
 
 allowed() { taskset -pc $$ | sed 's/.*: //'; }
 
@@ -92,6 +98,27 @@ ab)
       else
         PLACEMENT=$p ROUND=$r taskset -c "$(node_cpus "${p#node}")" "$@" 2>&1 | sed "s/^/[$p r$r] /"
       fi
+    done
+  done
+  ;;
+idleab)
+  rounds=$2; shift 2
+  probed=$(probe | sort -k2 -n)
+  echo "speed probe (CPU ms): $(echo $probed)"
+  pinned=($(echo "$probed" | head -"${CPUS:-3}" | cut -d' ' -f1))
+  list=$(IFS=,; echo "${pinned[*]}")
+  for ((r = 1; r <= rounds; r++)); do
+    for spin in 0 1; do
+      loops=()
+      if [ $spin = 1 ]; then
+        for c in "${pinned[@]}"; do
+          taskset -c "$c" chrt -i 0 sh -c 'while :; do :; done' &
+          loops+=($!)
+        done
+      fi
+      echo "=== pinned to CPUs $list, SCHED_IDLE busy loops: $spin, round $r"
+      SPIN=$spin ROUND=$r taskset -c "$list" "$@" 2>&1 | sed "s/^/[spin$spin r$r] /"
+      [ ${#loops[@]} -gt 0 ] && { kill "${loops[@]}"; wait "${loops[@]}" 2>/dev/null; }
     done
   done
   ;;

@@ -10,7 +10,7 @@
 #          pybandwidth64 ops
 #          opsfaults opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots all
 #   ferry_stress under compute-sanitizer: stressmemcheck stressracecheck (STRESS_BATCHES per thread)
-#   placement parts (tools/cpu_placement.sh): topology placementcall placementbench; threadab (main vs new thread) evictab
+#   placement parts (tools/cpu_placement.sh): topology placementcall placementbench; threadab (main vs new thread) evictab idleab
 #   a soak beside other parts: soakstart (detached, setsid) ... soakwait
 # Environment also: BUILD (default ./build-h200), SOAK_SECONDS (default 30), OPS_RACECHECK_S (opsracecheck's cap, default 400).
 # Environment: RESULTS (default ./h200-results), JOBS (default nproc), PYTHON (default python3).
@@ -130,6 +130,10 @@ for p in "${parts[@]}"; do
   topology) TAILN=40 part topology "tools/cpu_placement.sh topology" ;;
   placementcall) TAILN=40 part placementcall "PLACEMENTS=\"unpinned fast slow\" tools/cpu_placement.sh ab 3 sh -c \"$PYTHON -m ferry.bench.call_overhead \
            --num-tensors 256 4096 --small-calls 200 --output $RESULTS/py_call_\\\$PLACEMENT.\\\$ROUND.csv\"" ;;
+  idleab) TAILN=60 part idleab "tools/cpu_placement.sh idleab 2 sh -c \"$PYTHON -m ferry.bench.overlap \
+           --num-tensors 4096 --num-runs 15 --output $RESULTS/py_overlap_4096_spin\\\$SPIN.\\\$ROUND.csv \
+           --diagnostics-output $RESULTS/py_overlap_4096_spin\\\$SPIN.\\\$ROUND.diag.csv\" | grep -E '===|speed probe|    4096  '" ;;
+             # A/B: the harness with its vCPUs kept from halting between blocks (SCHED_IDLE busy loops)
   placementbench) TAILN=40 part placementbench "PLACEMENTS=\"unpinned fast slow\" tools/cpu_placement.sh ab 1 sh -c \"$PYTHON -m ferry.bench.overlap \
            --num-tensors 1 32 256 4096 --num-runs 30 --harness-floor --output $RESULTS/py_overlap_\\\$PLACEMENT.csv \
            --diagnostics-output $RESULTS/py_overlap_diag_\\\$PLACEMENT.csv\"" ;;
