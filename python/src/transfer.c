@@ -53,9 +53,10 @@ static inline void stamp(ferry_py_job *job, int phase) {
  * once), and when the submission itself kept the GIL released for a whole window (thousands of tensors: ~0.3 ms),
  * which gave a waiter the same chance; a second window would only delay the build, which is then the transfer's
  * critical path (4096 outputs: ~1.1-2 ms of build against ~1.2 ms of copies). The two cannot be added up: a waiter
- * that wakes after the GIL was taken back sleeps again and needs a whole new wake-up. The walk before submission is not shortened the same way: it must finish before the copies can start,
- * and per tensor it is a cached type look-up plus torch's dltensor_from_py_object_no_sync (ferry's own part
- * measured at ~0.04 us per tensor on the CI machine), nothing that can move out of the GIL. */
+ * that wakes after the GIL was taken back sleeps again and needs a whole new wake-up. The walk before submission
+ * is not shortened the same way: it must finish before the copies can start, and per tensor it is a cached type
+ * look-up plus torch's dltensor_from_py_object_no_sync (ferry's own part measured at ~0.04 us per tensor on the
+ * CI machine), nothing that can move out of the GIL. */
 
 #define HANDOFF_MIN_OUTPUTS 32
 #define HANDOFF_QUERY_NS 10000 /* how often the window asks whether the copies are done */
