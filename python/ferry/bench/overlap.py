@@ -22,8 +22,11 @@ phases (walk, submit, GIL hand-off window, output build, wait) from its private 
 few ``perf_counter_ns`` calls per block, so a diagnostic run is not the reference run: compare its medians with
 each other. The rows go to PATH and a table of medians is printed before the summary. Transfer-only blocks get
 rows of their own in PATH's ``_transfer`` sibling (diag.csv -> diag_transfer.csv): the block's time, ferry's phases
-in it, and, taken right after the block and untimed, a CPU probe (call_overhead's fixed Python loop) on the worker
-and on the main thread with the CPU each is on, so that a slow block can be matched with a slowed vCPU.
+in it, the worker's own account of its transfer call (wall against on-CPU time, minor page faults, voluntary and
+involuntary context switches: off-CPU time shows as the difference), and, taken right after the block and
+untimed, a CPU probe (call_overhead's fixed Python loop) on the worker and on the main thread with the CPU each is
+on, so that a slow block can be matched with a slowed vCPU. ``--warm-transfer-first`` (a diagnostic A/B) makes the
+same transfer once on the worker, off the clock, before each transfer-only block.
 
 Harness floor (``--harness-floor``; not part of the seed): a third method whose worker returns at once runs in the
 same blocks. Its transfer-only time is the executor round trip and its concurrent excess over compute is what the
