@@ -68,6 +68,26 @@ def test_d2h_through_the_exchange_api_is_byte_exact_for_layouts_and_dtypes():
         assert got.tobytes() == np.ascontiguousarray(want).tobytes()
 
 
+def test_shapes_and_strides_survive_the_tape_copy_for_many_mixed_ranks():
+    """The walk copies every tensor's shape and strides into one growing array of the tape (python/src/batch.c) and
+    points ferry at it afterwards: 500 tensors of rank 0 to 5, compact and strided, outgrow it many times over."""
+    rng = np.random.default_rng(7)
+    arrays = []
+    for i in range(500):
+        rank = i % 6
+        a = random_array(tuple(int(d) for d in rng.integers(1, 4, size=rank)) + (3,) * (rank == 0 and i % 12 == 6),
+                         np.int16, i)
+        if a.ndim >= 2 and i % 3 == 0:
+            a = a.swapaxes(0, a.ndim - 1)  # strided
+        elif a.ndim >= 1 and i % 3 == 1:
+            a = a[::-1]  # negative stride
+        arrays.append(a)
+    out = ferry.transfer_tensor_d2h([X(a) for a in arrays])
+    for got, want in zip(out, arrays, strict=True):
+        assert got.shape == want.shape
+        assert got.tobytes() == np.ascontiguousarray(want).tobytes()
+
+
 def test_h2d_through_the_exchange_api_is_byte_exact_and_device_tensors_pass_through():
     on_device = X(np.arange(4), device=0)
     hosts = [random_array((9, 3), np.float64, 4), random_array((5,), np.uint8, 5).reshape(5)]
