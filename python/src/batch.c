@@ -169,8 +169,6 @@ static int walk_container(walker *w, PyObject *obj, PyObject *key, uint8_t kind,
   return rc;
 }
 
-static int copy_dims(ferry_py_batch *b, size_t leaf);
-
 static int walk_tensor(walker *w, PyObject *obj, PyObject *key, const ferry_py_typeinfo *ti) {
   ferry_py_batch *b = w->b;
   size_t old_cap = b->cap_leaves;
@@ -188,38 +186,7 @@ static int walk_tensor(walker *w, PyObject *obj, PyObject *key, const ferry_py_t
   if (rc < 0) return -1;
   if (rc == 0) return push_node(b, obj, key, FERRY_PY_OTHER, -1) < 0 ? -1 : 0;
   int32_t leaf = (int32_t)b->n_leaves++; /* counted first: a failed push must still release what was read */
-  if (copy_dims(b, (size_t)leaf) < 0) return -1;
   return push_node(b, obj, key, FERRY_PY_OTHER, leaf) < 0 ? -1 : 0;
-}
-
-/* Copies a leaf's shape and strides into the tape, while the producer's object is hot in the cache. They point into
- * the producer's memory (torch's TensorImpl, a DLPack capsule's arrays), one place per tensor, and the submission
- * reads them several times over (sizes, layout checks, the outputs' shapes): for thousands of tensors those passes
- * chase thousands of pointers into memory that other work has since pushed out of the cache, where one compact
- * array here is read in order. The pointers are set once the walk is done (point_dims), as `dims` may still move.
- * A rank that ferry would reject is left pointing where it was, for ferry's own error message. */
-static int copy_dims(ferry_py_batch *b, size_t leaf) {
-  const ferry_tensor *t = &b->tensors[leaf];
-  b->leaves[leaf].dims_at = b->n_dims;
-  if (t->ndim <= 0 || t->ndim > FERRY_MAX_NDIM || !t->shape) return 0;
-  size_t nd = (size_t)t->ndim, need = b->n_dims + 2 * nd;
-  if (grow((void **)&b->dims, &b->cap_dims, need, sizeof *b->dims) < 0) return -1;
-  int64_t *at = b->dims + b->n_dims;
-  memcpy(at, t->shape, nd * sizeof *at);
-  if (t->strides) memcpy(at + nd, t->strides, nd * sizeof *at);
-  b->n_dims = need;
-  return 0;
-}
-
-/* Points every copied leaf's shape and strides at the tape's copy (see copy_dims). */
-static void point_dims(ferry_py_batch *b) {
-  for (size_t i = 0; i < b->n_leaves; i++) {
-    ferry_tensor *t = &b->tensors[i];
-    if (t->ndim <= 0 || t->ndim > FERRY_MAX_NDIM || !t->shape) continue;
-    int64_t *at = b->dims + b->leaves[i].dims_at;
-    t->shape = at;
-    if (t->strides) t->strides = at + t->ndim;
-  }
 }
 
 static int walk(walker *w, PyObject *obj, PyObject *key) {
@@ -263,7 +230,6 @@ int ferry_py_batch_walk(ferry_py_batch *b, PyObject *root, ferry_py_read_ctx *ct
   w->depth = 0;
   int rc = walk(w, root, NULL);
   PyMem_Free(w);
-  if (rc == 0) point_dims(b);
   return rc;
 }
 
@@ -279,7 +245,6 @@ void ferry_py_batch_clear(ferry_py_batch *b) {
   PyMem_Free(b->nodes);
   PyMem_Free(b->leaves);
   PyMem_Free(b->tensors);
-  PyMem_Free(b->dims);
   memset(b, 0, sizeof *b);
 }
 

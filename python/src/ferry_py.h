@@ -125,7 +125,6 @@ typedef struct ferry_py_leaf {
   DLManagedTensorVersioned *managed;     /* capsule path, DLPack >= 1.0: we call its deleter when done */
   DLManagedTensor *managed_legacy;       /* capsule path, pre-1.0 producers */
   PyObject *output;                      /* the built output (strong), NULL until built */
-  size_t dims_at;                        /* where its shape and strides start in the tape's `dims` */
 } ferry_py_leaf;
 
 /* What reading an input needs to know about the transfer. */
@@ -211,11 +210,8 @@ typedef struct ferry_py_batch {
   ferry_py_node *nodes;
   size_t n_nodes, cap_nodes;
   ferry_py_leaf *leaves;   /* source-side tensors, in batch order */
-  ferry_tensor *tensors;   /* their descriptors, the array given to ferry (parallel to leaves); once the walk is
-                              done, their shapes and strides point into `dims` */
+  ferry_tensor *tensors;   /* their descriptors, the array given to ferry (parallel to leaves) */
   size_t n_leaves, cap_leaves;
-  int64_t *dims;           /* every leaf's shape then strides, copied as it is read (see batch.c) */
-  size_t n_dims, cap_dims;
 } ferry_py_batch;
 
 #define FERRY_PY_MAX_DEPTH 1000 /* deeper batches raise RecursionError */
