@@ -18,7 +18,7 @@ set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 RESULTS=${RESULTS:-$here/h200-results}
 if [ "${1:-}" = "--results" ]; then RESULTS=$2; shift 2; fi
-if [ $# -eq 0 ] || [ "$1" = "--help" ]; then sed -n '2,10p' "$0"; exit 0; fi
+if [ $# -eq 0 ] || [ "$1" = "--help" ]; then sed -n '2,16p' "$0"; exit 0; fi
 JOBS=${JOBS:-$(nproc)}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$RESULTS"
