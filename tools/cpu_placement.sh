@@ -47,6 +47,12 @@ print(f"{best * 1e3:.1f}")')"
   done
 }
 
+probe_sorted() { # sets $probed to the probe's "CPU ms" lines, fastest first, and prints them; probes only once
+  [ -n "${probed:-}" ] && return
+  probed=$(probe | sort -k2 -n)
+  echo "speed probe (CPU ms): $(echo $probed)"
+}
+
 case $1 in
 topology)
   echo "allowed CPUs: $(allowed) (nproc $(nproc))"
@@ -81,7 +87,7 @@ ab)
     one) placements+=("cpus${cpus[0]}") ;;                 # every thread on one CPU: no migrations
     pair) placements+=("cpus${cpus[0]},${cpus[1]:-${cpus[0]}}") ;; # two threads, two CPUs, no migrations between more
     fast | slow) # the two CPUs the speed probe finds fastest (slowest): on a VM whose vCPUs differ in speed
-      [ -n "${probed:-}" ] || { probed=$(probe | sort -k2 -n); echo "speed probe (CPU ms): $(echo $probed)"; }
+      probe_sorted
       if [ "$token" = fast ]; then two=$(echo "$probed" | head -2 | cut -d' ' -f1 | paste -sd,)
       else two=$(echo "$probed" | tail -2 | cut -d' ' -f1 | paste -sd,); fi
       placements+=("cpus$two") ;;
@@ -103,8 +109,7 @@ ab)
   ;;
 idleab)
   rounds=$2; shift 2
-  probed=$(probe | sort -k2 -n)
-  echo "speed probe (CPU ms): $(echo $probed)"
+  probe_sorted
   pinned=($(echo "$probed" | head -"${CPUS:-3}" | cut -d' ' -f1))
   list=$(IFS=,; echo "${pinned[*]}")
   for ((r = 1; r <= rounds; r++)); do
@@ -118,7 +123,7 @@ idleab)
       fi
       echo "=== pinned to CPUs $list, SCHED_IDLE busy loops: $spin, round $r"
       SPIN=$spin ROUND=$r taskset -c "$list" "$@" 2>&1 | sed "s/^/[spin$spin r$r] /"
-      [ ${#loops[@]} -gt 0 ] && { kill "${loops[@]}"; wait "${loops[@]}" 2>/dev/null; }
+      if [ ${#loops[@]} -gt 0 ]; then kill "${loops[@]}"; wait "${loops[@]}" 2>/dev/null || true; fi # they end by kill
     done
   done
   ;;

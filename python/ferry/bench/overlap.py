@@ -57,6 +57,11 @@ import numpy as np
 from ferry.bench._gpu import torch_cuda_device
 from ferry.bench.call_overhead import _cpu_probe_ms
 
+try:
+    import resource  # POSIX only: the worker's page faults and context switches in diagnostic mode
+except ImportError:
+    resource = None
+
 _SCHEMA_VERSION = 1
 _METHOD_NATIVE = "PyTorch to(cpu)"
 _METHOD_FERRY = "ferry"
@@ -253,7 +258,6 @@ class _Runner:
         self.run_compute()
         output, transfer_started = future.result()
         end = time.perf_counter_ns()
-        del output
         skew = _ms(min(compute_started, transfer_started), max(compute_started, transfer_started))
         return _ms(start, end), skew
 
@@ -306,7 +310,6 @@ class _DiagnosticRunner(_Runner):
         compute_end = time.perf_counter_ns()
         output, transfer_started = future.result()
         end = time.perf_counter_ns()
-        del output
         record.update(start=start, fg_pass=compute_started, bg_pass=transfer_started, first=self.launch["first"],
                       last=self.launch["last"], compute_end=compute_end, end=end)
         skew = _ms(min(compute_started, transfer_started), max(compute_started, transfer_started))
@@ -371,27 +374,27 @@ def _probe_this_thread():
     return probe_ms, cpu
 
 
+_RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None) if resource else None  # Linux's
+
+
 def _thread_usage():
-    """(CPU time of the calling thread in ns, its minor page faults, voluntary and involuntary context switches)."""
-    cpu = time.thread_time_ns()
-    try:
-        import resource
-        ru = resource.getrusage(resource.RUSAGE_THREAD)
-        return cpu, ru.ru_minflt, ru.ru_nvcsw, ru.ru_nivcsw
-    except (ImportError, AttributeError, OSError):  # RUSAGE_THREAD is Linux's
-        return cpu, None, None, None
+    """(CPU time of the calling thread in ms, its minor page faults, voluntary and involuntary context switches; the
+    last three None where the platform cannot tell one thread's)."""
+    cpu_ms = time.thread_time_ns() / 1e6
+    if _RUSAGE_THREAD is None:
+        return cpu_ms, None, None, None
+    ru = resource.getrusage(_RUSAGE_THREAD)
+    return cpu_ms, ru.ru_minflt, ru.ru_nvcsw, ru.ru_nivcsw
+
+
+# What the transfer call cost its thread, the differences of _thread_usage() across it. On-CPU time well under the
+# call's wall time means the thread was off the CPU (preempted, or blocked: on the GIL, a lock, the copies); equal to
+# it means the time went to work on the CPU, where caches and clock speed decide.
+_USAGE_FIELDS = ["worker_call_cpu_ms", "worker_call_minflt", "worker_call_nvcsw", "worker_call_nivcsw"]
 
 
 def _usage_delta(before, after):
-    """What the transfer call cost its thread: on-CPU ms, minor faults, voluntary and involuntary switches. On-CPU time
-    well under the call's wall time means the thread was off the CPU (preempted, or blocked: on the GIL, a lock, the
-    copies); equal to it means the time went to work on the CPU, where caches and clock speed decide."""
-    d = [None if a is None or b is None else b - a for a, b in zip(before, after)]
-    return dict(worker_call_cpu_ms=d[0] / 1e6, worker_call_minflt=d[1], worker_call_nvcsw=d[2],
-                worker_call_nivcsw=d[3])
-
-
-_USAGE_FIELDS = ["worker_call_cpu_ms", "worker_call_minflt", "worker_call_nvcsw", "worker_call_nivcsw"]
+    return {k: None if a is None or b is None else b - a for k, a, b in zip(_USAGE_FIELDS, before, after)}
 
 TRANSFER_DIAGNOSTIC_FIELDS = [
     "total_bytes", "num_tensors", "method", "trial", "transfer_ms", "worker_probe_ms", "worker_cpu", "main_probe_ms",
