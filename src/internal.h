@@ -103,16 +103,19 @@ typedef struct ferry__fence {
   CUevent ev;
   int device;
   atomic_int refs;
-  atomic_int done; /* 1 once seen complete; later checks skip the driver */
+  atomic_int done;          /* 1 once seen complete or failed; later checks skip the driver */
+  _Atomic uint64_t failure; /* 0, or the first error a query or wait saw: CUresult << 1 | 1 if from the wait */
 } ferry__fence;
 
 /* Records a new fence on `stream` (context of `device` current). */
 ferry_status ferry__fence_record(int device, CUstream stream, ferry__fence **out);
 ferry__fence *ferry__fence_ref(ferry__fence *f);
 void ferry__fence_unref(ferry__fence *f);
-/* 1 when complete (or failed: nothing runs any more), 0 while running. Needs no current context. */
+/* 1 when complete or failed (nothing runs any more), 0 while running. An error seen here sticks to the fence:
+ * ferry__fence_wait reports it. Needs no current context; records no error. */
 int ferry__fence_done(ferry__fence *f);
-/* Blocks until complete; returns the copies' driver error, if any. */
+/* Blocks until complete. Returns FERRY_OK, or the error the copies ended with — the same error every time,
+ * whichever query or wait first saw it — recorded with the driver call that reported it. */
 ferry_status ferry__fence_wait(ferry__fence *f);
 
 /* ---- the pinned pool (pinned.c) -------------------------------------------------------------------------- */

@@ -20,11 +20,9 @@ struct ferry_transfer {
   ferry_tensor *outputs;
   uint8_t *copied;
   ferry_slab *slab;    /* the outputs' memory: pinned (D2H) or device (H2D) */
-  ferry_slab *staging; /* H2D: pinned staging for packed inputs and the kernel's work list */
-  ferry__fence *fence;
-  ferry_status result; /* sticky result of waiting; written once, before `waited` is set */
-  atomic_int waited;   /* 1 once the result is known (threads may wait on one ticket together) */
-  pthread_mutex_t wait_lock; /* serialises the first completion: the result and the staging release */
+  _Atomic(ferry_slab *) staging; /* H2D: pinned staging for packed inputs and the kernel's work list; released
+                                    by the first wait that sees the copies done */
+  ferry__fence *fence; /* NULL when nothing was submitted; its error, if any, sticks to it */
 };
 
 static _Alignas(256) char empty_storage[256]; /* data pointer of empty host outputs: valid, never read */
@@ -84,7 +82,6 @@ static ferry_transfer *ticket_new(const ferry_tensor *in, size_t count, scratch 
   sc->pinned = (uint8_t *)p;
   t->count = count;
   t->device = -1;
-  pthread_mutex_init(&t->wait_lock, NULL);
   /* Outputs start as the inputs (pass-through); copied ones get their own shape and strides below. */
   for (size_t i = 0; i < count; i++) {
     t->outputs[i] = in[i];
@@ -355,7 +352,6 @@ static ferry_status pass_through_all(const ferry_tensor *in, size_t count, ferry
   ferry_transfer *t = ticket_new(in, count, &sc);
   if (!t) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating a ticket for %zu tensors", count);
   set_passthrough(t, in);
-  t->waited = 1;
   *out = t;
   return FERRY_OK;
 }
@@ -415,7 +411,6 @@ static ferry_status submit(const ferry_tensor *in, size_t count, const ferry_tra
   t->device = device;
   if (plan.n_copied == 0) { /* nothing of ours: every output is its input */
     set_passthrough(t, in);
-    t->waited = 1;
     ferry__ctx_leave();
     *out = t;
     return FERRY_OK;
@@ -487,7 +482,7 @@ static ferry_status submit(const ferry_tensor *in, size_t count, const ferry_tra
   t->slab = slab;
   if (staging) {
     staging->fence = ferry__fence_ref(t->fence);
-    t->staging = staging;
+    atomic_store(&t->staging, staging);
   }
   ferry__ctx_leave();
   if (o.flags & FERRY_TRANSFER_BLOCKING) {
@@ -525,7 +520,6 @@ cleanup:
   ferry_slab_release(slab);
   ferry_slab_release(staging);
   if (entered) ferry__ctx_leave();
-  if (t) pthread_mutex_destroy(&t->wait_lock);
   free(t);
   return st;
 }
@@ -544,28 +538,17 @@ ferry_status ferry_transfer_h2d(const ferry_tensor *inputs, size_t count, const 
 
 ferry_status ferry_transfer_wait(ferry_transfer *t) {
   if (!t) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_transfer_wait: transfer is NULL");
-  if (atomic_load_explicit(&t->waited, memory_order_acquire)) return t->result;
-  /* Blocking happens outside the lock (cuEventSynchronize may be called by several threads at once); the lock
-   * only makes the first completion, which releases the staging slab, happen once. */
-  ferry_status r = ferry__fence_wait(t->fence);
-  pthread_mutex_lock(&t->wait_lock);
-  if (!atomic_load_explicit(&t->waited, memory_order_relaxed)) {
-    t->result = r;
-    if (r == FERRY_OK && t->staging) { /* staging is no longer needed once the copies are done */
-      ferry_slab_release(t->staging);
-      t->staging = NULL;
-    }
-    atomic_store_explicit(&t->waited, 1, memory_order_release);
-  }
-  pthread_mutex_unlock(&t->wait_lock);
-  return t->result;
+  /* Once the fence has settled this costs no driver call, and a failure is reported (and recorded on this
+   * thread) by every wait, not only the first. */
+  ferry_status st = ferry__fence_wait(t->fence);
+  if (st == FERRY_OK) ferry_slab_release(atomic_exchange(&t->staging, NULL)); /* not needed once copies are done */
+  return st;
 }
 
 ferry_status ferry_transfer_query(ferry_transfer *t) {
   if (!t) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_transfer_query: transfer is NULL");
-  if (t->waited) return t->result;
   if (!ferry__fence_done(t->fence)) return FERRY_NOT_READY;
-  return ferry_transfer_wait(t); /* complete: collect the result without blocking */
+  return ferry_transfer_wait(t); /* settled: collects the result without blocking */
 }
 
 size_t ferry_transfer_count(const ferry_transfer *t) { return t ? t->count : 0; }
@@ -576,9 +559,8 @@ ferry_slab *ferry_transfer_slab(const ferry_transfer *t) { return t ? t->slab : 
 
 void ferry_transfer_release(ferry_transfer *t) {
   if (!t) return;
-  pthread_mutex_destroy(&t->wait_lock);
   ferry_slab_release(t->slab);
-  ferry_slab_release(t->staging);
+  ferry_slab_release(atomic_load(&t->staging));
   ferry__fence_unref(t->fence);
   free(t);
 }
