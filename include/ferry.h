@@ -207,9 +207,16 @@ FERRY_API void ferry_transfer_options_init(ferry_transfer_options *options);
  *  passed through: its output is the input descriptor itself. Zero-size tensors give empty outputs. When there is
  *  no driver or no device, every tensor passes through and the call succeeds.
  *
- *  Ownership: `inputs` and what they point to stay the caller's and must stay valid until the transfer completes.
- *  On success *out_transfer is a new ticket the caller releases with ferry_transfer_release. On failure nothing
- *  was allocated or left pinned, *out_transfer is untouched and no copy is left running into ferry memory. */
+ *  ferry reads each input descriptor (shape and strides included) once, during the call, and plans from its own
+ *  copy: the arrays may change or be freed as soon as the call returns. The tensors' data must stay valid and
+ *  unchanged until the transfer completes.
+ *
+ *  Ownership: on success *out_transfer is a new ticket the caller releases with ferry_transfer_release. On
+ *  failure nothing was allocated or left pinned, *out_transfer is untouched and no memory that a queued copy may
+ *  still touch is reused before that copy has finished.
+ *
+ *  Same as ferry_transfer_begin_d2h, one ferry_transfer_add of all the tensors, and ferry_transfer_end (releasing
+ *  the ticket when any of them fails). */
 FERRY_API ferry_status ferry_transfer_d2h(const ferry_tensor *inputs, size_t count,
                                           const ferry_transfer_options *options, ferry_transfer **out_transfer);
 
@@ -220,18 +227,61 @@ FERRY_API ferry_status ferry_transfer_d2h(const ferry_tensor *inputs, size_t cou
 FERRY_API ferry_status ferry_transfer_h2d(const ferry_tensor *inputs, size_t count,
                                           const ferry_transfer_options *options, ferry_transfer **out_transfer);
 
-/** Blocks until the transfer's copies are done. Returns FERRY_OK, or the driver's error for the copies. Several
- *  threads may wait on (or query) one ticket at the same time; release it only once all of them have returned. */
+/* A transfer built in parts. The copies of each part start as soon as it is added, so a caller that reads its
+ * tensors bit by bit (walking a large nested batch) overlaps that work with the copies:
+ *
+ *   ferry_transfer *t;
+ *   ferry_transfer_begin_d2h(&opts, &t);          device, stream, order after the producer
+ *   ferry_transfer_add(t, part1, n1);             planned and queued at once; outputs [0, n1) laid out
+ *   ferry_transfer_add(t, part2, n2);             outputs [n1, n1 + n2)
+ *   ferry_transfer_end(t);                        one completion for everything (waits when BLOCKING)
+ *   ferry_transfer_wait(t); ... ferry_transfer_release(t);
+ *
+ * Each part gets its own slab from the pool (ferry_transfer_output_slab says which). A failed call kills the
+ * transfer: every later add, end, wait and query returns that failure again, and the ticket can only be released
+ * (which keeps every slab out of the pool until the copies queued before the failure have finished). A ticket is
+ * used by one thread at a time while it is being built; the copies run on the stream chosen at begin (by default
+ * the beginning thread's copy stream, which lives as long as that thread). */
+
+/** Starts a device-to-host transfer with no tensors yet: resolves the device and the stream and orders the copies
+ *  of every later part after the producer (options as for ferry_transfer_d2h; FERRY_TRANSFER_BLOCKING makes
+ *  ferry_transfer_end wait). On success *out_transfer is a new ticket (release it with ferry_transfer_release). */
+FERRY_API ferry_status ferry_transfer_begin_d2h(const ferry_transfer_options *options, ferry_transfer **out_transfer);
+
+/** As ferry_transfer_begin_d2h, for a host-to-device transfer. */
+FERRY_API ferry_status ferry_transfer_begin_h2d(const ferry_transfer_options *options, ferry_transfer **out_transfer);
+
+/** Adds `count` tensors and queues their copies at once. Their outputs follow the earlier parts' outputs, in
+ *  order; they are laid out when the call returns (ferry_transfer_outputs), but their data may be read only after
+ *  the transfer is done. The descriptors are read during the call, as by ferry_transfer_d2h. Fails (killing the
+ *  transfer) as ferry_transfer_d2h/h2d would for these tensors, or with FERRY_INVALID_ARGUMENT once ended. */
+FERRY_API ferry_status ferry_transfer_add(ferry_transfer *transfer, const ferry_tensor *inputs, size_t count);
+
+/** Orders the copies of parts added from now on after `producer_event`, or when it is NULL after the work queued
+ *  so far on `producer_stream` (NULL: the legacy default stream): for a batch whose later tensors come from
+ *  another producer than the one given at begin. */
+FERRY_API ferry_status ferry_transfer_order_after(ferry_transfer *transfer, void *producer_event,
+                                                  void *producer_stream);
+
+/** Ends the transfer: no more parts. Records one completion for all the copies; with FERRY_TRANSFER_BLOCKING it
+ *  also waits for them and returns their error, if any (the ticket still needs releasing). */
+FERRY_API ferry_status ferry_transfer_end(ferry_transfer *transfer);
+
+/** Blocks until the transfer's copies are done. Returns FERRY_OK, or the error the copies ended with — the same
+ *  error on every call, also when a query saw it first. Several threads may wait on (or query) one ended ticket at
+ *  the same time; release it only once all of them have returned. FERRY_INVALID_ARGUMENT before ferry_transfer_end. */
 FERRY_API ferry_status ferry_transfer_wait(ferry_transfer *transfer);
 
-/** FERRY_OK when the copies are done, FERRY_NOT_READY while they run (not recorded as an error). */
+/** FERRY_OK when the copies are done, FERRY_NOT_READY while they run (not recorded as an error), or their error,
+ *  which every later wait and query returns too. */
 FERRY_API ferry_status ferry_transfer_query(ferry_transfer *transfer);
 
-/** Number of outputs (the count given at submission). */
+/** Number of outputs (the tensors added so far). */
 FERRY_API size_t ferry_transfer_count(const ferry_transfer *transfer);
 
 /** The outputs, one per input, in input order. The array and the shapes and strides it points to are owned by
- *  the ticket and valid until ferry_transfer_release. Their data may be read only after the transfer is done. */
+ *  the ticket; the array is valid until the next ferry_transfer_add or ferry_transfer_release, the shapes and
+ *  strides until ferry_transfer_release. Their data may be read only after the transfer is done. */
 FERRY_API const ferry_tensor *ferry_transfer_outputs(const ferry_transfer *transfer);
 
 /** 1 when output `index` was copied by ferry, 0 when it is an input passed through. */
@@ -240,12 +290,20 @@ FERRY_API int ferry_transfer_output_copied(const ferry_transfer *transfer, size_
 /** The device the transfer resolved to, -1 when everything passed through because there is no device. */
 FERRY_API int ferry_transfer_device(const ferry_transfer *transfer);
 
-/** The slab the copied outputs view, or NULL when nothing was copied. Borrowed from the ticket: call
- *  ferry_slab_retain to keep the memory beyond ferry_transfer_release. */
+/** The slabs the copied outputs view, one per part that copied something: ferry_transfer_slab_count of them
+ *  (0 when nothing was copied; at most 1 for ferry_transfer_d2h/h2d), the one at `index` (NULL past the end), and
+ *  ferry_transfer_slab, the first (for a one-call transfer, the slab of every copied output). Borrowed from the
+ *  ticket: call ferry_slab_retain to keep the memory beyond ferry_transfer_release. */
+FERRY_API size_t ferry_transfer_slab_count(const ferry_transfer *transfer);
+FERRY_API ferry_slab *ferry_transfer_slab_at(const ferry_transfer *transfer, size_t index);
 FERRY_API ferry_slab *ferry_transfer_slab(const ferry_transfer *transfer);
 
-/** Releases the ticket. The slab lives on while retained; if the copies still run, the memory is not reused
- *  until they finish (the pool checks the ticket's event before handing it out again). NULL is accepted. */
+/** The slab output `index` views, NULL when it was passed through, is empty or does not exist. Borrowed. */
+FERRY_API ferry_slab *ferry_transfer_output_slab(const ferry_transfer *transfer, size_t index);
+
+/** Releases the ticket. The slabs live on while retained; if the copies still run, the memory is not reused
+ *  until they finish (the pool checks the ticket's event before handing it out again). A ticket released before
+ *  ferry_transfer_end is ended first. NULL is accepted. */
 FERRY_API void ferry_transfer_release(ferry_transfer *transfer);
 
 /** Adds a reference to the slab. */

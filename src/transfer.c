@@ -1,29 +1,53 @@
-/* transfer.c — submits a batch: resolve device and stream, order after the producer, plan, copy, hand back a
- * ticket. One way through: caller → plan → submit → wait.
+/* transfer.c — a transfer's life: begin (device, streams, order after the producer), add parts (copy each part's
+ * descriptors, plan them, take a slab, queue the copies), end (one fence over everything), wait, release. The
+ * one-call ferry_transfer_d2h/h2d is begin + one add + end. One way through: caller → plan → submit → wait.
  *
- * D2H: large contiguous tensors are DMA'd straight into the pinned slab, all in one cuMemcpyBatchAsync; small
- * and strided tensors are gathered by one kernel into device staging that mirrors the slab's prefix, which one
- * more DMA moves. H2D mirrors it: pinned sources the device can read are gathered by the kernel over PCIe,
+ * D2H: large contiguous tensors are DMA'd straight into the part's pinned slab, all in one cuMemcpyBatchAsync;
+ * small and strided tensors are gathered by one kernel into device staging that mirrors the slab's prefix, which
+ * one more DMA moves. H2D mirrors it: pinned sources the device can read are gathered by the kernel over PCIe,
  * pageable small or strided sources are packed by the CPU into pinned staging, the rest are DMA'd.
  *
- * Nothing is left behind on failure: every resource taken is released, and memory that a copy already queued may
- * still touch is released only through its fence (or after the stream drains).
+ * Each part is planned from copies of its descriptors made when it is added, so a caller (or a producer) may
+ * change or free the shape and stride arrays as soon as ferry_transfer_add returns.
+ *
+ * Nothing is left behind on failure: a failed part poisons the transfer, everything queued so far is fenced, and
+ * memory that a queued copy may still touch returns to its pool only through that fence (or after the streams
+ * drain).
  */
 #include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+/* One ferry_transfer_add that copied something. */
+typedef struct part {
+  size_t first, count;  /* its outputs: [first, first + count) */
+  ferry_slab *slab;     /* the outputs' memory: pinned (D2H) or device (H2D) */
+  ferry_slab *staging;  /* H2D: pinned staging for packed inputs and the kernel's work list */
+  CUdeviceptr scratch;  /* D2H: device staging of the gather, freed (stream-ordered) when the transfer settles */
+  int64_t *dims;        /* the shapes and strides of its copied outputs (one allocation) */
+} part;
+
 struct ferry_transfer {
-  size_t count;
-  int device; /* -1: nothing to do (no driver/device) */
+  bool h2d;
+  bool ended;           /* ferry_transfer_end was called */
+  bool settled;         /* the fence is recorded (or the streams drained): every slab knows when it is free */
+  int device;           /* -1: everything passes through (no driver or no device) */
+  ferry_transfer_options opts;
+  CUstream stream;      /* the copy stream: gather kernels, H2D copies, the fence */
+  CUstream dma_stream;  /* D2H: the DMAs, beside the gather kernels */
+  ferry_status failed;  /* FERRY_OK, or the status of the call that failed: the transfer is then dead */
+  ferry_error failure;  /* that failure's record, put back on the caller's thread by every later call */
+  size_t count, cap;    /* outputs so far, and room */
   ferry_tensor *outputs;
-  uint8_t *copied;
-  ferry_slab *slab;    /* the outputs' memory: pinned (D2H) or device (H2D) */
-  _Atomic(ferry_slab *) staging; /* H2D: pinned staging for packed inputs and the kernel's work list; released
-                                    by the first wait that sees the copies done */
-  ferry__fence *fence; /* NULL when nothing was submitted; its error, if any, sticks to it */
+  uint8_t *copied;      /* per output: 0 passed through, COPIED_TO_SLAB, or COPIED_EMPTY (views no slab) */
+  part *parts;
+  size_t n_parts, cap_parts;
+  ferry__fence *fence;  /* recorded when the transfer settles; its error, if any, sticks to it */
+  atomic_bool staging_released;
 };
+
+enum { COPIED_TO_SLAB = 1, COPIED_EMPTY = 2 };
 
 static _Alignas(256) char empty_storage[256]; /* data pointer of empty host outputs: valid, never read */
 
@@ -34,108 +58,91 @@ void ferry_transfer_options_init(ferry_transfer_options *o) {
   o->device = -1;
 }
 
+#define VALID_NDIM(n) ((n) > 0 && (n) <= FERRY_MAX_NDIM)
+
 /* ---- the ticket ------------------------------------------------------------------------------------------ */
 
-/* One allocation holds the ticket, its outputs, their shapes and strides, and the submit-time scratch. */
-typedef struct scratch {
-  ferry__plan_entry *entries;
-  uint8_t *is_ours;
-  uint8_t *pinned;
-  CUdeviceptr *dsts, *srcs;
-  size_t *sizes;
-} scratch;
-
-#define VALID_NDIM(n) ((n) > 0 && (n) <= FERRY_MAX_NDIM)
-/* Per input, the ticket needs its output, two rank-sized arrays and the plan scratch: a count past this cannot be
- * an array in memory, and sizing the ticket for it would wrap. */
-#define TICKET_BYTES_PER_INPUT                                                                      \
-  (sizeof(ferry_tensor) + 2 * FERRY_MAX_NDIM * sizeof(int64_t) + sizeof(ferry__plan_entry) +        \
+/* Per input, adding a part needs its descriptor copied (with the largest shape and strides), a plan entry, the
+ * copy arrays and flags, and the ticket an output and a flag: a count past what this many bytes per input allow
+ * cannot be an array in memory, and sizing for it would wrap. */
+#define BYTES_PER_INPUT                                                                                       \
+  (2 * sizeof(ferry_tensor) + 2 * FERRY_MAX_NDIM * sizeof(int64_t) + sizeof(ferry__plan_entry) +            \
    3 * sizeof(CUdeviceptr) + 3)
+#define MAX_INPUTS ((SIZE_MAX / 4) / BYTES_PER_INPUT)
 
-static ferry_transfer *ticket_new(const ferry_tensor *in, size_t count, scratch *sc) {
-  size_t dims = 0;
-  /* Only a valid rank gets room: an output with another rank is passed through (or the plan rejects it), and a
-   * garbage ndim must not size the allocation. */
-  for (size_t i = 0; i < count; i++) dims += (size_t)(VALID_NDIM(in[i].ndim) ? in[i].ndim : 0) * 2;
-  size_t bytes = sizeof(ferry_transfer) + count * sizeof(ferry_tensor) + dims * sizeof(int64_t) +
-                 count * (sizeof(ferry__plan_entry) + 3 * sizeof(CUdeviceptr)) + count * 3;
-  char *p = calloc(1, bytes);
-  if (!p) return NULL;
-  ferry_transfer *t = (ferry_transfer *)p;
-  p += sizeof *t;
-  t->outputs = (ferry_tensor *)p;
-  p += count * sizeof(ferry_tensor);
-  int64_t *dim_store = (int64_t *)p;
-  p += dims * sizeof(int64_t);
-  sc->entries = (ferry__plan_entry *)p;
-  p += count * sizeof(ferry__plan_entry);
-  sc->dsts = (CUdeviceptr *)p;
-  p += count * sizeof(CUdeviceptr);
-  sc->srcs = (CUdeviceptr *)p;
-  p += count * sizeof(CUdeviceptr);
-  sc->sizes = (size_t *)p;
-  p += count * sizeof(size_t);
-  t->copied = (uint8_t *)p;
-  p += count;
-  sc->is_ours = (uint8_t *)p;
-  p += count;
-  sc->pinned = (uint8_t *)p;
-  t->count = count;
-  t->device = -1;
-  /* Outputs start as the inputs (pass-through); copied ones get their own shape and strides below. */
-  for (size_t i = 0; i < count; i++) {
-    t->outputs[i] = in[i];
-    int32_t nd = VALID_NDIM(in[i].ndim) ? in[i].ndim : 0;
-    if (nd) {
-      t->outputs[i].shape = dim_store;
-      t->outputs[i].strides = dim_store + nd;
-      dim_store += 2 * nd;
-    }
-  }
-  return t;
+static ferry_status grow_outputs(ferry_transfer *t, size_t more) {
+  if (more > MAX_INPUTS - t->count)
+    return FERRY_ERR(FERRY_OVERFLOW, "%zu more tensors: no array holds that many tensor descriptors", more);
+  size_t need = t->count + more;
+  if (need <= t->cap) return FERRY_OK;
+  size_t cap = t->cap ? t->cap : 16;
+  while (cap < need) cap *= 2;
+  ferry_tensor *outputs = realloc(t->outputs, cap * sizeof *outputs);
+  if (!outputs) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating the outputs of %zu tensors", need);
+  t->outputs = outputs;
+  uint8_t *copied = realloc(t->copied, cap);
+  if (!copied) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating the outputs of %zu tensors", need);
+  t->copied = copied;
+  t->cap = cap;
+  return FERRY_OK;
 }
 
-/* Points output i at its place in the slab, compact row-major, on the destination side. */
-static void set_output(ferry_transfer *t, size_t i, const ferry_tensor *in, const ferry__plan_entry *e,
-                       ferry_device where, char *base) {
-  ferry_tensor *o = &t->outputs[i];
-  int32_t nd = in->ndim > 0 ? in->ndim : 0;
-  if (nd) {
-    memcpy(o->shape, in->shape, (size_t)nd * sizeof(int64_t));
-    ferry__compact_strides(nd, o->shape, o->strides);
+static ferry_status new_part(ferry_transfer *t, part **out) {
+  if (t->n_parts == t->cap_parts) {
+    size_t cap = t->cap_parts ? t->cap_parts * 2 : 4;
+    part *parts = realloc(t->parts, cap * sizeof *parts);
+    if (!parts) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating the record of part %zu", t->n_parts + 1);
+    t->parts = parts;
+    t->cap_parts = cap;
   }
-  o->device = where;
-  o->byte_offset = 0;
-  if (e->route == FERRY__EMPTY)
-    o->data = where.device_type == FERRY_DEVICE_CUDA ? NULL : empty_storage;
-  else
-    o->data = base + e->offset;
-  t->copied[i] = 1;
+  part *p = &t->parts[t->n_parts++];
+  memset(p, 0, sizeof *p);
+  *out = p;
+  return FERRY_OK;
 }
 
-/* Restores pass-through descriptors (the inputs' own shape and strides pointers) for outputs not copied. */
-static void set_passthrough(ferry_transfer *t, const ferry_tensor *in) {
-  for (size_t i = 0; i < t->count; i++)
-    if (!t->copied[i]) t->outputs[i] = in[i];
+/* The part whose outputs include output `index`, or NULL (passed through, or in no part). */
+static const part *part_of(const ferry_transfer *t, size_t index) {
+  size_t lo = 0, hi = t->n_parts;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    const part *p = &t->parts[mid];
+    if (index < p->first) hi = mid;
+    else if (index >= p->first + p->count) lo = mid + 1;
+    else return p;
+  }
+  return NULL;
+}
+
+/* The transfer is dead: every later call returns this failure, with its record put back on the caller's thread. */
+static ferry_status poison(ferry_transfer *t, ferry_status st) {
+  t->failed = st;
+  t->failure = *ferry_last_error();
+  return st;
+}
+
+static ferry_status repeat_failure(const ferry_transfer *t) {
+  ferry__error_restore(&t->failure);
+  return t->failed;
 }
 
 /* ---- submission ------------------------------------------------------------------------------------------ */
 
 /* Makes `stream` (and `stream2`, when not NULL) wait until the inputs are ready: after producer_event, else after
  * an event recorded now on producer_stream (the caller's current stream; NULL is the legacy default stream). */
-static ferry_status order_after_producer(const ferry_transfer_options *o, int device, CUstream stream,
-                                         CUstream stream2) {
+static ferry_status order_after(int device, void *producer_event, void *producer_stream, CUstream stream,
+                                CUstream stream2) {
   ferry_status st = FERRY_OK;
   CUevent ev = NULL;
-  if (o->producer_event) {
-    FERRY_TRY_CU(("waiting for producer_event %p", o->producer_event), cuStreamWaitEvent, stream,
-                 (CUevent)o->producer_event, 0);
+  if (producer_event) {
+    FERRY_TRY_CU(("waiting for producer_event %p", producer_event), cuStreamWaitEvent, stream,
+                 (CUevent)producer_event, 0);
     if (stream2)
-      FERRY_TRY_CU(("waiting for producer_event %p", o->producer_event), cuStreamWaitEvent, stream2,
-                   (CUevent)o->producer_event, 0);
+      FERRY_TRY_CU(("waiting for producer_event %p", producer_event), cuStreamWaitEvent, stream2,
+                   (CUevent)producer_event, 0);
     return FERRY_OK;
   }
-  CUstream producer = o->producer_stream ? (CUstream)o->producer_stream : CU_STREAM_LEGACY;
+  CUstream producer = producer_stream ? (CUstream)producer_stream : CU_STREAM_LEGACY;
   if (producer == stream && !stream2) return FERRY_OK; /* same stream: already in order */
   FERRY_TRY(ferry__event_get(device, &ev));
   FERRY_TRY_CU(("recording the producer's readiness on stream %p", (void *)producer), cuEventRecord, ev, producer);
@@ -160,9 +167,73 @@ cleanup:
   return st;
 }
 
+/* Scratch for submitting one part, sized for its count and freed when the add returns. */
+typedef struct part_scratch {
+  ferry_tensor *inputs;  /* the part's descriptors, copied: the plan reads only these */
+  int64_t *dims;         /* their shapes and strides */
+  ferry__plan_entry *entries;
+  uint8_t *is_ours;
+  uint8_t *pinned;
+  CUdeviceptr *dsts, *srcs;
+  size_t *sizes;
+  void *block;
+} part_scratch;
+
+static ferry_status scratch_new(const ferry_tensor *in, size_t count, part_scratch *sc) {
+  size_t dims = 0;
+  /* Only a valid rank gets room: a tensor of another rank is passed through (or the plan rejects it, before it
+   * reads its shape), and a garbage ndim must not size the allocation. */
+  for (size_t i = 0; i < count; i++) dims += (size_t)(VALID_NDIM(in[i].ndim) ? in[i].ndim : 0) * 2;
+  size_t bytes = count * (sizeof(ferry_tensor) + sizeof(ferry__plan_entry) + 3 * sizeof(CUdeviceptr) + 2) +
+                 dims * sizeof(int64_t);
+  char *p = malloc(bytes ? bytes : 1);
+  if (!p) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating the plan of %zu tensors", count);
+  sc->block = p;
+  sc->inputs = (ferry_tensor *)p;
+  p += count * sizeof(ferry_tensor);
+  sc->entries = (ferry__plan_entry *)p;
+  p += count * sizeof(ferry__plan_entry);
+  sc->dsts = (CUdeviceptr *)p;
+  p += count * sizeof(CUdeviceptr);
+  sc->srcs = (CUdeviceptr *)p;
+  p += count * sizeof(CUdeviceptr);
+  sc->sizes = (size_t *)p;
+  p += count * sizeof(size_t);
+  sc->dims = (int64_t *)p;
+  p += dims * sizeof(int64_t);
+  sc->is_ours = (uint8_t *)p;
+  p += count;
+  sc->pinned = (uint8_t *)p;
+  return FERRY_OK;
+}
+
+/* Copies the descriptors of the tensors on the transfer's source side, shape and strides included: from here on
+ * the part is planned and submitted from these copies alone, whatever happens to the caller's arrays. */
+static void copy_inputs(const ferry_transfer *t, const ferry_tensor *in, size_t count, part_scratch *sc) {
+  int64_t *dims = sc->dims;
+  for (size_t i = 0; i < count; i++) {
+    ferry_tensor c = in[i];
+    int32_t dt = c.device.device_type;
+    sc->is_ours[i] = t->h2d ? (dt == FERRY_DEVICE_CPU || dt == FERRY_DEVICE_CUDA_HOST)
+                            : ((dt == FERRY_DEVICE_CUDA || dt == FERRY_DEVICE_CUDA_MANAGED) &&
+                               c.device.device_id == t->device);
+    if (sc->is_ours[i] && VALID_NDIM(c.ndim) && c.shape) {
+      size_t nd = (size_t)c.ndim;
+      memcpy(dims, c.shape, nd * sizeof *dims);
+      c.shape = dims;
+      if (c.strides) {
+        memcpy(dims + nd, c.strides, nd * sizeof *dims);
+        c.strides = dims + nd;
+      }
+      dims += 2 * nd;
+    }
+    sc->inputs[i] = c;
+  }
+}
+
 /* Submits the DMA-routed entries: one cuMemcpyBatchAsync when the driver has it, else a loop. */
 static ferry_status submit_dma(const ferry__plan_entry *e, size_t count, char *dst_base, CUstream stream,
-                               uint32_t flags, scratch *sc, bool h2d) {
+                               uint32_t flags, part_scratch *sc, bool h2d) {
   ferry_status st = FERRY_OK;
   size_t n = 0;
   for (size_t i = 0; i < count; i++) {
@@ -290,11 +361,11 @@ cleanup:
 /* H2D from pageable memory: the CPU packs the small and strided sources into pinned `staging` (after waiting
  * for the producer, since it reads them now) and one DMA moves the packed range into the device slab. */
 static ferry_status pack_and_copy(const ferry__plan_input *pin, const ferry__plan_entry *e, const ferry__plan *plan,
-                                  const ferry_transfer_options *o, char *staging, char *slab_base, CUstream stream) {
+                                  void *producer_event, char *staging, char *slab_base, CUstream stream) {
   ferry_status st = FERRY_OK;
   size_t pack_bytes = (size_t)(plan->pack_end - plan->gather_bytes);
-  if (o->producer_event)
-    FERRY_TRY_CU(("waiting for producer_event before packing"), cuEventSynchronize, (CUevent)o->producer_event);
+  if (producer_event)
+    FERRY_TRY_CU(("waiting for producer_event before packing"), cuEventSynchronize, (CUevent)producer_event);
   ferry__gather_item *items = malloc(plan->n_pack_items * sizeof *items +
                                      plan->n_pack_layouts * sizeof(ferry__gather_layout) + 1);
   if (!items)
@@ -317,7 +388,8 @@ static size_t worklist_bytes(size_t items, size_t layouts) {
 }
 
 /* Finds whether each host tensor is pinned memory that the device can address at the same pointer. Consecutive
- * tensors in one allocation (views of one buffer) cost one driver query. */
+ * tensors in one allocation (views of one buffer) cost one driver query. Queries that fail (pageable memory) are
+ * answers, not errors: FERRY_CU records nothing. */
 static void find_pinned(const ferry_tensor *in, size_t count, const uint8_t *is_ours, uint8_t *pinned) {
   uintptr_t lo = 0, hi = 0;
   for (size_t i = 0; i < count; i++) {
@@ -328,47 +400,145 @@ static void find_pinned(const ferry_tensor *in, size_t count, const uint8_t *is_
       pinned[i] = 1;
       continue;
     }
-    if (in[i].device.device_type == FERRY_DEVICE_CPU || in[i].device.device_type == FERRY_DEVICE_CUDA_HOST) {
-      CUdeviceptr dp = 0;
-      if (FERRY_CU(cuPointerGetAttribute, &dp, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, (CUdeviceptr)p) != CUDA_SUCCESS ||
-          dp != (CUdeviceptr)p)
-        continue; /* pageable, or mapped at another address: treated as pageable */
-      pinned[i] = 1;
-      CUdeviceptr start = 0;
-      size_t size = 0;
-      if (FERRY_CU(cuPointerGetAttribute, &start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (CUdeviceptr)p) ==
-              CUDA_SUCCESS &&
-          FERRY_CU(cuPointerGetAttribute, &size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, (CUdeviceptr)p) == CUDA_SUCCESS) {
-        lo = (uintptr_t)start;
-        hi = lo + size;
-      }
+    CUdeviceptr dp = 0;
+    if (FERRY_CU(cuPointerGetAttribute, &dp, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, (CUdeviceptr)p) != CUDA_SUCCESS ||
+        dp != (CUdeviceptr)p)
+      continue; /* pageable, or mapped at another address: treated as pageable */
+    pinned[i] = 1;
+    CUdeviceptr start = 0;
+    size_t size = 0;
+    if (FERRY_CU(cuPointerGetAttribute, &start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (CUdeviceptr)p) ==
+            CUDA_SUCCESS &&
+        FERRY_CU(cuPointerGetAttribute, &size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, (CUdeviceptr)p) == CUDA_SUCCESS) {
+      lo = (uintptr_t)start;
+      hi = lo + size;
     }
   }
-  ferry_clear_error(); /* failed queries on pageable memory are expected, not errors */
 }
 
-static ferry_status pass_through_all(const ferry_tensor *in, size_t count, ferry_transfer **out) {
-  scratch sc;
-  ferry_transfer *t = ticket_new(in, count, &sc);
-  if (!t) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating a ticket for %zu tensors", count);
-  set_passthrough(t, in);
-  *out = t;
-  return FERRY_OK;
+/* Queues the copies of one planned part: D2H into a new pinned slab (DMAs on the second stream, the gather on
+ * the copy stream), H2D into a new device slab. Records what it takes in `p` as it takes it, so that the caller
+ * can fence and release it whatever happens. */
+static ferry_status submit_part(ferry_transfer *t, const ferry__plan_input *pin, const ferry__plan *plan,
+                                part_scratch *sc, part *p) {
+  ferry_status st = FERRY_OK;
+  size_t work;
+  if (!t->h2d) {
+    /* The pinned slab carries the gather work list in its tail, past the outputs. */
+    work = worklist_bytes(plan->n_items, plan->n_items ? plan->n_layouts + PIPELINE_EXTRA_LAYOUTS : 0);
+    FERRY_TRY(ferry__pool_take((size_t)plan->total + work, &p->slab));
+    char *slab_base = p->slab->data;
+    /* Large tensors need no kernel: their DMAs go first, on the second stream, beside the gather. */
+    FERRY_TRY(submit_dma(sc->entries, pin->count, slab_base, t->dma_stream, t->opts.flags, sc, false));
+    if (plan->n_items) {
+      FERRY_TRY(ferry__devmem_alloc(t->device, (size_t)plan->gather_bytes + work, t->stream, &p->scratch));
+      FERRY_TRY(d2h_gather(pin, sc->entries, plan, slab_base, slab_base + plan->total,
+                           p->scratch + plan->gather_bytes, p->scratch, t->device, t->stream, t->dma_stream));
+    }
+    return FERRY_OK;
+  }
+  size_t pack_bytes = (size_t)(plan->pack_end - plan->gather_bytes);
+  work = worklist_bytes(plan->n_items, plan->n_layouts);
+  if (pack_bytes || work) FERRY_TRY(ferry__pool_take(pack_bytes + work, &p->staging));
+  FERRY_TRY(ferry__devmem_slab(t->device, (size_t)plan->total, t->stream, &p->slab));
+  char *slab_base = p->slab->data;
+  if (plan->n_items) {
+    /* Pinned sources the device can read: the kernel gathers them over PCIe straight into the device slab. */
+    CUdeviceptr list_dev = 0;
+    FERRY_TRY(ferry__devmem_alloc(t->device, work, t->stream, &list_dev));
+    char *list_host = (char *)p->staging->data + pack_bytes;
+    ferry__gather_item *items = (ferry__gather_item *)list_host;
+    ferry__gather_layout *layouts = (ferry__gather_layout *)(list_host + plan->n_items * sizeof(ferry__gather_item));
+    size_t ni, nl;
+    st = ferry__plan_gather_items(pin, sc->entries, FERRY__GATHER, (uint64_t)(uintptr_t)slab_base, items, layouts,
+                                  &ni, &nl);
+    if (st == FERRY_OK) st = upload_and_gather(t->device, t->stream, list_host, list_dev, ni, nl);
+    /* Stream-ordered: freed after the kernel, which is queued on the same stream (or never was). */
+    CUresult r = FERRY_CU(cuMemFreeAsync, list_dev, t->stream);
+    if (st != FERRY_OK) return st;
+    if (r != CUDA_SUCCESS) return ferry__cu_error(r, "cuMemFreeAsync", __FILE__, __LINE__, "releasing the gather "
+                                                  "work list");
+  }
+  if (plan->n_pack)
+    FERRY_TRY(pack_and_copy(pin, sc->entries, plan, t->opts.producer_event, p->staging->data, slab_base, t->stream));
+  FERRY_TRY(submit_dma(sc->entries, pin->count, slab_base, t->stream, t->opts.flags, sc, true));
+cleanup:
+  return st;
 }
 
-static ferry_status submit(const ferry_tensor *in, size_t count, const ferry_transfer_options *user_opts,
-                           ferry_transfer **out, bool h2d) {
+/* Points output i at its place in the part's slab, compact row-major, on the destination side; `dims` has room for
+ * its shape and strides. */
+static void set_output(ferry_transfer *t, size_t i, const ferry_tensor *in, const ferry__plan_entry *e, char *base,
+                       int64_t *dims) {
+  ferry_tensor *o = &t->outputs[i];
+  *o = *in;
+  int32_t nd = in->ndim > 0 ? in->ndim : 0;
+  o->shape = nd ? dims : NULL;
+  o->strides = nd ? dims + nd : NULL;
+  if (nd) {
+    memcpy(o->shape, in->shape, (size_t)nd * sizeof(int64_t));
+    ferry__compact_strides(nd, o->shape, o->strides);
+  }
+  o->device = t->h2d ? (ferry_device){FERRY_DEVICE_CUDA, t->device} : (ferry_device){FERRY_DEVICE_CPU, 0};
+  o->byte_offset = 0;
+  bool empty = e->route == FERRY__EMPTY;
+  o->data = empty ? (t->h2d ? NULL : empty_storage) : base + e->offset;
+  t->copied[i] = empty ? COPIED_EMPTY : COPIED_TO_SLAB;
+}
+
+/* Appends `count` pass-through outputs: the inputs' own descriptors. */
+static void append_passthrough(ferry_transfer *t, const ferry_tensor *in, size_t count) {
+  memcpy(t->outputs + t->count, in, count * sizeof *in);
+  memset(t->copied + t->count, 0, count);
+  t->count += count;
+}
+
+/* Fences everything queued so far: the second stream is joined into the copy stream, the parts' gather staging
+ * is freed after it (stream-ordered), and one event on the copy stream then guards every slab. If the driver
+ * cannot record the fence (or make the context current), the streams are drained instead — stream calls need no
+ * current context — so no slab can be reused under a running copy. */
+static ferry_status settle(ferry_transfer *t) {
+  t->settled = true;
+  if (t->device < 0 || t->n_parts == 0) return FERRY_OK;
+  ferry_status st = ferry__ctx_enter(t->device);
+  bool entered = st == FERRY_OK;
+  if (entered && t->dma_stream) st = join_streams(t->device, t->dma_stream, t->stream);
+  /* The frees must follow the DMAs that read the scratch: after the join, or after draining them. */
+  if (st != FERRY_OK && t->dma_stream) (void)FERRY_CU(cuStreamSynchronize, t->dma_stream);
+  for (size_t k = 0; k < t->n_parts; k++) {
+    CUdeviceptr scratch = t->parts[k].scratch;
+    t->parts[k].scratch = 0;
+    if (!scratch) continue;
+    CUresult r = FERRY_CU(cuMemFreeAsync, scratch, t->stream);
+    if (r == CUDA_SUCCESS) continue;
+    if (st == FERRY_OK) st = ferry__cu_error(r, "cuMemFreeAsync", __FILE__, __LINE__, "releasing the gather staging");
+    (void)FERRY_CU(cuMemFreeAsync, scratch, t->stream); /* once more: the failure may have been transient */
+  }
+  if (st == FERRY_OK) st = ferry__fence_record(t->device, t->stream, &t->fence);
+  if (st != FERRY_OK) (void)FERRY_CU(cuStreamSynchronize, t->stream);
+  for (size_t k = 0; k < t->n_parts; k++) {
+    if (t->parts[k].slab) t->parts[k].slab->fence = ferry__fence_ref(t->fence);
+    if (t->parts[k].staging) t->parts[k].staging->fence = ferry__fence_ref(t->fence);
+  }
+  if (entered) ferry__ctx_leave();
+  return st;
+}
+
+/* A part failed: fence what is queued (keeping the part's error as the one the caller reads) and kill the
+ * transfer. */
+static ferry_status fail(ferry_transfer *t, ferry_status st) {
+  ferry_error saved = *ferry_last_error();
+  if (!t->settled) (void)settle(t);
+  ferry__error_restore(&saved);
+  return poison(t, st);
+}
+
+/* ---- the public calls ------------------------------------------------------------------------------------- */
+
+static ferry_status begin(const ferry_transfer_options *user_opts, bool h2d, size_t expected,
+                          ferry_transfer **out) {
   ferry_status st = FERRY_OK;
   ferry_transfer_options o;
-  /* Everything the cleanup path looks at is declared and initialised before the first jump to it. */
-  ferry_transfer *t = NULL;
-  bool entered = false, queued = false;
-  CUstream stream = NULL, dma_stream = NULL;
-  CUdeviceptr scratch_dev = 0;
-  size_t work = 0;
-  ferry_slab *slab = NULL, *staging = NULL;
-  int device = -1;
-  scratch sc;
   ferry_transfer_options_init(&o);
   if (user_opts) {
     if (user_opts->struct_size < sizeof o)
@@ -377,190 +547,242 @@ static ferry_status submit(const ferry_tensor *in, size_t count, const ferry_tra
     o = *user_opts;
   }
   if (!out) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "out_transfer is NULL");
-  if (count && !in) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "inputs is NULL with count %zu", count);
-  if (count > (SIZE_MAX - sizeof(ferry_transfer)) / TICKET_BYTES_PER_INPUT)
-    return FERRY_ERR(FERRY_OVERFLOW, "count %zu: no array holds that many tensor descriptors", count);
   if (o.stream && o.device < 0)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "stream %p was given without a device: pass the device the stream "
                      "belongs to", o.stream);
+  ferry_transfer *t = calloc(1, sizeof *t);
+  if (!t) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating a transfer");
+  t->h2d = h2d;
+  t->opts = o;
+  t->device = -1;
+  bool entered = false;
+  if (expected) FERRY_TRY(grow_outputs(t, expected));
 
   /* No driver or no device: everything passes through, as documented. */
-  ferry_status load = (ferry_status)ferry__driver_load();
-  if (load == FERRY_NO_DRIVER || load == FERRY_NO_DEVICE) {
-    ferry_clear_error();
-    return pass_through_all(in, count, out);
-  }
-  if (load != FERRY_OK) return load;
-  FERRY_TRY(ferry_device_resolve(o.device, &device));
-  t = ticket_new(in, count, &sc);
-  if (!t) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating a ticket for %zu tensors", count);
-
-  for (size_t i = 0; i < count; i++) {
-    int32_t dt = in[i].device.device_type;
-    sc.is_ours[i] = h2d ? (dt == FERRY_DEVICE_CPU || dt == FERRY_DEVICE_CUDA_HOST)
-                        : ((dt == FERRY_DEVICE_CUDA || dt == FERRY_DEVICE_CUDA_MANAGED) &&
-                           in[i].device.device_id == device);
-  }
-  FERRY_TRY(ferry__ctx_enter(device));
-  entered = true;
-  if (h2d) find_pinned(in, count, sc.is_ours, sc.pinned);
-  ferry__plan_input pin = {in, count, sc.is_ours, h2d ? sc.pinned : NULL, h2d,
-                           !(o.flags & FERRY_TRANSFER_NO_GATHER) && ferry__gather_available(), o.gather_max_bytes};
-  ferry__plan plan;
-  FERRY_TRY(ferry__plan_make(&pin, sc.entries, &plan));
-  t->device = device;
-  if (plan.n_copied == 0) { /* nothing of ours: every output is its input */
-    set_passthrough(t, in);
-    ferry__ctx_leave();
+  ferry_error saved = *ferry_last_error();
+  st = ferry__driver_load();
+  if (st == FERRY_NO_DRIVER || st == FERRY_NO_DEVICE) {
+    ferry__error_restore(&saved); /* not an error for a transfer */
     *out = t;
     return FERRY_OK;
   }
-
+  if (st != FERRY_OK) goto cleanup;
+  FERRY_TRY(ferry_device_resolve(o.device, &t->device));
+  FERRY_TRY(ferry__ctx_enter(t->device));
+  entered = true;
   if (o.stream) {
-    stream = (CUstream)o.stream;
-    FERRY_TRY(ferry__stream_check_device(stream, device));
+    t->stream = (CUstream)o.stream;
+    FERRY_TRY(ferry__stream_check_device(t->stream, t->device));
   } else {
-    FERRY_TRY(ferry__thread_stream(device, &stream));
+    FERRY_TRY(ferry__thread_stream(t->device, &t->stream));
   }
-  if (!h2d) FERRY_TRY(ferry__thread_dma_stream(device, &dma_stream));
-
-  size_t pack_bytes = (size_t)(plan.pack_end - plan.gather_bytes);
-  char *slab_base;
-  if (!h2d) {
-    /* The pinned slab carries the gather work list in its tail, past the outputs. */
-    work = worklist_bytes(plan.n_items, plan.n_items ? plan.n_layouts + PIPELINE_EXTRA_LAYOUTS : 0);
-    FERRY_TRY(ferry__pool_take((size_t)plan.total + work, &slab));
-  } else {
-    work = worklist_bytes(plan.n_items, plan.n_layouts);
-    if (pack_bytes || work) FERRY_TRY(ferry__pool_take(pack_bytes + work, &staging));
-  }
-  FERRY_TRY(order_after_producer(&o, device, stream, dma_stream));
-  queued = true; /* from here on, queued work may touch what we hold */
-  if (h2d) FERRY_TRY(ferry__devmem_slab(device, (size_t)plan.total, stream, &slab));
-  slab_base = slab->data;
-
-  if (!h2d) {
-    /* Large tensors need no kernel: their DMAs go first, on the second stream, beside the gather. */
-    FERRY_TRY(submit_dma(sc.entries, count, slab_base, dma_stream, o.flags, &sc, false));
-    if (plan.n_items) {
-      FERRY_TRY(ferry__devmem_alloc(device, (size_t)plan.gather_bytes + work, stream, &scratch_dev));
-      FERRY_TRY(d2h_gather(&pin, sc.entries, &plan, slab_base, slab_base + plan.total,
-                           scratch_dev + plan.gather_bytes, scratch_dev, device, stream, dma_stream));
-    }
-    /* Everything is ordered back onto the copy stream: the fence and the scratch's release follow it all. */
-    FERRY_TRY(join_streams(device, dma_stream, stream));
-    if (scratch_dev) {
-      FERRY_TRY_CU(("releasing the gather scratch"), cuMemFreeAsync, scratch_dev, stream);
-      scratch_dev = 0;
-    }
-  } else {
-    if (plan.n_items) {
-      /* Pinned sources the device can read: the kernel gathers them over PCIe straight into the device slab. */
-      FERRY_TRY(ferry__devmem_alloc(device, work, stream, &scratch_dev));
-      char *list_host = (char *)staging->data + pack_bytes;
-      ferry__gather_item *items = (ferry__gather_item *)list_host;
-      ferry__gather_layout *layouts = (ferry__gather_layout *)(list_host + plan.n_items * sizeof(ferry__gather_item));
-      size_t ni, nl;
-      FERRY_TRY(ferry__plan_gather_items(&pin, sc.entries, FERRY__GATHER, (uint64_t)(uintptr_t)slab_base, items,
-                                         layouts, &ni, &nl));
-      FERRY_TRY(upload_and_gather(device, stream, list_host, scratch_dev, ni, nl));
-      /* Stream-ordered: freed after the kernel. On failure the cleanup path tries once more. */
-      FERRY_TRY_CU(("releasing the gather work list"), cuMemFreeAsync, scratch_dev, stream);
-      scratch_dev = 0;
-    }
-    if (plan.n_pack) FERRY_TRY(pack_and_copy(&pin, sc.entries, &plan, &o, staging->data, slab_base, stream));
-    FERRY_TRY(submit_dma(sc.entries, count, slab_base, stream, o.flags, &sc, true));
-  }
-  FERRY_TRY(ferry__fence_record(device, stream, &t->fence));
-
-  /* The copies run; build the outputs meanwhile. */
-  ferry_device where = h2d ? (ferry_device){FERRY_DEVICE_CUDA, device} : (ferry_device){FERRY_DEVICE_CPU, 0};
-  for (size_t i = 0; i < count; i++)
-    if (sc.entries[i].route != FERRY__PASS) set_output(t, i, &in[i], &sc.entries[i], where, slab_base);
-  set_passthrough(t, in);
-  slab->fence = ferry__fence_ref(t->fence);
-  t->slab = slab;
-  if (staging) {
-    staging->fence = ferry__fence_ref(t->fence);
-    atomic_store(&t->staging, staging);
-  }
+  if (!h2d) FERRY_TRY(ferry__thread_dma_stream(t->device, &t->dma_stream));
+  FERRY_TRY(order_after(t->device, o.producer_event, o.producer_stream, t->stream, t->dma_stream));
   ferry__ctx_leave();
-  if (o.flags & FERRY_TRANSFER_BLOCKING) {
-    st = ferry_transfer_wait(t);
-    if (st != FERRY_OK) {
-      /* The copies failed: no ticket (and so no output) is handed back as if complete. The slabs' fence has
-       * completed, so releasing returns their memory at once. */
-      ferry_error saved = *ferry_last_error();
-      ferry_transfer_release(t);
-      ferry__error_restore(&saved);
-      return st;
-    }
-  }
   *out = t;
   return FERRY_OK;
-
 cleanup:
-  if (queued) {
-    /* Copies may run into or out of what we hold: let the pools see them finish before reuse. The second
-     * stream is joined first, so the scratch is freed (stream-ordered) only after the DMAs that read it. */
-    ferry__fence *f = NULL;
-    ferry_error saved = *ferry_last_error();
-    if (dma_stream && join_streams(device, dma_stream, stream) != FERRY_OK)
-      (void)FERRY_CU(cuStreamSynchronize, dma_stream);
-    if (scratch_dev) (void)FERRY_CU(cuMemFreeAsync, scratch_dev, stream);
-    if (ferry__fence_record(device, stream, &f) != FERRY_OK) {
-      (void)FERRY_CU(cuStreamSynchronize, stream);
-      f = NULL;
-    }
-    if (slab) slab->fence = ferry__fence_ref(f);
-    if (staging) staging->fence = ferry__fence_ref(f);
-    ferry__fence_unref(f);
-    ferry__error_restore(&saved);
-  }
-  ferry_slab_release(slab);
-  ferry_slab_release(staging);
   if (entered) ferry__ctx_leave();
+  free(t->outputs);
+  free(t->copied);
   free(t);
   return st;
 }
 
+ferry_status ferry_transfer_begin_d2h(const ferry_transfer_options *options, ferry_transfer **out_transfer) {
+  return begin(options, false, 0, out_transfer);
+}
+
+ferry_status ferry_transfer_begin_h2d(const ferry_transfer_options *options, ferry_transfer **out_transfer) {
+  return begin(options, true, 0, out_transfer);
+}
+
+ferry_status ferry_transfer_order_after(ferry_transfer *t, void *producer_event, void *producer_stream) {
+  ferry_status st = FERRY_OK;
+  if (!t) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_transfer_order_after: transfer is NULL");
+  if (t->failed) return repeat_failure(t);
+  if (t->ended) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_transfer_order_after: the transfer has ended");
+  if (t->device < 0) return FERRY_OK;
+  FERRY_TRY(ferry__ctx_enter(t->device));
+  st = order_after(t->device, producer_event, producer_stream, t->stream, t->dma_stream);
+  ferry__ctx_leave();
+  if (st != FERRY_OK) return fail(t, st);
+cleanup:
+  return st;
+}
+
+ferry_status ferry_transfer_add(ferry_transfer *t, const ferry_tensor *in, size_t count) {
+  ferry_status st = FERRY_OK;
+  if (!t) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_transfer_add: transfer is NULL");
+  if (t->failed) return repeat_failure(t);
+  if (t->ended) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_transfer_add: the transfer has ended");
+  if (count && !in) return fail(t, FERRY_ERR(FERRY_INVALID_ARGUMENT, "inputs is NULL with count %zu", count));
+  if (count == 0) return FERRY_OK;
+  st = grow_outputs(t, count);
+  if (st != FERRY_OK) return fail(t, st);
+  if (t->device < 0) {
+    append_passthrough(t, in, count);
+    return FERRY_OK;
+  }
+
+  part_scratch sc = {0};
+  part *p = NULL;
+  bool entered = false;
+  FERRY_TRY(scratch_new(in, count, &sc));
+  copy_inputs(t, in, count, &sc);
+  FERRY_TRY(ferry__ctx_enter(t->device));
+  entered = true;
+  if (t->h2d) find_pinned(sc.inputs, count, sc.is_ours, sc.pinned);
+  ferry__plan_input pin = {sc.inputs, count, sc.is_ours, t->h2d ? sc.pinned : NULL, t->h2d,
+                           !(t->opts.flags & FERRY_TRANSFER_NO_GATHER) && ferry__gather_available(),
+                           t->opts.gather_max_bytes};
+  ferry__plan plan;
+  FERRY_TRY(ferry__plan_make(&pin, sc.entries, &plan));
+  if (plan.n_copied == 0) { /* nothing of ours: every output is its input */
+    append_passthrough(t, in, count);
+    goto cleanup;
+  }
+  size_t out_dims = 0;
+  for (size_t i = 0; i < count; i++)
+    if (sc.entries[i].route != FERRY__PASS) out_dims += 2 * (size_t)(sc.inputs[i].ndim > 0 ? sc.inputs[i].ndim : 0);
+  FERRY_TRY(new_part(t, &p));
+  p->first = t->count;
+  p->count = count;
+  if (out_dims && !(p->dims = malloc(out_dims * sizeof *p->dims))) {
+    st = FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating the shapes of %zu outputs", count);
+    goto cleanup;
+  }
+  FERRY_TRY(submit_part(t, &pin, &plan, &sc, p));
+
+  /* The copies run; lay out the outputs meanwhile. */
+  char *base = p->slab->data;
+  int64_t *dims = p->dims;
+  for (size_t i = 0; i < count; i++) {
+    if (sc.entries[i].route == FERRY__PASS) {
+      t->outputs[t->count + i] = in[i];
+      t->copied[t->count + i] = 0;
+      continue;
+    }
+    set_output(t, t->count + i, &sc.inputs[i], &sc.entries[i], base, dims);
+    dims += 2 * (sc.inputs[i].ndim > 0 ? sc.inputs[i].ndim : 0);
+  }
+  t->count += count;
+cleanup:
+  if (entered) ferry__ctx_leave();
+  free(sc.block);
+  if (st != FERRY_OK) return fail(t, st);
+  return FERRY_OK;
+}
+
+ferry_status ferry_transfer_end(ferry_transfer *t) {
+  if (!t) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_transfer_end: transfer is NULL");
+  if (t->failed) return repeat_failure(t);
+  if (t->ended) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_transfer_end: the transfer has already ended");
+  t->ended = true;
+  ferry_status st = settle(t);
+  if (st != FERRY_OK) return poison(t, st);
+  if (t->opts.flags & FERRY_TRANSFER_BLOCKING) return ferry_transfer_wait(t);
+  return FERRY_OK;
+}
+
+static ferry_status transfer_all(const ferry_tensor *in, size_t count, const ferry_transfer_options *options,
+                                 ferry_transfer **out, bool h2d) {
+  if (!out) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "out_transfer is NULL");
+  if (count && !in) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "inputs is NULL with count %zu", count);
+  if (count > MAX_INPUTS)
+    return FERRY_ERR(FERRY_OVERFLOW, "count %zu: no array holds that many tensor descriptors", count);
+  ferry_transfer *t = NULL;
+  ferry_status st = begin(options, h2d, count, &t);
+  if (st != FERRY_OK) return st;
+  st = ferry_transfer_add(t, in, count);
+  if (st == FERRY_OK) st = ferry_transfer_end(t);
+  if (st != FERRY_OK) {
+    /* No ticket (and so no output) is handed back as if complete; what the copies touch is fenced. */
+    ferry_error saved = *ferry_last_error();
+    ferry_transfer_release(t);
+    ferry__error_restore(&saved);
+    return st;
+  }
+  *out = t;
+  return FERRY_OK;
+}
+
 ferry_status ferry_transfer_d2h(const ferry_tensor *inputs, size_t count, const ferry_transfer_options *options,
                                 ferry_transfer **out_transfer) {
-  return submit(inputs, count, options, out_transfer, false);
+  return transfer_all(inputs, count, options, out_transfer, false);
 }
 
 ferry_status ferry_transfer_h2d(const ferry_tensor *inputs, size_t count, const ferry_transfer_options *options,
                                 ferry_transfer **out_transfer) {
-  return submit(inputs, count, options, out_transfer, true);
+  return transfer_all(inputs, count, options, out_transfer, true);
 }
 
 /* ---- the ticket's life ----------------------------------------------------------------------------------- */
 
+static ferry_status check_waitable(const ferry_transfer *t, const char *call) {
+  if (!t) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "%s: transfer is NULL", call);
+  if (t->failed) return repeat_failure(t);
+  if (!t->ended)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "%s: the transfer has not ended (call ferry_transfer_end first)", call);
+  return FERRY_OK;
+}
+
 ferry_status ferry_transfer_wait(ferry_transfer *t) {
-  if (!t) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_transfer_wait: transfer is NULL");
+  ferry_status st = check_waitable(t, "ferry_transfer_wait");
+  if (st != FERRY_OK) return st;
   /* Once the fence has settled this costs no driver call, and a failure is reported (and recorded on this
    * thread) by every wait, not only the first. */
-  ferry_status st = ferry__fence_wait(t->fence);
-  if (st == FERRY_OK) ferry_slab_release(atomic_exchange(&t->staging, NULL)); /* not needed once copies are done */
+  st = ferry__fence_wait(t->fence);
+  if (st == FERRY_OK && t->h2d && !atomic_exchange(&t->staging_released, true)) {
+    for (size_t k = 0; k < t->n_parts; k++) { /* staging is not needed once the copies are done */
+      ferry_slab_release(t->parts[k].staging);
+      t->parts[k].staging = NULL;
+    }
+  }
   return st;
 }
 
 ferry_status ferry_transfer_query(ferry_transfer *t) {
-  if (!t) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_transfer_query: transfer is NULL");
+  ferry_status st = check_waitable(t, "ferry_transfer_query");
+  if (st != FERRY_OK) return st;
   if (!ferry__fence_done(t->fence)) return FERRY_NOT_READY;
   return ferry_transfer_wait(t); /* settled: collects the result without blocking */
 }
 
 size_t ferry_transfer_count(const ferry_transfer *t) { return t ? t->count : 0; }
 const ferry_tensor *ferry_transfer_outputs(const ferry_transfer *t) { return t ? t->outputs : NULL; }
-int ferry_transfer_output_copied(const ferry_transfer *t, size_t i) { return t && i < t->count && t->copied[i]; }
+int ferry_transfer_output_copied(const ferry_transfer *t, size_t i) { return t && i < t->count && t->copied[i] != 0; }
 int ferry_transfer_device(const ferry_transfer *t) { return t ? t->device : -1; }
-ferry_slab *ferry_transfer_slab(const ferry_transfer *t) { return t ? t->slab : NULL; }
+
+size_t ferry_transfer_slab_count(const ferry_transfer *t) { return t ? t->n_parts : 0; }
+
+ferry_slab *ferry_transfer_slab_at(const ferry_transfer *t, size_t index) {
+  return t && index < t->n_parts ? t->parts[index].slab : NULL;
+}
+
+ferry_slab *ferry_transfer_slab(const ferry_transfer *t) { return ferry_transfer_slab_at(t, 0); }
+
+ferry_slab *ferry_transfer_output_slab(const ferry_transfer *t, size_t index) {
+  if (!t || index >= t->count || t->copied[index] != COPIED_TO_SLAB) return NULL;
+  const part *p = part_of(t, index);
+  return p ? p->slab : NULL;
+}
 
 void ferry_transfer_release(ferry_transfer *t) {
   if (!t) return;
-  ferry_slab_release(t->slab);
-  ferry_slab_release(atomic_load(&t->staging));
+  if (!t->settled) { /* released without ferry_transfer_end: still no slab may return under a running copy */
+    ferry_error saved = *ferry_last_error();
+    (void)settle(t);
+    ferry__error_restore(&saved);
+  }
+  for (size_t k = 0; k < t->n_parts; k++) {
+    ferry_slab_release(t->parts[k].slab);
+    ferry_slab_release(t->parts[k].staging);
+    free(t->parts[k].dims);
+  }
   ferry__fence_unref(t->fence);
+  free(t->parts);
+  free(t->outputs);
+  free(t->copied);
   free(t);
 }

@@ -29,5 +29,14 @@
   X(fake_h2d_is_exact_over_every_route)     \
   X(fault_at_every_d2h_call_is_clean)       \
   X(fault_at_every_h2d_call_is_clean)       \
+  X(parts_d2h_outputs_follow_in_order_each_part_in_its_own_slab) \
+  X(parts_h2d_outputs_follow_in_order_each_part_in_its_own_slab) \
+  X(parts_are_planned_from_copies_of_the_descriptors) \
+  X(parts_the_ticket_rejects_calls_out_of_order) \
+  X(parts_released_before_the_end_leak_nothing) \
+  X(parts_d2h_a_bad_later_part_kills_the_transfer_cleanly) \
+  X(parts_h2d_a_bad_later_part_kills_the_transfer_cleanly) \
+  X(parts_a_driver_fault_in_a_later_part_kills_the_transfer_cleanly) \
+  X(parts_without_a_driver_pass_through) \
   X(pool_reuses_and_trims)                  \
   X(device_index_past_count_names_both)
