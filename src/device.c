@@ -16,8 +16,9 @@ static _Atomic(CUcontext) contexts[FERRY_MAX_DEVICES];
 
 int ferry_device_count(void) {
   int count = 0;
+  ferry_error saved = *ferry_last_error();
   if (ferry__driver_load() != FERRY_OK) {
-    ferry_clear_error(); /* documented as never an error */
+    ferry__error_restore(&saved); /* documented as never an error */
     return 0;
   }
   if (FERRY_CU(cuDeviceGetCount, &count) != CUDA_SUCCESS) return 0;

@@ -38,7 +38,11 @@ TEST(no_driver_passes_everything_through) {
 
 TEST(no_driver_reports_zero_devices) {
   if (driver_present()) return;
-  ASSERT_EQ(ferry_device_count(), 0);
+  ASSERT(ferry_tensor_nbytes(NULL, NULL) == FERRY_INVALID_ARGUMENT);
+  ferry_error before = *ferry_last_error();
+  ASSERT_EQ(ferry_device_count(), 0); /* never an error: the caller's last error stays */
+  ASSERT_EQ(ferry_last_error()->status, before.status);
+  ASSERT(strcmp(ferry_last_error()->message, before.message) == 0);
   int d;
   ferry_status st = ferry_device_resolve(-1, &d);
   ASSERT(st == FERRY_NO_DRIVER || st == FERRY_NO_DEVICE);
