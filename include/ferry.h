@@ -106,8 +106,9 @@ FERRY_API ferry_status ferry_init(void);
 FERRY_API int ferry_device_count(void);
 
 /** Resolves the device a call should use: `requested` if >= 0, else the LOCAL_RANK environment variable, else 0.
- *  Fails with FERRY_DEVICE_UNAVAILABLE (naming the index and the count) when it is past the device count,
- *  FERRY_INVALID_ARGUMENT when LOCAL_RANK is not a non-negative integer, FERRY_NO_DEVICE when there is none. */
+ *  Fails with FERRY_INVALID_ARGUMENT when LOCAL_RANK is not a non-negative integer (checked first, with or
+ *  without a driver), FERRY_NO_DRIVER / FERRY_NO_DEVICE when there is no GPU, FERRY_DEVICE_UNAVAILABLE (naming
+ *  the index and the count) when it is past the device count. */
 FERRY_API ferry_status ferry_device_resolve(int requested, int *out_device);
 
 typedef struct ferry_device_info {
@@ -269,7 +270,9 @@ FERRY_API ferry_status ferry_transfer_end(ferry_transfer *transfer);
 
 /** Blocks until the transfer's copies are done. Returns FERRY_OK, or the error the copies ended with — the same
  *  error on every call, also when a query saw it first. Several threads may wait on (or query) one ended ticket at
- *  the same time; release it only once all of them have returned. FERRY_INVALID_ARGUMENT before ferry_transfer_end. */
+ *  the same time; release it only once all of them have returned. FERRY_INVALID_ARGUMENT before ferry_transfer_end.
+ *  On a transfer killed by a failed call, it waits until no copy queued before the failure runs any more, then
+ *  returns that failure: the inputs may be freed once it returns. */
 FERRY_API ferry_status ferry_transfer_wait(ferry_transfer *transfer);
 
 /** FERRY_OK when the copies are done, FERRY_NOT_READY while they run (not recorded as an error), or their error,

@@ -27,11 +27,8 @@ int ferry_device_count(void) {
 
 ferry_status ferry_device_resolve(int requested, int *out_device) {
   if (!out_device) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_device_resolve: out_device is NULL");
-  ferry_status st = (ferry_status)ferry__driver_load();
-  if (st != FERRY_OK) return st;
-  int count = 0;
-  CUresult r = FERRY_CU(cuDeviceGetCount, &count);
-  if (r != CUDA_SUCCESS) return ferry__cu_error(r, "cuDeviceGetCount", __FILE__, __LINE__, "counting devices");
+  /* The request is read before the driver is loaded, so a bad LOCAL_RANK is reported the same way with and
+   * without a GPU. */
   int device = requested;
   const char *source = "requested";
   if (requested < 0) {
@@ -50,6 +47,11 @@ ferry_status ferry_device_resolve(int requested, int *out_device) {
       source = "LOCAL_RANK";
     }
   }
+  ferry_status st = (ferry_status)ferry__driver_load();
+  if (st != FERRY_OK) return st;
+  int count = 0;
+  CUresult r = FERRY_CU(cuDeviceGetCount, &count);
+  if (r != CUDA_SUCCESS) return ferry__cu_error(r, "cuDeviceGetCount", __FILE__, __LINE__, "counting devices");
   if (device >= count || device >= FERRY_MAX_DEVICES)
     return FERRY_ERR(FERRY_DEVICE_UNAVAILABLE, "cuda:%d (%s) is not available: this process sees %d CUDA device%s",
                      device, source, count, count == 1 ? "" : "s");

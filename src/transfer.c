@@ -728,6 +728,9 @@ static ferry_status check_waitable(const ferry_transfer *t, const char *call) {
 }
 
 ferry_status ferry_transfer_wait(ferry_transfer *t) {
+  /* A dead transfer is still waited for: what was queued before it failed may be running (and reading memory the
+   * caller is about to free once this returns). */
+  if (t && t->failed) (void)ferry__fence_wait(t->fence);
   ferry_status st = check_waitable(t, "ferry_transfer_wait");
   if (st != FERRY_OK) return st;
   /* Once the fence has settled this costs no driver call, and a failure is reported (and recorded on this

@@ -2,11 +2,15 @@
  *
  * The walk visits the batch once, in order (list and tuple items, dict values in insertion order, dataclass
  * fields in definition order), records every node with strong references, and reads each tensor on the source
- * side into the flat array given to ferry. The rebuild reads only the tape, never the caller's containers, so it
- * sees the batch as it was when the transfer was submitted.
+ * side, copying its descriptor (shape and strides too) into the tape at once: Python code runs again before ferry
+ * plans the copies (other tensors' __dlpack__, properties, other threads at release points), and may change the
+ * producer's arrays. The rebuild reads only the tape, never the caller's containers, so it sees the batch as it
+ * was when it was walked.
  *
  * Identity: a node whose subtree holds no copied tensor comes back as the very same object; only containers on
- * the way to a copied tensor are new. Containers are rebuilt with their own type:
+ * the way to a copied tensor are new. An object met twice (a sub-batch shared by two parents, one tensor in two
+ * places) is walked and copied once, and its rebuilt form is shared the same way, as copy.deepcopy keeps it: a
+ * shared structure costs its size, not the number of its paths. Containers are rebuilt with their own type:
  *   list, tuple, dict             new list / tuple / dict (dict keys and order kept)
  *   namedtuple                    cls(*items)
  *   other tuple / list subclass   cls(items)
@@ -17,17 +21,76 @@
  *                                 dataclasses work, and init=False fields and extra attributes are kept. (With
  *                                 slots=True, only the fields are carried over.)
  * Depth is limited to FERRY_PY_MAX_DEPTH containers (RecursionError beyond, and Python's recursion limit applies
- * too); a container that contains itself raises ValueError.
+ * too); a container that contains itself raises ValueError, a dict that changes size while it is walked
+ * RuntimeError.
  */
 #include "ferry_py.h"
 
 #include <string.h>
 
+#define NO_DIMS UINT32_MAX
+static int64_t has_strides_mark;
+#define HAS_STRIDES (&has_strides_mark) /* a pending descriptor's strides, until its pointers are set */
+
+/* ---- objects already walked: an open-addressing table from object to its first node ------------------------- */
+
+struct ferry_py_seen {
+  size_t cap, used; /* cap is a power of two; at most half full */
+  struct seen_slot { PyObject *obj; uint32_t node; } slots[];
+};
+
+static size_t seen_hash(PyObject *obj, size_t cap) {
+  return (size_t)(((uintptr_t)obj >> 4) * (uintptr_t)0x9E3779B97F4A7C15ull) & (cap - 1);
+}
+
+/* The first node of `obj`, or -1. */
+static int64_t seen_find(const ferry_py_seen *s, PyObject *obj) {
+  if (!s) return -1;
+  for (size_t i = seen_hash(obj, s->cap);; i = (i + 1) & (s->cap - 1)) {
+    if (s->slots[i].obj == obj) return s->slots[i].node;
+    if (!s->slots[i].obj) return -1;
+  }
+}
+
+static int seen_add(ferry_py_seen **sp, PyObject *obj, size_t node) {
+  ferry_py_seen *s = *sp;
+  if (node > UINT32_MAX - 1) {
+    PyErr_SetString(PyExc_OverflowError, "the batch has more than 2^32 objects");
+    return -1;
+  }
+  if (!s || 2 * (s->used + 1) > s->cap) {
+    size_t cap = s ? 2 * s->cap : 256;
+    ferry_py_seen *t = PyMem_Calloc(1, sizeof *t + cap * sizeof t->slots[0]);
+    if (!t) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    t->cap = cap;
+    for (size_t i = 0; s && i < s->cap; i++) {
+      if (!s->slots[i].obj) continue;
+      size_t j = seen_hash(s->slots[i].obj, cap);
+      while (t->slots[j].obj) j = (j + 1) & (cap - 1);
+      t->slots[j] = s->slots[i];
+    }
+    t->used = s ? s->used : 0;
+    PyMem_Free(s);
+    *sp = s = t;
+  }
+  size_t i = seen_hash(obj, s->cap);
+  while (s->slots[i].obj) i = (i + 1) & (s->cap - 1);
+  s->slots[i].obj = obj; /* borrowed: the node holds the reference */
+  s->slots[i].node = (uint32_t)node;
+  s->used++;
+  return 0;
+}
+
+/* ---- the walk -------------------------------------------------------------------------------------------------- */
+
 typedef struct walker {
   ferry_py_batch *b;
   ferry_py_read_ctx *ctx;
+  ferry_py_pace *pace;
   int depth;
-  PyObject *path[FERRY_PY_MAX_DEPTH]; /* containers from the root to the current node (borrowed) */
 } walker;
 
 static int grow(void **array, size_t *cap, size_t need, size_t elem) {
@@ -53,6 +116,7 @@ static Py_ssize_t push_node(ferry_py_batch *b, PyObject *obj, PyObject *key, uin
   n->count = 0;
   n->leaf = leaf;
   n->kind = kind;
+  n->flags = 0;
   return (Py_ssize_t)b->n_nodes++;
 }
 
@@ -66,6 +130,21 @@ static const char *kind_name(uint8_t kind) {
   return "container";
 }
 
+/* `obj` was walked before (its first node is `first`): a cycle if it is still being walked, else a repeat. */
+static int push_repeat(walker *w, PyObject *obj, PyObject *key, int64_t first) {
+  ferry_py_node *f = &w->b->nodes[first];
+  if (f->flags & FERRY_PY_NODE_WALKING) {
+    PyErr_Format(PyExc_ValueError, "the batch contains a reference cycle: a %s (%s) contains itself",
+                 kind_name(f->kind), Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  f->flags |= FERRY_PY_NODE_REPEATED;
+  Py_ssize_t index = push_node(w->b, obj, key, FERRY_PY_SHARED, -1);
+  if (index < 0) return -1;
+  w->b->nodes[index].count = (uint32_t)first;
+  return 0;
+}
+
 static int walk(walker *w, PyObject *obj, PyObject *key);
 
 /* Walks one child, holding a reference to it meanwhile (walking may run Python code that drops it from its
@@ -76,7 +155,25 @@ static int walk_child(walker *w, PyObject *child, PyObject *key) {
   int rc = walk(w, child, key);
   Py_XDECREF(key);
   Py_DECREF(child);
+  if (rc == 0) rc = ferry_py_pace_tick(w->pace);
   return rc;
+}
+
+static int walk_dict(walker *w, PyObject *obj, uint32_t *count) {
+  Py_ssize_t pos = 0, size = PyDict_GET_SIZE(obj);
+  PyObject *k, *v;
+  while (PyDict_Next(obj, &pos, &k, &v)) {
+    if (walk_child(w, v, k) < 0) return -1;
+    (*count)++;
+    /* Python code ran (a __dlpack__, a property, another thread at a release point): the dict may have changed
+     * under the iteration, which would skip or repeat entries without a word. */
+    if (PyDict_GET_SIZE(obj) != size) {
+      PyErr_Format(PyExc_RuntimeError, "a %s in the batch changed size while ferry walked it (%zd entries, then "
+                   "%zd)", Py_TYPE(obj)->tp_name, size, PyDict_GET_SIZE(obj));
+      return -1;
+    }
+  }
+  return 0;
 }
 
 static int walk_children(walker *w, PyObject *obj, uint8_t kind, PyObject *fields, uint32_t *count) {
@@ -96,16 +193,9 @@ static int walk_children(walker *w, PyObject *obj, uint8_t kind, PyObject *field
   case FERRY_PY_DICT:
   case FERRY_PY_DEFAULTDICT:
   case FERRY_PY_MAPPING:
-    if (PyDict_Check(obj)) {
-      Py_ssize_t pos = 0;
-      PyObject *k, *v;
-      while (PyDict_Next(obj, &pos, &k, &v)) {
-        if (walk_child(w, v, k) < 0) return -1;
-        (*count)++;
-      }
-      return 0;
-    } else {
-      PyObject *items = PyMapping_Items(obj);
+    if (PyDict_Check(obj)) return walk_dict(w, obj, count);
+    {
+      PyObject *items = PyMapping_Items(obj); /* a snapshot: safe whatever the mapping does meanwhile */
       if (!items) return -1;
       for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
         PyObject *kv = PyList_GET_ITEM(items, i);
@@ -144,12 +234,8 @@ static int walk_children(walker *w, PyObject *obj, uint8_t kind, PyObject *field
 }
 
 static int walk_container(walker *w, PyObject *obj, PyObject *key, uint8_t kind, PyObject *fields) {
-  for (int i = 0; i < w->depth; i++)
-    if (w->path[i] == obj) {
-      PyErr_Format(PyExc_ValueError, "the batch contains a reference cycle: a %s (%s) at depth %d contains itself "
-                   "at depth %d", kind_name(kind), Py_TYPE(obj)->tp_name, i, w->depth);
-      return -1;
-    }
+  int64_t first = seen_find(w->b->seen, obj);
+  if (first >= 0) return push_repeat(w, obj, key, first);
   if (w->depth >= FERRY_PY_MAX_DEPTH) {
     PyErr_Format(PyExc_RecursionError, "the batch is nested deeper than %d containers (a %s at depth %d)",
                  FERRY_PY_MAX_DEPTH, kind_name(kind), w->depth);
@@ -158,19 +244,47 @@ static int walk_container(walker *w, PyObject *obj, PyObject *key, uint8_t kind,
   if (Py_EnterRecursiveCall(" while walking a batch for ferry")) return -1;
   Py_ssize_t index = push_node(w->b, obj, key, kind, -1);
   int rc = -1;
-  if (index >= 0) {
+  if (index >= 0 && seen_add(&w->b->seen, obj, (size_t)index) == 0) {
     uint32_t count = 0;
-    w->path[w->depth++] = obj;
+    w->depth++;
+    w->b->nodes[index].flags |= FERRY_PY_NODE_WALKING;
     rc = walk_children(w, obj, kind, fields, &count);
     w->depth--;
-    w->b->nodes[index].count = count; /* by index: the array may have moved */
+    w->b->nodes[index].flags &= (uint8_t)~FERRY_PY_NODE_WALKING; /* by index: the array may have moved */
+    w->b->nodes[index].count = count;
   }
   Py_LeaveRecursiveCall();
   return rc;
 }
 
+/* Copies the tensor's shape and strides into the tape's own memory and points the descriptor there. A rank the
+ * C library would refuse is left for it to refuse (it reads no shape then). */
+static int copy_dims(ferry_py_batch *b, ferry_py_leaf *leaf, ferry_tensor *t) {
+  leaf->dims_at = NO_DIMS;
+  if (t->ndim <= 0 || t->ndim > FERRY_MAX_NDIM || !t->shape) {
+    t->shape = t->strides = NULL;
+    return 0;
+  }
+  size_t nd = (size_t)t->ndim;
+  if (grow((void **)&b->dims, &b->cap_dims, b->n_dims + 2 * nd, sizeof *b->dims) < 0) return -1;
+  int64_t *d = b->dims + b->n_dims;
+  memcpy(d, t->shape, nd * sizeof *d);
+  if (t->strides) memcpy(d + nd, t->strides, nd * sizeof *d);
+  leaf->dims_at = (uint32_t)b->n_dims;
+  b->n_dims += 2 * nd;
+  /* The producer's arrays are not looked at again. The tape's own may move as it grows, so the pointers are set
+   * when the leaf is handed to ferry (ferry_py_batch_take_pending); until then `strides` only says whether the
+   * tensor has strides. */
+  t->shape = NULL;
+  t->strides = t->strides ? HAS_STRIDES : NULL;
+  return 0;
+}
+
 static int walk_tensor(walker *w, PyObject *obj, PyObject *key, const ferry_py_typeinfo *ti) {
   ferry_py_batch *b = w->b;
+  int64_t first = seen_find(b->seen, obj);
+  if (first >= 0) return push_repeat(w, obj, key, first);
+  if (w->ctx->pass_all) return push_node(b, obj, key, FERRY_PY_OTHER, -1) < 0 ? -1 : 0;
   size_t old_cap = b->cap_leaves;
   if (grow((void **)&b->leaves, &b->cap_leaves, b->n_leaves + 1, sizeof *b->leaves) < 0) return -1;
   if (b->cap_leaves != old_cap) { /* the tensors array grows in step with leaves (same capacity) */
@@ -182,11 +296,16 @@ static int walk_tensor(walker *w, PyObject *obj, PyObject *key, const ferry_py_t
     }
     b->tensors = p;
   }
-  int rc = ferry_py_read_tensor(w->ctx, obj, ti, &b->tensors[b->n_leaves], &b->leaves[b->n_leaves]);
+  ferry_py_leaf *leaf = &b->leaves[b->n_leaves];
+  ferry_tensor *t = &b->tensors[b->n_leaves];
+  int rc = ferry_py_read_tensor(w->ctx, obj, ti, t, leaf);
   if (rc < 0) return -1;
   if (rc == 0) return push_node(b, obj, key, FERRY_PY_OTHER, -1) < 0 ? -1 : 0;
-  int32_t leaf = (int32_t)b->n_leaves++; /* counted first: a failed push must still release what was read */
-  return push_node(b, obj, key, FERRY_PY_OTHER, leaf) < 0 ? -1 : 0;
+  int32_t index = (int32_t)b->n_leaves++; /* counted first: a failed step below must still release what was read */
+  if (copy_dims(b, leaf, t) < 0) return -1;
+  Py_ssize_t node = push_node(b, obj, key, FERRY_PY_OTHER, index);
+  if (node < 0) return -1;
+  return seen_add(&b->seen, obj, (size_t)node);
 }
 
 static int walk(walker *w, PyObject *obj, PyObject *key) {
@@ -219,18 +338,25 @@ static int walk(walker *w, PyObject *obj, PyObject *key) {
   }
 }
 
-int ferry_py_batch_walk(ferry_py_batch *b, PyObject *root, ferry_py_read_ctx *ctx) {
-  walker *w = PyMem_Malloc(sizeof *w);
-  if (!w) {
-    PyErr_NoMemory();
-    return -1;
+int ferry_py_batch_walk(ferry_py_batch *b, PyObject *root, ferry_py_read_ctx *ctx, ferry_py_pace *pace) {
+  walker w = {b, ctx, pace, 0};
+  return walk(&w, root, NULL);
+}
+
+const ferry_tensor *ferry_py_batch_take_pending(ferry_py_batch *b, size_t *first, size_t *count) {
+  for (size_t i = b->pending; i < b->n_leaves; i++) {
+    ferry_tensor *t = &b->tensors[i];
+    uint32_t at = b->leaves[i].dims_at;
+    if (at == NO_DIMS) continue;
+    bool strided = t->strides == HAS_STRIDES;
+    t->shape = b->dims + at;
+    t->strides = strided ? t->shape + t->ndim : NULL;
   }
-  w->b = b;
-  w->ctx = ctx;
-  w->depth = 0;
-  int rc = walk(w, root, NULL);
-  PyMem_Free(w);
-  return rc;
+  *first = b->pending;
+  *count = b->n_leaves - b->pending;
+  b->pending = b->n_leaves;
+  b->n_dims = 0; /* ferry copies the descriptors while it takes them: the room is free for the next part */
+  return b->tensors + *first;
 }
 
 void ferry_py_batch_clear(ferry_py_batch *b) {
@@ -245,12 +371,21 @@ void ferry_py_batch_clear(ferry_py_batch *b) {
   PyMem_Free(b->nodes);
   PyMem_Free(b->leaves);
   PyMem_Free(b->tensors);
+  PyMem_Free(b->dims);
+  PyMem_Free(b->seen);
   memset(b, 0, sizeof *b);
 }
 
 /* ---- rebuild -------------------------------------------------------------------------------------------------- */
 
-static PyObject *rebuild(ferry_py_batch *b, size_t *pos, bool *changed);
+typedef struct rebuilder {
+  ferry_py_batch *b;
+  ferry_py_pace *pace;
+  PyObject **memo; /* per node: the rebuilt form of a repeated container (strong), NULL until rebuilt */
+  bool *memo_changed;
+} rebuilder;
+
+static PyObject *rebuild(rebuilder *r, size_t *pos, bool *changed);
 
 /* A dataclass instance like `orig` with `values` (field name -> value) set, without running __init__. */
 static PyObject *rebuild_dataclass(PyObject *orig, PyObject *values) {
@@ -282,12 +417,12 @@ static PyObject *rebuild_dataclass(PyObject *orig, PyObject *values) {
 }
 
 /* Rebuilds the `count` children of a keyed container (dict, Mapping, dataclass) into a new dict. */
-static PyObject *rebuild_keyed(ferry_py_batch *b, size_t *pos, uint32_t count, bool *any) {
+static PyObject *rebuild_keyed(rebuilder *r, size_t *pos, uint32_t count, bool *any) {
   PyObject *d = PyDict_New();
   if (!d) return NULL;
   for (uint32_t i = 0; i < count; i++) {
-    PyObject *key = b->nodes[*pos].key;
-    PyObject *v = rebuild(b, pos, any);
+    PyObject *key = r->b->nodes[*pos].key;
+    PyObject *v = rebuild(r, pos, any);
     if (!v || PyDict_SetItem(d, key, v) < 0) {
       Py_XDECREF(v);
       Py_DECREF(d);
@@ -299,11 +434,11 @@ static PyObject *rebuild_keyed(ferry_py_batch *b, size_t *pos, uint32_t count, b
 }
 
 /* Rebuilds `count` children into a new list or tuple. */
-static PyObject *rebuild_sequence(ferry_py_batch *b, size_t *pos, uint32_t count, bool tuple, bool *any) {
+static PyObject *rebuild_sequence(rebuilder *r, size_t *pos, uint32_t count, bool tuple, bool *any) {
   PyObject *seq = tuple ? PyTuple_New(count) : PyList_New(count);
   if (!seq) return NULL;
   for (uint32_t i = 0; i < count; i++) {
-    PyObject *v = rebuild(b, pos, any);
+    PyObject *v = rebuild(r, pos, any);
     if (!v) {
       /* The unfilled slots are NULL, which both types' deallocators accept. */
       Py_DECREF(seq);
@@ -315,35 +450,23 @@ static PyObject *rebuild_sequence(ferry_py_batch *b, size_t *pos, uint32_t count
   return seq;
 }
 
-/* Rebuilds the node at *pos and its subtree, advancing *pos past it; sets *changed when something under it was
- * copied. New reference or NULL. */
-static PyObject *rebuild(ferry_py_batch *b, size_t *pos, bool *changed) {
-  ferry_py_node *n = &b->nodes[(*pos)++];
-  if (n->leaf >= 0) {
-    PyObject *out = b->leaves[n->leaf].output;
-    if (out) {
-      *changed = true;
-      return Py_NewRef(out);
-    }
-    return Py_NewRef(n->obj);
-  }
+/* The rebuilt form of the container at node `index` (and its whole subtree) from scratch. */
+static PyObject *rebuild_container(rebuilder *r, ferry_py_node *n, size_t *pos, bool *changed) {
   uint8_t kind = n->kind;
   uint32_t count = n->count;
   PyObject *orig = n->obj; /* held by the tape */
   bool any = false;
   PyObject *draft = NULL, *result = NULL;
   switch (kind) {
-  case FERRY_PY_OTHER:
-    return Py_NewRef(orig);
   case FERRY_PY_LIST:
   case FERRY_PY_LIST_SUB:
   case FERRY_PY_TUPLE:
   case FERRY_PY_TUPLE_SUB:
   case FERRY_PY_NAMEDTUPLE:
-    draft = rebuild_sequence(b, pos, count, kind != FERRY_PY_LIST && kind != FERRY_PY_LIST_SUB, &any);
+    draft = rebuild_sequence(r, pos, count, kind != FERRY_PY_LIST && kind != FERRY_PY_LIST_SUB, &any);
     break;
   default:
-    draft = rebuild_keyed(b, pos, count, &any);
+    draft = rebuild_keyed(r, pos, count, &any);
     break;
   }
   if (!draft) return NULL;
@@ -380,12 +503,61 @@ static PyObject *rebuild(ferry_py_batch *b, size_t *pos, bool *changed) {
   return result;
 }
 
-PyObject *ferry_py_batch_rebuild(ferry_py_batch *b) {
-  size_t pos = 0;
-  bool changed = false;
+/* Rebuilds the node at *pos and its subtree, advancing *pos past it; sets *changed when something under it was
+ * copied. New reference or NULL. */
+static PyObject *rebuild(rebuilder *r, size_t *pos, bool *changed) {
+  size_t index = (*pos)++;
+  ferry_py_node *n = &r->b->nodes[index];
+  if (ferry_py_pace_tick(r->pace) < 0) return NULL;
+  if (n->kind == FERRY_PY_SHARED) { /* the same result as the node it repeats, rebuilt before it in order */
+    index = n->count;
+    n = &r->b->nodes[index];
+    if (n->leaf < 0) {
+      if (r->memo_changed[index]) *changed = true;
+      return Py_NewRef(r->memo[index]);
+    }
+  }
+  if (n->leaf >= 0) {
+    PyObject *out = r->b->leaves[n->leaf].output;
+    if (out) {
+      *changed = true;
+      return Py_NewRef(out);
+    }
+    return Py_NewRef(n->obj);
+  }
+  if (n->kind == FERRY_PY_OTHER) return Py_NewRef(n->obj);
+  bool mine = false;
+  PyObject *result = rebuild_container(r, n, pos, &mine);
+  if (mine) *changed = true;
+  if (result && (r->b->nodes[index].flags & FERRY_PY_NODE_REPEATED)) {
+    r->memo[index] = Py_NewRef(result);
+    r->memo_changed[index] = mine;
+  }
+  return result;
+}
+
+PyObject *ferry_py_batch_rebuild(ferry_py_batch *b, ferry_py_pace *pace) {
   if (b->n_nodes == 0) {
     PyErr_SetString(PyExc_SystemError, "ferry: rebuilding an empty tape");
     return NULL;
   }
-  return rebuild(b, &pos, &changed);
+  rebuilder r = {b, pace, NULL, NULL};
+  bool repeats = false;
+  for (size_t i = 0; i < b->n_nodes && !repeats; i++) repeats = b->nodes[i].kind == FERRY_PY_SHARED;
+  if (repeats) {
+    r.memo = PyMem_Calloc(b->n_nodes, sizeof *r.memo);
+    r.memo_changed = PyMem_Calloc(b->n_nodes, sizeof *r.memo_changed);
+    if (!r.memo || !r.memo_changed) {
+      PyMem_Free(r.memo);
+      PyMem_Free(r.memo_changed);
+      return PyErr_NoMemory();
+    }
+  }
+  size_t pos = 0;
+  bool changed = false;
+  PyObject *result = rebuild(&r, &pos, &changed);
+  for (size_t i = 0; r.memo && i < b->n_nodes; i++) Py_XDECREF(r.memo[i]);
+  PyMem_Free(r.memo);
+  PyMem_Free(r.memo_changed);
+  return result;
 }

@@ -15,6 +15,7 @@
  */
 #include "ferry_py.h"
 
+#include <limits.h>
 #include <string.h>
 
 static bool on_source_side(const ferry_py_read_ctx *ctx, int32_t type, int32_t id) {
@@ -27,8 +28,8 @@ static int dlpack_device(PyObject *obj, int32_t *type, int32_t *id) {
   PyObject *d = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
   if (!d) return -1;
   int ok = PyTuple_Check(d) && PyTuple_GET_SIZE(d) == 2;
-  long t = ok ? PyLong_AsLong(PyTuple_GET_ITEM(d, 0)) : -1;
-  long i = ok ? PyLong_AsLong(PyTuple_GET_ITEM(d, 1)) : -1;
+  long long t = ok ? PyLong_AsLongLong(PyTuple_GET_ITEM(d, 0)) : -1;
+  long long i = ok ? PyLong_AsLongLong(PyTuple_GET_ITEM(d, 1)) : -1;
   if (!ok || PyErr_Occurred()) {
     PyErr_Clear();
     PyErr_Format(PyExc_TypeError, "%s.__dlpack_device__() returned %R, expected a (device_type, device_id) tuple",
@@ -37,6 +38,9 @@ static int dlpack_device(PyObject *obj, int32_t *type, int32_t *id) {
     return -1;
   }
   Py_DECREF(d);
+  /* DLPack's fields are 32-bit. A value that does not fit names no device ferry copies from: the tensor passes
+   * through, rather than wrapping into another device (cuda:2**32 into cuda:0). */
+  if (t < 0 || t > INT32_MAX || i < 0 || i > INT32_MAX) t = i = -1;
   *type = (int32_t)t;
   *id = (int32_t)i;
   return 0;
@@ -54,9 +58,24 @@ static PyObject *producer_stream_arg(ferry_py_read_ctx *ctx) {
   return PyLong_FromVoidPtr(ctx->copy_stream);
 }
 
+/* Whether a TypeError says that __dlpack__ does not take max_version (a producer older than DLPack 1.0), and not
+ * something else: asking a producer again after any TypeError would run its export twice. */
+static bool rejects_max_version(void) {
+  if (!PyErr_ExceptionMatches(PyExc_TypeError)) return false;
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyObject *text = value ? PyObject_Str(value) : NULL;
+  const char *msg = text ? PyUnicode_AsUTF8(text) : NULL;
+  bool about_it = msg && strstr(msg, "max_version") != NULL;
+  Py_XDECREF(text);
+  PyErr_Clear();
+  PyErr_Restore(type, value, tb);
+  return about_it;
+}
+
 /* Calls obj.__dlpack__(stream=..., max_version=(1, minor)), without `stream` when it is NULL (host producers
- * take none); a producer that predates max_version (TypeError) is asked again without it and answers with a
- * legacy capsule. */
+ * take none); a producer that predates max_version (a TypeError about it) is asked again without it and answers
+ * with a legacy capsule. */
 static PyObject *export_capsule_with(PyObject *obj, PyObject *stream) {
   PyObject *method = PyObject_GetAttrString(obj, "__dlpack__");
   if (!method) return NULL;
@@ -67,7 +86,7 @@ static PyObject *export_capsule_with(PyObject *obj, PyObject *stream) {
   if (!(version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION))) goto done;
   if (PyDict_SetItemString(kwargs, "max_version", version) < 0) goto done;
   capsule = PyObject_Call(method, empty, kwargs);
-  if (!capsule && PyErr_ExceptionMatches(PyExc_TypeError)) {
+  if (!capsule && rejects_max_version()) {
     PyErr_Clear();
     if (PyDict_DelItemString(kwargs, "max_version") < 0) goto done;
     capsule = PyObject_Call(method, empty, kwargs);

@@ -67,6 +67,7 @@ PyObject *ferry_py_raise(ferry_status status) {
 }
 
 int ferry_py_errors_init(PyObject *module) {
+  if (ferry_py_FerryError) goto add; /* one class for the process, also when the module is imported again */
   ferry_py_FerryError = PyErr_NewExceptionWithDoc(
       "ferry.FerryError",
       "A CUDA driver call, or ferry itself, failed (status DRIVER_ERROR, UNSUPPORTED, INTERNAL, ...).\n\n"
@@ -75,6 +76,7 @@ int ferry_py_errors_init(PyObject *module) {
       "call (the failing call's name) and where (file:line inside ferry).",
       PyExc_RuntimeError, NULL);
   if (!ferry_py_FerryError) return -1;
+add:
   Py_INCREF(ferry_py_FerryError);
   if (PyModule_AddObject(module, "FerryError", ferry_py_FerryError) < 0) {
     Py_DECREF(ferry_py_FerryError);

@@ -13,7 +13,8 @@
  *   outputs.c   the shared output block (DLPack tensors viewing one slab) and the framework conversions
  *   exporter.c  ferry.SlabTensor, the exporter handed to non-torch frameworks' from_dlpack
  *   batch.c     traversal of a nested batch into a tape, and the rebuild from it
- *   transfer.c  one transfer from arguments to rebuilt batch; transfer_tensor_d2h/h2d
+ *   pace.c      bounded GIL holds: release points at most every slice while the GIL is held for long work
+ *   transfer.c  one transfer from arguments to rebuilt batch, pipelined in parts; transfer_tensor_d2h/h2d
  *   handle.c    ferry.Transfer, the asynchronous handle
  *   pool.c      the pinned pool functions
  *   testing.c   private test hooks (a simulated driver), compiled only with FERRY_PYTHON_TEST_HOOKS
@@ -117,6 +118,8 @@ void ferry_py_typeinfo_clear(void);
 
 /* ---- dlpack_in.c ------------------------------------------------------------------------------------------- */
 
+typedef struct ferry_py_outputs ferry_py_outputs;
+
 /* One source-side input tensor, from the moment it is read until the copies out of it are done. */
 typedef struct ferry_py_leaf {
   PyObject *obj;                         /* the input object (borrowed from the tape, which holds it) */
@@ -125,11 +128,15 @@ typedef struct ferry_py_leaf {
   DLManagedTensorVersioned *managed;     /* capsule path, DLPack >= 1.0: we call its deleter when done */
   DLManagedTensor *managed_legacy;       /* capsule path, pre-1.0 producers */
   PyObject *output;                      /* the built output (strong), NULL until built */
+  ferry_py_outputs *block;               /* the outputs block of its part (borrowed from the job), once added */
+  uint32_t local;                        /* its index in that block */
+  uint32_t dims_at;                      /* while pending: where its shape and strides are in the tape's dims */
 } ferry_py_leaf;
 
 /* What reading an input needs to know about the transfer. */
 typedef struct ferry_py_read_ctx {
   bool h2d;
+  bool pass_all;              /* no CUDA: every tensor passes through, none is read */
   int device;                 /* resolved device */
   void *copy_stream;          /* the stream the copies run on: for producers' __dlpack__(stream=...) */
   bool have_copy_stream;
@@ -138,7 +145,9 @@ typedef struct ferry_py_read_ctx {
 } ferry_py_read_ctx;
 
 /* Reads `obj` (a tensor whose type info is `ti`). Returns 1 and fills `tensor` and `leaf` when the tensor is on
- * the transfer's source side, 0 when it is not (it passes through; nothing held), -1 with an exception set. */
+ * the transfer's source side, 0 when it is not (it passes through; nothing held), -1 with an exception set.
+ * `tensor`'s shape and strides are the producer's, valid only until Python code runs again: the caller copies
+ * them at once. */
 int ferry_py_read_tensor(ferry_py_read_ctx *ctx, PyObject *obj, const ferry_py_typeinfo *ti, ferry_tensor *tensor,
                          ferry_py_leaf *leaf);
 
@@ -154,13 +163,13 @@ void ferry_py_leaf_release_input(ferry_py_leaf *leaf);
 
 /* ---- outputs.c --------------------------------------------------------------------------------------------- */
 
-/* The outputs of one transfer: one DLPack tensor per copied input, all viewing one slab. Reference-counted
- * (atomically: frameworks may drop their tensors on any thread, without the GIL); the last reference releases
- * the slab, which is when its memory goes back to the pool. */
-typedef struct ferry_py_outputs ferry_py_outputs;
+/* The outputs of one part of a transfer: one DLPack tensor per copied input, all viewing the part's slab.
+ * Reference-counted (atomically: frameworks may drop their tensors on any thread, without the GIL); the last
+ * reference releases the slab, which is when its memory goes back to the pool. */
 
-/* Copies the copied outputs' descriptors out of `ticket` and retains its slab. The caller owns one reference. */
-ferry_py_outputs *ferry_py_outputs_new(ferry_transfer *ticket);
+/* Copies the descriptors of outputs [first, first + count) out of `ticket` and retains the slabs they view. The
+ * caller owns one reference. NULL with MemoryError set. */
+ferry_py_outputs *ferry_py_outputs_new(ferry_transfer *ticket, size_t first, size_t count);
 void ferry_py_outputs_unref(ferry_py_outputs *o); /* any thread, no GIL needed; NULL accepted */
 void ferry_py_outputs_ref(ferry_py_outputs *o);
 int ferry_py_outputs_copied(const ferry_py_outputs *o, size_t index);
@@ -201,31 +210,107 @@ PyObject *ferry_py_slab_tensor_new(ferry_py_outputs *o, size_t index);
 typedef struct ferry_py_node {
   PyObject *obj;   /* the object at this place in the batch (strong) */
   PyObject *key;   /* dict key or dataclass field name under which it sits in its parent (strong), else NULL */
-  uint32_t count;  /* containers: number of direct children */
+  uint32_t count;  /* containers: number of direct children; FERRY_PY_SHARED: the node it repeats */
   int32_t leaf;    /* index of its source-side tensor in the leaves array, -1 for everything else */
-  uint8_t kind;    /* ferry_py_kind of a container, FERRY_PY_OTHER for a leaf */
+  uint8_t kind;    /* ferry_py_kind of a container, FERRY_PY_OTHER for a leaf, FERRY_PY_SHARED for a repeat */
+  uint8_t flags;   /* FERRY_PY_NODE_* */
 } ferry_py_node;
+
+#define FERRY_PY_SHARED 0xff          /* a node kind: an object met before in the walk (count: its first node) */
+#define FERRY_PY_NODE_WALKING 1       /* its children are being walked (meeting it again is a cycle) */
+#define FERRY_PY_NODE_REPEATED 2      /* a later FERRY_PY_SHARED node repeats it: the rebuild keeps its result */
+
+typedef struct ferry_py_seen ferry_py_seen; /* batch.c: objects already walked, by identity */
 
 typedef struct ferry_py_batch {
   ferry_py_node *nodes;
   size_t n_nodes, cap_nodes;
   ferry_py_leaf *leaves;   /* source-side tensors, in batch order */
-  ferry_tensor *tensors;   /* their descriptors, the array given to ferry (parallel to leaves) */
+  ferry_tensor *tensors;   /* their descriptors, in ferry's own memory (parallel to leaves) */
   size_t n_leaves, cap_leaves;
+  int64_t *dims;           /* the shapes and strides of the leaves not yet given to ferry (`pending` on) */
+  size_t n_dims, cap_dims;
+  size_t pending;          /* leaves [pending, n_leaves) are walked but not yet given to ferry */
+  ferry_py_seen *seen;
 } ferry_py_batch;
 
 #define FERRY_PY_MAX_DEPTH 1000 /* deeper batches raise RecursionError */
 
-/* Walks `root` into `b` (zero-initialised by the caller), reading source-side tensors through `ctx`. Returns 0, or
- * -1 with an exception set (RecursionError for depth, ValueError for a cycle); `b` must be cleared either way. */
-int ferry_py_batch_walk(ferry_py_batch *b, PyObject *root, ferry_py_read_ctx *ctx);
+typedef struct ferry_py_pace ferry_py_pace;
+
+/* Walks `root` into `b` (zero-initialised by the caller), reading source-side tensors through `ctx` and copying
+ * their descriptors into `b` as they are read. An object met twice (a shared sub-batch, the same tensor in two
+ * places) is walked once and comes back shared, as copy.deepcopy keeps it. `pace` (may be NULL) is ticked after
+ * every node; its release points may give ferry the walked leaves (ferry_py_batch_take_pending). Returns 0, or
+ * -1 with an exception set (RecursionError for depth, ValueError for a cycle, RuntimeError for a dict changed
+ * during the walk); `b` must be cleared either way. */
+int ferry_py_batch_walk(ferry_py_batch *b, PyObject *root, ferry_py_read_ctx *ctx, ferry_py_pace *pace);
+
+/* The leaves walked since the last call, as descriptors for ferry_transfer_add (valid until the walk goes on):
+ * sets *first and *count and marks them taken. */
+const ferry_tensor *ferry_py_batch_take_pending(ferry_py_batch *b, size_t *first, size_t *count);
 
 /* Rebuilds the batch from the tape with each leaf's `output` in place of its tensor. Containers in which nothing
- * was copied, and every other object, are returned as the same objects. New reference or NULL. */
-PyObject *ferry_py_batch_rebuild(ferry_py_batch *b);
+ * was copied, and every other object, are returned as the same objects. `pace` as for the walk. New reference or
+ * NULL. */
+PyObject *ferry_py_batch_rebuild(ferry_py_batch *b, ferry_py_pace *pace);
 
 /* Drops every reference the tape holds and calls the producers' deleters. */
 void ferry_py_batch_clear(ferry_py_batch *b);
+
+/* ---- pace.c ------------------------------------------------------------------------------------------------ *
+ *
+ * Long GIL-holding work (walking a batch, building its outputs, rebuilding it) ticks a pace after every item. At
+ * most every `slice_ns` of holding, a tick makes a release point: the GIL is released (and, when the pace has a
+ * `release` callback, the callback does its GIL-free work meanwhile, e.g. submitting the walked tensors), so a
+ * thread waiting for the GIL gets it. See pace.c for how a waiting thread is made to get it in time. */
+
+struct ferry_py_pace {
+  int64_t slice_ns;          /* release at most this long after the hold began; 0: no release points */
+  int64_t since;             /* when the current hold began (CLOCK_MONOTONIC ns) */
+  unsigned ticks;
+  int (*release)(void *ctx); /* a release point's work: called with the GIL held; releases it around what needs
+                                none. 0 or -1 with an exception set. NULL: a plain release */
+  void *ctx;
+  bool measure;              /* record the holds below (diagnostics) */
+  int64_t max_hold_ns;       /* the longest hold seen */
+  uint32_t holds;            /* number of holds ended */
+  uint32_t hold_hist[8];     /* holds by length: < 25, 50, 100, 200, 400, 800, 1600 us, and longer */
+};
+
+/* Starts a pace (GIL held): the current hold begins now. `slice_ns` 0 turns release points off. */
+void ferry_py_pace_init(ferry_py_pace *p, int64_t slice_ns, int (*release)(void *), void *ctx, bool measure);
+
+/* A release point now, whatever the time: the callback's work, or a plain release. 0 or -1. */
+int ferry_py_pace_release(ferry_py_pace *p);
+
+/* Ends the current hold (for the statistics), e.g. before a long GIL-free wait. */
+void ferry_py_pace_pause(ferry_py_pace *p);
+/* Starts a new hold after ferry_py_pace_pause, once the GIL is held again. */
+void ferry_py_pace_resume(ferry_py_pace *p);
+
+int ferry_py_pace_check(ferry_py_pace *p);
+
+/* After every item of GIL-holding work: a release point when the slice is over. 0 or -1 with an exception set.
+ * The clock is read every 4th tick (a read costs ~20 ns; an item ~50-500 ns). */
+static inline int ferry_py_pace_tick(ferry_py_pace *p) {
+  if (!p || !p->slice_ns || (++p->ticks & 3)) return 0;
+  return ferry_py_pace_check(p);
+}
+
+/* While ferry holds the GIL for long work beside other Python threads, CPython's switch interval (5 ms by
+ * default) decides how soon a thread waiting for the GIL asks for it; ferry shortens it to its slice for the
+ * duration and puts it back after (see pace.c). Returns 1 when it shortened it (pass that to the end call), 0
+ * when it did not (no other Python thread, or turned off), -1 with an exception set. */
+int ferry_py_gil_share_begin(void);
+void ferry_py_gil_share_end(int began);
+
+/* The pacing settings: the slice (0: no release points) and the switch interval used while sharing (0: leave
+ * CPython's alone), in nanoseconds. Private switches for the benchmarks change them (test-hook builds only). */
+extern int64_t ferry_py_gil_slice_ns, ferry_py_gil_switch_ns;
+
+/* Whether another Python thread exists that could want the GIL. */
+bool ferry_py_other_python_threads(void);
 
 /* ---- transfer.c -------------------------------------------------------------------------------------------- */
 
@@ -233,10 +318,8 @@ void ferry_py_batch_clear(ferry_py_batch *b);
  * the private switch _ferry._phase_timing(True) is on: a diagnostic for the benchmarks. 0 = not reached. */
 enum {
   FERRY_PY_PHASE_START,     /* the call began */
-  FERRY_PY_PHASE_WALKED,    /* arguments parsed, batch walked, options made: the copies are about to be submitted */
-  FERRY_PY_PHASE_SUBMITTED, /* ferry_transfer_d2h/h2d returned (the GIL was released meanwhile) */
-  FERRY_PY_PHASE_HANDED,    /* the GIL hand-off window ended (= SUBMITTED when there was none) */
-  FERRY_PY_PHASE_BUILT,     /* the torch outputs are built; the call returns here in the async form */
+  FERRY_PY_PHASE_FIRST,     /* the first part was submitted: the copies run from here */
+  FERRY_PY_PHASE_WALKED,    /* the batch is walked, every part submitted and the transfer ended */
   FERRY_PY_PHASE_WAITED,    /* the copies are done (the GIL was released meanwhile) */
   FERRY_PY_PHASE_FINISHED,  /* the other outputs are built and the batch rebuilt */
   FERRY_PY_PHASE_COUNT
@@ -245,48 +328,55 @@ enum {
 /* One transfer, from submission to the rebuilt batch. Owned by the caller (a C stack frame or a ferry.Transfer). */
 typedef struct ferry_py_job {
   bool h2d;
-  bool sync;                  /* transfer_tensor_d2h/h2d: the calling thread waits for the copies anyway */
   int state;                  /* FERRY_PY_JOB_* */
   PyObject *batch;            /* the input batch (strong) */
   PyObject *result;           /* the rebuilt batch once finished (strong) */
   ferry_py_batch tape;
-  ferry_transfer *ticket;     /* NULL when nothing was submitted */
-  ferry_py_outputs *outputs;  /* NULL when nothing was copied */
+  ferry_py_read_ctx ctx;
+  const struct ferry_py_args *args; /* the call's arguments, while the job starts (NULL after) */
+  ferry_transfer_options opts;/* made when the first part is submitted */
+  const DLPackExchangeAPI *ordered_after; /* the framework whose current stream the copies were ordered after */
+  ferry_transfer *ticket;     /* NULL until the first part is submitted */
+  ferry_py_outputs **blocks;  /* the parts' output blocks (one reference each) */
+  size_t n_blocks, cap_blocks;
+  ferry_py_pace pace;
   int64_t phases[FERRY_PY_PHASE_COUNT];
 } ferry_py_job;
 
 enum { FERRY_PY_JOB_EMPTY = 0, FERRY_PY_JOB_SUBMITTED, FERRY_PY_JOB_FINISHED };
 
-/* Validates the arguments, walks the batch, submits, and builds the exchange-path outputs while the copies run
- * (`sync`: the caller will wait for the copies next, so a GIL hand-off window before the build costs it nothing;
- * see transfer.c). On return the job is SUBMITTED, or FINISHED (nothing to copy, or no CUDA: result is the batch
- * itself). Returns 0, or -1 with an exception set and the job cleared. */
-int ferry_py_job_start(ferry_py_job *job, bool h2d, bool sync, const char *name, PyObject *const *args,
-                       Py_ssize_t nargs, PyObject *kwnames);
+/* Validates the arguments and walks the batch, submitting it in parts as it goes (the copies of the first tensors
+ * run while the rest are walked) and building the exchange-path (torch) outputs of each part while its copies
+ * run; then ends the transfer. No GIL hold is longer than a slice (pace.c). On return the job is SUBMITTED, or
+ * FINISHED (nothing to copy, or no CUDA: result is the batch itself). Returns 0, or -1 with an exception set and
+ * the job cleared. */
+int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *const *args, Py_ssize_t nargs,
+                       PyObject *kwnames);
 
 /* Waits for the copies (GIL released), builds the remaining outputs and rebuilds the batch into job->result.
- * Returns 0, or -1 with an exception set (the job is then cleared). Not reentrant for one job: a caller shared
- * by threads (ferry.Transfer) serialises calls with its own lock, taken without the GIL. */
+ * Returns 0, or -1 with an exception set (the job is then cleared). Runs Python code (consumers' from_dlpack,
+ * container constructors); not reentrant for one job (ferry.Transfer guards it). */
 int ferry_py_job_finish(ferry_py_job *job);
 
-/* 1 when the copies are done (or nothing was submitted), 0 while they run or while another thread holds `lock`
- * (it is waiting on them). Never blocks. */
-int ferry_py_job_query(ferry_py_job *job, pthread_mutex_t *lock);
+/* 1 when the copies are done, failed (wait reports it), or nothing was submitted; 0 while they run. Never
+ * blocks. */
+int ferry_py_job_query(ferry_py_job *job);
 
-/* Releases everything the job holds; a submitted job is waited for first (GIL released), so that no copy still
- * reads an input or writes an output that has been freed. */
-void ferry_py_job_clear(ferry_py_job *job);
+/* Releases everything the job holds; a submitted job's copies are waited for first, so that no copy still reads
+ * an input or writes an output that has been freed. `release_gil`: wait with the GIL released (false from a
+ * garbage collector's tp_clear). */
+void ferry_py_job_clear(ferry_py_job *job, bool release_gil);
 
 PyObject *ferry_py_transfer_d2h(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *ferry_py_transfer_h2d(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 
-/* Private switches for the benchmarks (underscored in ferry._ferry; not part of the API):
- *   _gil_handoff_us(us=None)  the hand-off window in microseconds (0: none); returns the previous value
- *   _phase_timing(flag)       stamp the phases of every job from now on (off by default); returns the old flag
- *   _last_phases()            the phase stamps of the last job this thread finished: dict name -> ns or None */
-PyObject *ferry_py_gil_handoff_us(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+/* Private switches for the benchmarks and tests (underscored in ferry._ferry, test-hook builds only):
+ *   _phase_timing(flag)       stamp the phases (and GIL holds) of every job from now on; returns the old flag
+ *   _last_phases()            the last job this thread finished: phase stamps (ns or None) and GIL hold stats
+ *   _gil_pacing(slice_us=None, switch_us=None)  the pacing settings; returns the previous (slice_us, switch_us) */
 PyObject *ferry_py_phase_timing(PyObject *self, PyObject *flag);
 PyObject *ferry_py_last_phases(PyObject *self, PyObject *unused);
+PyObject *ferry_py_gil_pacing(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* ---- handle.c ---------------------------------------------------------------------------------------------- */
 

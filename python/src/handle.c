@@ -1,29 +1,37 @@
 /* handle.c — ferry.Transfer, the handle returned by transfer_tensor_d2h_async / transfer_tensor_h2d_async.
  *
- * The call has submitted the copies and built the torch outputs when it returns; wait() waits (GIL released),
+ * The call has submitted every copy and built the torch outputs when it returns; wait() waits (GIL released),
  * builds the other outputs and rebuilds the batch, once: later calls return the same object (or raise the same
  * exception). done() never blocks. A handle dropped before wait() waits for its copies in its deallocator, so
  * nothing they read or write is released under them.
  *
- * Threads: several threads may call wait() on one handle. A mutex, taken with the GIL released (so the GIL and
- * the mutex are never waited for in opposite orders), lets one of them finish the job; the others then find it
- * finished.
+ * Threads: finishing runs Python code (consumers' from_dlpack, container constructors) and releases the GIL at
+ * times, so no lock is held while it runs. The finishing thread is recorded instead: another thread's wait()
+ * sleeps (GIL released, Ctrl-C honoured) until it is done; the same thread calling wait() again from that Python
+ * code gets a RuntimeError rather than a deadlock.
  */
 #include "ferry_py.h"
+
+#include <pythread.h>
+#include <time.h>
 
 typedef struct {
   PyObject_HEAD
   ferry_py_job job;
-  pthread_mutex_t lock; /* held by the thread finishing the job */
-  PyObject *error;      /* the exception a failed wait() raised, raised again by later calls */
+  PyObject *error;               /* the exception a failed wait() raised, raised again by later calls */
+  _Atomic unsigned long finisher; /* the thread finishing the job (PyThread ident), 0 when none */
+  pthread_mutex_t lock;          /* with `done`: wakes threads waiting for the finisher */
+  pthread_cond_t done;
 } Transfer;
 
 static PyObject *start(bool h2d, const char *name, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   Transfer *self = PyObject_GC_New(Transfer, &ferry_py_Transfer_Type);
   if (!self) return NULL;
   pthread_mutex_init(&self->lock, NULL);
+  pthread_cond_init(&self->done, NULL);
   self->error = NULL;
-  if (ferry_py_job_start(&self->job, h2d, false, name, args, nargs, kwnames) < 0) { /* the job is left cleared */
+  atomic_init(&self->finisher, 0);
+  if (ferry_py_job_start(&self->job, h2d, name, args, nargs, kwnames) < 0) { /* the job is left cleared */
     Py_DECREF(self);
     return NULL;
   }
@@ -41,21 +49,32 @@ PyObject *ferry_py_transfer_h2d_async(PyObject *module, PyObject *const *args, P
 
 static void transfer_dealloc(Transfer *self) {
   PyObject_GC_UnTrack(self);
-  ferry_py_job_clear(&self->job); /* waits for copies still running */
+  ferry_py_job_clear(&self->job, true); /* waits for copies still running */
   Py_CLEAR(self->error);
+  pthread_cond_destroy(&self->done);
   pthread_mutex_destroy(&self->lock);
   PyObject_GC_Del(self);
 }
 
-/* The stored error's traceback holds the frames that called wait(), and so usually the handle itself: a cycle
- * that only the garbage collector can break, through the error (the job's references are left alone: clearing
- * them under running copies is not safe, and the error is enough to break it). */
+/* Everything the handle holds is visited, so that a handle in a reference cycle (stored in the batch it
+ * transfers, or in its own error's traceback) is collected and its pinned memory returned. */
 static int transfer_traverse(Transfer *self, visitproc visit, void *arg) {
   Py_VISIT(self->error);
+  Py_VISIT(self->job.batch);
+  Py_VISIT(self->job.result);
+  const ferry_py_batch *tape = &self->job.tape;
+  for (size_t i = 0; i < tape->n_nodes; i++) {
+    Py_VISIT(tape->nodes[i].obj);
+    Py_VISIT(tape->nodes[i].key);
+  }
+  for (size_t i = 0; i < tape->n_leaves; i++) Py_VISIT(tape->leaves[i].output);
   return 0;
 }
 
+/* Breaks a cycle: the copies are waited for first (with the GIL held: a collector must not let other threads
+ * in half-way), then everything is released. A handle being finished is never garbage (its thread holds it). */
 static int transfer_clear(Transfer *self) {
+  ferry_py_job_clear(&self->job, false);
   Py_CLEAR(self->error);
   return 0;
 }
@@ -65,11 +84,42 @@ static PyObject *raise_stored(Transfer *self) {
   return NULL;
 }
 
-static PyObject *transfer_wait(Transfer *self, PyObject *unused) {
+static PyObject *outcome(Transfer *self) {
   if (self->job.state == FERRY_PY_JOB_FINISHED) return Py_NewRef(self->job.result);
   if (self->error) return raise_stored(self);
-  Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->lock);
-  Py_END_ALLOW_THREADS if (self->job.state == FERRY_PY_JOB_SUBMITTED && ferry_py_job_finish(&self->job) < 0) {
+  PyErr_SetString(PyExc_RuntimeError, "ferry.Transfer: the transfer was released");
+  return NULL;
+}
+
+/* Another thread is finishing the job: sleeps until it is done, the GIL released, waking to honour Ctrl-C. */
+static int await_finisher(Transfer *self) {
+  while (atomic_load(&self->finisher) != 0) {
+    Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->lock);
+    if (atomic_load(&self->finisher) != 0) {
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_nsec += 100 * 1000000;
+      if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+      (void)pthread_cond_timedwait(&self->done, &self->lock, &until);
+    }
+    pthread_mutex_unlock(&self->lock);
+    Py_END_ALLOW_THREADS if (PyErr_CheckSignals() < 0) return -1;
+  }
+  return 0;
+}
+
+static PyObject *transfer_wait(Transfer *self, PyObject *unused) {
+  unsigned long me = PyThread_get_thread_ident();
+  unsigned long finisher = atomic_load(&self->finisher);
+  if (finisher == me) {
+    PyErr_SetString(PyExc_RuntimeError, "ferry.Transfer.wait() was called again while this thread is finishing "
+                    "the same transfer (from a container's constructor or a consumer's from_dlpack)");
+    return NULL;
+  }
+  if (finisher != 0 && await_finisher(self) < 0) return NULL;
+  if (self->job.state != FERRY_PY_JOB_SUBMITTED) return outcome(self);
+  atomic_store(&self->finisher, me); /* under the GIL: no other thread can be here at the same time */
+  if (ferry_py_job_finish(&self->job) < 0) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
@@ -77,19 +127,17 @@ static PyObject *transfer_wait(Transfer *self, PyObject *unused) {
     self->error = Py_NewRef(value);
     PyErr_Restore(type, value, tb);
   }
+  pthread_mutex_lock(&self->lock);
+  atomic_store(&self->finisher, 0);
+  pthread_cond_broadcast(&self->done);
   pthread_mutex_unlock(&self->lock);
-  if (self->job.state == FERRY_PY_JOB_FINISHED) return Py_NewRef(self->job.result);
   if (PyErr_Occurred()) return NULL;
-  if (self->error) return raise_stored(self);
-  PyErr_SetString(PyExc_RuntimeError, "ferry.Transfer: the transfer was released");
-  return NULL;
+  return outcome(self);
 }
 
 static PyObject *transfer_done(Transfer *self, PyObject *unused) {
-  if (self->error) Py_RETURN_TRUE;
-  int done = ferry_py_job_query(&self->job, &self->lock);
-  if (done < 0) return NULL;
-  return PyBool_FromLong(done);
+  if (self->error || atomic_load(&self->finisher) != 0) Py_RETURN_TRUE; /* finishing: the copies are done */
+  return PyBool_FromLong(ferry_py_job_query(&self->job));
 }
 
 static PyObject *transfer_repr(Transfer *self) {
@@ -109,7 +157,7 @@ static PyMethodDef transfer_methods[] = {
     {"done", (PyCFunction)transfer_done, METH_NOARGS,
      "done()\n--\n\n"
      "True when the copies have finished (or failed, or nothing needed copying); never blocks. wait() is still\n"
-     "needed to get the batch."},
+     "needed to get the batch (or the error)."},
     {NULL, NULL, 0, NULL}};
 
 PyTypeObject ferry_py_Transfer_Type = {
@@ -121,7 +169,7 @@ PyTypeObject ferry_py_Transfer_Type = {
     .tp_traverse = (traverseproc)transfer_traverse,
     .tp_clear = (inquiry)transfer_clear,
     .tp_doc = "A submitted transfer (from transfer_tensor_d2h_async / transfer_tensor_h2d_async).\n\n"
-              "Holds the inputs, the outputs and the pinned slab until wait() has returned the batch; dropping\n"
+              "Holds the inputs, the outputs and the pinned slabs until wait() has returned the batch; dropping\n"
               "it without wait() waits for the copies first. Not constructible directly.",
     .tp_methods = transfer_methods,
 };

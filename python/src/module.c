@@ -83,15 +83,18 @@ static PyMethodDef methods[] = {
     {"_pool_reserve", ferry_py_pool_reserve, METH_O, "See ferry.pool.reserve."},
     {"_pool_trim", ferry_py_pool_trim, METH_NOARGS, "See ferry.pool.trim."},
     {"_pool_stats", ferry_py_pool_stats, METH_NOARGS, "See ferry.pool.stats."},
-    {"_gil_handoff_us", (PyCFunction)(void (*)(void))ferry_py_gil_handoff_us, METH_FASTCALL,
-     "_gil_handoff_us(us=None)\n--\n\nPrivate, for benchmarks: the GIL hand-off window of the synchronous\n"
-     "transfers in microseconds (0 turns it off); returns the previous value. See python/src/transfer.c."},
+#ifdef FERRY_PYTHON_TEST_HOOKS
+    {"_gil_pacing", (PyCFunction)(void (*)(void))ferry_py_gil_pacing, METH_FASTCALL,
+     "_gil_pacing(slice_us=None, switch_us=None)\n--\n\nTest hook: the longest GIL hold of a transfer between\n"
+     "release points (0: no release points) and the switch interval used while other threads exist (0: leave\n"
+     "CPython's); None keeps a setting. Returns the previous (slice_us, switch_us). See python/src/pace.c."},
     {"_phase_timing", ferry_py_phase_timing, METH_O,
-     "_phase_timing(flag)\n--\n\nPrivate, for benchmarks: stamp the phases of every transfer from now on;\n"
+     "_phase_timing(flag)\n--\n\nTest hook: stamp the phases and GIL holds of every transfer from now on;\n"
      "returns the previous setting."},
     {"_last_phases", ferry_py_last_phases, METH_NOARGS,
-     "_last_phases()\n--\n\nPrivate, for benchmarks: the phase stamps (time.perf_counter_ns clock, None when not\n"
-     "reached or not timed) of the last transfer this thread finished."},
+     "_last_phases()\n--\n\nTest hook: the phase stamps (time.perf_counter_ns clock, None when not reached or\n"
+     "not timed), the GIL hold statistics and the number of parts of the last transfer this thread finished."},
+#endif
     {NULL, NULL, 0, NULL}};
 
 static void module_free(void *unused) {
@@ -99,11 +102,27 @@ static void module_free(void *unused) {
   ferry_py_outputs_clear_cache();
 }
 
+/* The extension keeps per-process state (type caches, the imported consumers, the GIL-sharing count) that
+ * belongs to one interpreter, so it refuses to load in a subinterpreter: with its caches shared, one
+ * interpreter's objects would be used by another after it ended. */
+static int module_exec(PyObject *m);
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+#ifdef Py_mod_multiple_interpreters
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+#ifdef Py_mod_gil
+    /* The caches above are guarded by the GIL: a free-threaded interpreter keeps it enabled for this module. */
+    {Py_mod_gil, Py_MOD_GIL_USED},
+#endif
+    {0, NULL}};
+
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, .m_name = "ferry._ferry",
     .m_doc = "The C extension behind the ferry package: batched GPU<->host tensor transfers over libferry, and "
              "GEMM operators (ferry.ops, in the submodule _ops).",
-    .m_size = -1, .m_methods = methods, .m_free = module_free,
+    .m_size = 0, .m_methods = methods, .m_slots = module_slots, .m_free = module_free,
 };
 
 int ferry_py_add_type(PyObject *m, PyTypeObject *type, const char *name) {
@@ -116,23 +135,26 @@ int ferry_py_add_type(PyObject *m, PyTypeObject *type, const char *name) {
   return 0;
 }
 
-PyMODINIT_FUNC PyInit__ferry(void) {
-  PyObject *m = PyModule_Create(&module_def);
-  if (!m) return NULL;
+static int module_exec(PyObject *m) {
+  /* Python before 3.12 has no slot for refusing subinterpreters: refuse here. */
+  if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
+    PyErr_SetString(PyExc_ImportError, "ferry._ferry cannot be loaded in a subinterpreter: it keeps per-process "
+                    "state of the main interpreter; use ferry from the main interpreter");
+    return -1;
+  }
   if (ferry_py_errors_init(m) < 0 || ferry_py_add_type(m, &ferry_py_SlabTensor_Type, "SlabTensor") < 0 ||
       ferry_py_add_type(m, &ferry_py_Transfer_Type, "Transfer") < 0 ||
       PyModule_AddStringConstant(m, "__version__", ferry_version()) < 0 || ferry_py_ops_init(m) < 0)
-    goto fail;
+    return -1;
   PyObject *dlpack = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
   if (!dlpack || PyModule_AddObject(m, "DLPACK_VERSION", dlpack) < 0) {
     Py_XDECREF(dlpack);
-    goto fail;
+    return -1;
   }
 #ifdef FERRY_PYTHON_TEST_HOOKS
-  if (ferry_py_testing_init(m) < 0) goto fail;
+  if (ferry_py_testing_init(m) < 0) return -1;
 #endif
-  return m;
-fail:
-  Py_DECREF(m);
-  return NULL;
+  return 0;
 }
+
+PyMODINIT_FUNC PyInit__ferry(void) { return PyModuleDef_Init(&module_def); }

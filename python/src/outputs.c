@@ -1,7 +1,7 @@
 /* outputs.c — the output tensors of one transfer, and their conversion to each framework's tensor type.
  *
- * Ownership: one block per transfer holds a DLManagedTensorVersioned for every copied input, their shapes and
- * strides, and one reference to the slab they view. Every DLPack tensor handed to a framework holds a reference
+ * Ownership: one block per part of a transfer holds a DLManagedTensorVersioned for every copied input of the part,
+ * their shapes and strides, and one reference to each slab they view (one per part). Every DLPack tensor handed to a framework holds a reference
  * to the block; its deleter drops it. The last reference releases the slab, and only then does its memory go
  * back to the pool: never while any output still views it. Deleters may run on any thread without the GIL
  * (a framework frees its tensors where it likes), so the count is atomic and no Python object is touched.
@@ -22,7 +22,8 @@
 
 struct ferry_py_outputs {
   atomic_long refs;
-  ferry_slab *slab;                     /* one reference, released with the block */
+  ferry_slab **slabs;                   /* one reference each, released with the block */
+  size_t n_slabs;
   size_t count;
   DLManagedTensorVersioned *entries;    /* one per transfer output; used for copied ones only */
   atomic_uchar *handed;                 /* 1 while entry i is owned by a framework (makes its deleter idempotent) */
@@ -33,7 +34,7 @@ void ferry_py_outputs_ref(ferry_py_outputs *o) { atomic_fetch_add_explicit(&o->r
 
 void ferry_py_outputs_unref(ferry_py_outputs *o) {
   if (!o || atomic_fetch_sub_explicit(&o->refs, 1, memory_order_acq_rel) != 1) return;
-  ferry_slab_release(o->slab);
+  for (size_t k = 0; k < o->n_slabs; k++) ferry_slab_release(o->slabs[k]);
   free(o);
 }
 
@@ -45,15 +46,14 @@ static void entry_deleter(DLManagedTensorVersioned *m) {
   if (atomic_exchange_explicit(&o->handed[i], 0, memory_order_acq_rel) == 1) ferry_py_outputs_unref(o);
 }
 
-ferry_py_outputs *ferry_py_outputs_new(ferry_transfer *ticket) {
-  size_t count = ferry_transfer_count(ticket);
-  const ferry_tensor *outs = ferry_transfer_outputs(ticket);
+ferry_py_outputs *ferry_py_outputs_new(ferry_transfer *ticket, size_t first, size_t count) {
+  const ferry_tensor *outs = ferry_transfer_outputs(ticket) + first;
   size_t dims = 0;
   for (size_t i = 0; i < count; i++)
-    if (ferry_transfer_output_copied(ticket, i) && outs[i].ndim > 0) dims += 2 * (size_t)outs[i].ndim;
-  /* One allocation: header, entries, dims, then the byte flags (alignment falls out of that order). */
-  size_t bytes = sizeof(ferry_py_outputs) + count * sizeof(DLManagedTensorVersioned) + dims * sizeof(int64_t) +
-                 2 * count;
+    if (ferry_transfer_output_copied(ticket, first + i) && outs[i].ndim > 0) dims += 2 * (size_t)outs[i].ndim;
+  /* One allocation: header, entries, slabs, dims, then the byte flags (alignment falls out of that order). */
+  size_t bytes = sizeof(ferry_py_outputs) + count * (sizeof(DLManagedTensorVersioned) + sizeof(ferry_slab *)) +
+                 dims * sizeof(int64_t) + 2 * count;
   char *p = calloc(1, bytes);
   if (!p) {
     PyErr_Format(PyExc_MemoryError, "allocating the outputs of %zu tensors", count);
@@ -63,6 +63,8 @@ ferry_py_outputs *ferry_py_outputs_new(ferry_transfer *ticket) {
   p += sizeof *o;
   o->entries = (DLManagedTensorVersioned *)p;
   p += count * sizeof(DLManagedTensorVersioned);
+  o->slabs = (ferry_slab **)p;
+  p += count * sizeof(ferry_slab *);
   int64_t *dim = (int64_t *)p;
   p += dims * sizeof(int64_t);
   o->handed = (atomic_uchar *)p;
@@ -71,7 +73,7 @@ ferry_py_outputs *ferry_py_outputs_new(ferry_transfer *ticket) {
   atomic_init(&o->refs, 1);
   o->count = count;
   for (size_t i = 0; i < count; i++) {
-    if (!ferry_transfer_output_copied(ticket, i)) continue;
+    if (!ferry_transfer_output_copied(ticket, first + i)) continue;
     o->copied[i] = 1;
     DLManagedTensorVersioned *m = &o->entries[i];
     m->version.major = DLPACK_MAJOR_VERSION;
@@ -88,9 +90,13 @@ ferry_py_outputs *ferry_py_outputs_new(ferry_transfer *ticket) {
       memcpy(dim + nd, outs[i].strides, (size_t)nd * sizeof(int64_t));
       dim += 2 * nd;
     }
+    /* The slabs this block's outputs view (one per part; outputs of a part are consecutive). */
+    ferry_slab *slab = ferry_transfer_output_slab(ticket, first + i);
+    if (slab && (o->n_slabs == 0 || o->slabs[o->n_slabs - 1] != slab)) {
+      ferry_slab_retain(slab);
+      o->slabs[o->n_slabs++] = slab;
+    }
   }
-  o->slab = ferry_transfer_slab(ticket);
-  ferry_slab_retain(o->slab);
   return o;
 }
 

@@ -18,6 +18,9 @@
  *   _sim_submit_delay_us(us)  every event record sleeps `us` microseconds (0: none): a slow submission, as a
  *                             batch of thousands of tensors is; returns the old value
  *   _sim_foreign_stream()     a stream handle that belongs to a second (non-primary) context of cuda:0
+ *   _sim_read_delay_us(us)    reading a _SimExchangeTensor takes `us` microseconds of CPU, GIL held (0: none): a
+ *                             slow producer, to make GIL holds long enough to see; returns the old value
+ *   _sim_set_shape(t, shape)  changes a _SimExchangeTensor's shape in place (same rank), as torch's resize_ does
  *   _SimDeviceArray(array, device=0)   exports a numpy array as if it lived on cuda:<device>
  *   _SimExchangeTensor(array, device=0) the same through the DLPack exchange API (torch's path); device=-1: host
  *   _sim_read(obj)            the bytes of a compact DLPack tensor in simulated device memory
@@ -423,10 +426,21 @@ typedef struct {
 
 static PyTypeObject SimExchangeTensor_Type;
 
+static atomic_int read_delay_us; /* _sim_read_delay_us */
+
+static int64_t sim_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static int sim_exchange_from_object(void *obj, DLTensor *out) {
   if (Py_TYPE((PyObject *)obj) != &SimExchangeTensor_Type) {
     PyErr_SetString(PyExc_TypeError, "not a _SimExchangeTensor");
     return -1;
+  }
+  int delay = atomic_load(&read_delay_us);
+  for (int64_t until = sim_now_ns() + (int64_t)delay * 1000; delay && sim_now_ns() < until;) {
   }
   SimExchangeTensor *t = obj;
   *out = t->managed->dl_tensor;
@@ -573,7 +587,38 @@ static PyObject *sim_frameworks(PyObject *self, PyObject *flag) {
   return PyBool_FromLong(old);
 }
 
+static PyObject *sim_read_delay_us(PyObject *self, PyObject *arg) {
+  long us = PyLong_AsLong(arg);
+  if (us == -1 && PyErr_Occurred()) return NULL;
+  if (us < 0 || us > 1000000) {
+    PyErr_Format(PyExc_ValueError, "_sim_read_delay_us(%ld): expected 0 to 1000000 microseconds", us);
+    return NULL;
+  }
+  return PyLong_FromLong(atomic_exchange(&read_delay_us, (int)us));
+}
+
+/* The shape array the exchange API hands out is the tensor's own (numpy's export of it), as torch's is its
+ * TensorImpl's: changing it here is what resize_ does to a torch tensor between two reads. */
+static PyObject *sim_set_shape(PyObject *self, PyObject *args) {
+  PyObject *obj, *shape;
+  if (!PyArg_ParseTuple(args, "O!O!:_sim_set_shape", &SimExchangeTensor_Type, &obj, &PyTuple_Type, &shape))
+    return NULL;
+  DLTensor *t = &((SimExchangeTensor *)obj)->managed->dl_tensor;
+  if (PyTuple_GET_SIZE(shape) != t->ndim) {
+    PyErr_Format(PyExc_ValueError, "_sim_set_shape: the tensor has rank %d", (int)t->ndim);
+    return NULL;
+  }
+  for (int32_t d = 0; d < t->ndim; d++) {
+    long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+    if (v == -1 && PyErr_Occurred()) return NULL;
+    t->shape[d] = v;
+  }
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef hooks[] = {
+    {"_sim_read_delay_us", sim_read_delay_us, METH_O, NULL},
+    {"_sim_set_shape", sim_set_shape, METH_VARARGS, NULL},
     {"_sim_install", sim_install, METH_NOARGS, NULL},
     {"_sim_frameworks", sim_frameworks, METH_O, NULL},
     {"_sim_hold", sim_hold, METH_O, NULL},

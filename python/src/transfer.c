@@ -1,17 +1,21 @@
-/* transfer.c — one transfer from Python arguments to the rebuilt batch: transfer_tensor_d2h / transfer_tensor_h2d.
+/* transfer.c — one transfer from Python: arguments → walk and submit in parts → wait → rebuilt batch.
  *
- * The order of work, so that host work overlaps the copies:
- *   1. parse the arguments (syntax only); no CUDA -> the batch itself, as SPDL does;
- *   2. resolve the device; walk the batch, reading source-side tensors without copying them;
- *   3. order after the producer (producer_event, else the torch current stream: an event recorded there, which
- *      is SPDL's contract; producers read through __dlpack__ ordered themselves on our stream);
- *   4. submit with the GIL released (ferry_transfer_d2h/h2d, non-blocking);
- *   5. (synchronous form, 32 or more torch outputs) hand the GIL over for a short window while the copies run;
- *   6. build the torch output tensors while the copies run (zero-copy views of the slab);
- *   7. wait with the GIL released;
- *   8. build the other frameworks' outputs and rebuild the containers (no Python code sees an output before
- *      its data has arrived).
- * transfer_tensor_*_async (handle.c) stops after step 6, without step 5, and does 7-8 in wait().
+ * The call is a pipeline, so that its time approaches max(host work, copies) instead of their sum, and so that
+ * no GIL hold is longer than a slice (pace.c):
+ *   1. parse the arguments (syntax only); no CUDA -> the batch itself, as SPDL does, after walking it (cycles,
+ *      depth) and checking LOCAL_RANK;
+ *   2. resolve the device; walk the batch, reading source-side tensors and copying their descriptors;
+ *   3. at each release point of the walk (every slice of GIL holding), hand the tensors walked so far to ferry
+ *      as one part (ferry_transfer_add, GIL released): their copies start at once. The first part also begins
+ *      the transfer, ordered after the producer (producer_event, else the framework's current stream: an event
+ *      recorded there, which is SPDL's contract; producers read through __dlpack__ order themselves on our
+ *      stream);
+ *   4. right after a part is added, build its torch outputs (zero-copy views of the part's slab, through the
+ *      DLPack exchange API) while its copies run, in slices like the walk;
+ *   5. end the transfer and wait with the GIL released;
+ *   6. build the other frameworks' outputs and rebuild the containers, in slices (no Python code sees an output
+ *      before its data has arrived).
+ * transfer_tensor_*_async (handle.c) returns after step 5's end, and does the wait and step 6 in wait().
  */
 #include "ferry_py.h"
 
@@ -20,10 +24,12 @@
 
 static bool driver_checked; /* the first ferry_init loads the driver (milliseconds): done without the GIL */
 
-/* ---- phase stamps (off by default) ------------------------------------------------------------------------- */
+/* ---- phase stamps and GIL statistics (off by default) ----------------------------------------------------------- */
 
 static bool phase_timing;
 static _Thread_local int64_t last_phases[FERRY_PY_PHASE_COUNT];
+static _Thread_local ferry_py_pace last_pace;
+static _Thread_local size_t last_parts;
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -32,83 +38,130 @@ static int64_t now_ns(void) {
 }
 
 static inline void stamp(ferry_py_job *job, int phase) {
-  if (phase_timing) job->phases[phase] = now_ns();
+  if (phase_timing && !job->phases[phase]) job->phases[phase] = now_ns();
 }
 
-/* ---- handing the GIL over while the copies run -------------------------------------------------------------- *
- *
- * Building a torch output costs ~0.6 us with the GIL held (torch's own tensor construction), so a batch of 256
- * holds it for ~150 us right after the copies are submitted. A foreground thread that wants the GIL meanwhile
- * (to launch its compute, in the seed's overlap experiment) cannot get in through brief releases between slices:
- * CPython does not hand the GIL to a waiter on release. The waiter sleeps on a condition variable and takes
- * 10-100 us to wake; the releasing thread takes the GIL back within ~0.05 us, and the waiter goes back to sleep
- * (measured on the CI machine: a release + reacquire costs 0.04 us uncontended, and releasing it every 20 us
- * did not let a thread on another core in any sooner than not releasing it at all). Only forced switching (5 ms,
- * sys.getswitchinterval) would. So the synchronous form, whose thread waits for the copies anyway, releases the
- * GIL for one window long enough for a waiter to wake and take it, and builds the outputs afterwards. The window
- * ends early when the copies finish; while the copies outlast window + build (64 MiB: ~1.3 ms against ~0.25 ms
- * for 256 outputs) it costs nothing end to end; otherwise at most the window. It is skipped when no other Python
- * thread exists (nobody to hand over to), for batches with fewer than HANDOFF_MIN_OUTPUTS torch outputs (their
- * build holds the GIL for less than a waiter's wake-up), in the async form (whose caller wants control back at
- * once), and when the submission itself kept the GIL released for a whole window (thousands of tensors: ~0.3 ms),
- * which gave a waiter the same chance; a second window would only delay the build, which is then the transfer's
- * critical path (4096 outputs: ~1.1-2 ms of build against ~1.2 ms of copies). The two cannot be added up: a waiter
- * that wakes after the GIL was taken back sleeps again and needs a whole new wake-up. The walk before submission
- * is not shortened the same way: it must finish before the copies can start, and per tensor it is a cached type
- * look-up plus torch's dltensor_from_py_object_no_sync (ferry's own part measured at ~0.04 us per tensor on the
- * CI machine), nothing that can move out of the GIL. */
+/* ---- GIL releases that end and start holds ------------------------------------------------------------------ */
 
-#define HANDOFF_MIN_OUTPUTS 32
-#define HANDOFF_QUERY_NS 10000 /* how often the window asks whether the copies are done */
-
-static unsigned handoff_us = 100;
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
+static PyThreadState *unlock(ferry_py_job *job) {
+  ferry_py_pace_pause(&job->pace);
+  return PyEval_SaveThread();
 }
 
-/* Whether another Python thread exists that could want the GIL: threading._active (threads started through
- * threading, and foreign threads that called threading.current_thread()) holds more than the caller. Without the
- * threading module loaded there is none (short of bare _thread use). If the registry cannot be read: assume yes. */
-static bool other_python_threads(void) {
-  static PyObject *active; /* threading._active: one dict for the life of the process */
-  if (!active) {
-    PyObject *name = PyUnicode_FromString("threading");
-    PyObject *threading = name ? PyImport_GetModule(name) : NULL;
-    Py_XDECREF(name);
-    if (!threading) {
-      bool unknown = PyErr_Occurred() != NULL;
-      PyErr_Clear();
-      return unknown;
-    }
-    PyObject *a = PyObject_GetAttrString(threading, "_active");
-    Py_DECREF(threading);
-    if (!a || !PyDict_Check(a)) {
-      Py_XDECREF(a);
-      PyErr_Clear();
-      return true;
-    }
-    active = a;
+static void relock(ferry_py_job *job, PyThreadState *ts) {
+  PyEval_RestoreThread(ts);
+  ferry_py_pace_resume(&job->pace);
+}
+
+/* ---- parts ------------------------------------------------------------------------------------------------------ */
+
+/* The stream of the framework's current work on the device, for ordering the copies after it. 0 or -1. */
+static int current_stream(ferry_py_job *job, const DLPackExchangeAPI *api, void **out) {
+  if (api->current_work_stream(kDLCUDA, job->ctx.device, out) != 0) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "the framework could not tell its current stream");
+    return -1;
   }
-  return PyDict_GET_SIZE(active) > 1;
+  return 0; /* NULL is the legacy default stream, as for ferry */
 }
 
-/* Releases the GIL for up to handoff_us, or until the copies of `t` are done. */
-static void hand_off_gil(ferry_transfer *t) {
-  int64_t end = now_ns() + (int64_t)handoff_us * 1000, next_query = 0;
-  Py_BEGIN_ALLOW_THREADS for (int64_t now = now_ns(); now < end; now = now_ns()) {
-    if (now >= next_query) {
-      if (ferry_transfer_query(t) != FERRY_NOT_READY) break; /* done, or failed: wait() reports it */
-      next_query = now + HANDOFF_QUERY_NS;
-    }
-    cpu_relax();
+/* Options for the first part (step 3's ordering). 0 or -1. */
+static int make_options(ferry_py_job *job, const ferry_py_args *a) {
+  ferry_transfer_options *o = &job->opts;
+  ferry_transfer_options_init(o);
+  o->device = job->ctx.device;
+  o->stream = a->stream;
+  o->producer_event = a->producer_event;
+  if (a->producer_event) return 0;
+  if (job->ctx.producer_api) {
+    job->ordered_after = job->ctx.producer_api;
+    return current_stream(job, job->ctx.producer_api, &o->producer_stream);
   }
-  Py_END_ALLOW_THREADS
+  /* Only __dlpack__ producers (ordered on our stream already) or host inputs so far: ferry skips the event when
+   * the producer stream is the copy stream itself. */
+  if (!job->ctx.have_copy_stream) {
+    ferry_status st = ferry_copy_stream(job->ctx.device, &job->ctx.copy_stream);
+    if (st != FERRY_OK) {
+      ferry_py_raise(st);
+      return -1;
+    }
+    job->ctx.have_copy_stream = true;
+  }
+  o->producer_stream = job->ctx.copy_stream;
+  return 0;
 }
+
+static int push_block(ferry_py_job *job, ferry_py_outputs *block) {
+  if (job->n_blocks == job->cap_blocks) {
+    size_t cap = job->cap_blocks ? 2 * job->cap_blocks : 8;
+    ferry_py_outputs **p = PyMem_Realloc(job->blocks, cap * sizeof *p);
+    if (!p) {
+      ferry_py_outputs_unref(block);
+      PyErr_NoMemory();
+      return -1;
+    }
+    job->blocks = p;
+    job->cap_blocks = cap;
+  }
+  job->blocks[job->n_blocks++] = block;
+  return 0;
+}
+
+/* Builds the torch outputs of leaves [first, first + count) while their copies run (step 4). 0 or -1. */
+static int build_exchange_outputs(ferry_py_job *job, size_t first, size_t count) {
+  ferry_py_outputs *block = ferry_py_outputs_new(job->ticket, first, count);
+  if (!block || push_block(job, block) < 0) return -1;
+  for (size_t i = 0; i < count; i++) {
+    ferry_py_leaf *leaf = &job->tape.leaves[first + i];
+    leaf->block = block;
+    leaf->local = (uint32_t)i;
+    if (!leaf->api || !ferry_py_outputs_copied(block, i)) continue;
+    if (!(leaf->output = ferry_py_output_exchange(block, i, leaf->api))) return -1;
+    if (ferry_py_pace_tick(&job->pace) < 0) return -1;
+  }
+  return 0;
+}
+
+/* The release points' work (pace.c): hands the leaves walked since the last one to ferry as one part, with the
+ * GIL released, then builds the part's torch outputs. With none walked, a plain release. 0 or -1. */
+static int submit_walked(void *arg) {
+  ferry_py_job *job = arg;
+  ferry_py_batch *tape = &job->tape;
+  if (tape->pending == tape->n_leaves) {
+    relock(job, unlock(job));
+    return 0;
+  }
+  void *order_stream = NULL;
+  bool reorder = false;
+  if (!job->ticket) {
+    if (make_options(job, job->args) < 0) return -1;
+  } else if (!job->opts.producer_event && job->ctx.producer_api && job->ctx.producer_api != job->ordered_after) {
+    /* The first torch tensor came after the first part: order the copies from here on after its stream too. */
+    if (current_stream(job, job->ctx.producer_api, &order_stream) < 0) return -1;
+    job->ordered_after = job->ctx.producer_api;
+    reorder = true;
+  }
+  size_t first, count;
+  const ferry_tensor *tensors = ferry_py_batch_take_pending(tape, &first, &count);
+  ferry_status st = FERRY_OK;
+  bool began = false;
+  PyThreadState *ts = unlock(job);
+  if (!job->ticket) {
+    st = job->h2d ? ferry_transfer_begin_h2d(&job->opts, &job->ticket) : ferry_transfer_begin_d2h(&job->opts, &job->ticket);
+    began = st == FERRY_OK;
+  }
+  if (st == FERRY_OK && reorder) st = ferry_transfer_order_after(job->ticket, NULL, order_stream);
+  if (st == FERRY_OK) st = ferry_transfer_add(job->ticket, tensors, count);
+  relock(job, ts);
+  if (began) job->state = FERRY_PY_JOB_SUBMITTED; /* from here on, clearing the job waits for the copies */
+  if (st != FERRY_OK) {
+    ferry_py_raise(st);
+    return -1;
+  }
+  stamp(job, FERRY_PY_PHASE_FIRST);
+  return build_exchange_outputs(job, first, count);
+}
+
+/* ---- the job ----------------------------------------------------------------------------------------------------- */
 
 /* Nothing to copy: the job's result is the batch itself. */
 static int finish_as_is(ferry_py_job *job) {
@@ -118,45 +171,31 @@ static int finish_as_is(ferry_py_job *job) {
   return 0;
 }
 
-/* Options for ferry: device, stream and the producer ordering (step 3 above). Returns 0 or -1. */
-static int make_options(const ferry_py_args *a, ferry_py_read_ctx *ctx, ferry_transfer_options *o) {
-  ferry_transfer_options_init(o);
-  o->device = ctx->device;
-  o->stream = a->stream;
-  o->producer_event = a->producer_event;
-  if (a->producer_event) return 0;
-  if (ctx->producer_api) {
-    void *current = NULL;
-    if (ctx->producer_api->current_work_stream(kDLCUDA, ctx->device, &current) != 0) {
-      if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "the framework could not tell its current stream");
-      return -1;
-    }
-    o->producer_stream = current; /* NULL is the legacy default stream, as for ferry */
-    return 0;
+/* Without CUDA the batch comes back as it is, after the checks that need no device: LOCAL_RANK's syntax, and the
+ * batch's structure (cycles, depth, dicts changing under the walk). */
+static int pass_through(ferry_py_job *job, const ferry_py_args *a) {
+  int device;
+  ferry_status st = ferry_device_resolve(a->device >= 0 ? a->device : -1, &device);
+  if (st == FERRY_INVALID_ARGUMENT) {
+    ferry_py_raise(st);
+    return -1;
   }
-  /* Only __dlpack__ producers (ordered on our stream already) or host inputs: no further ordering. ferry skips
-   * the event when the producer stream is the copy stream itself. */
-  if (!ctx->have_copy_stream) {
-    ferry_status st = ferry_copy_stream(ctx->device, &ctx->copy_stream);
-    if (st != FERRY_OK) {
-      ferry_py_raise(st);
-      return -1;
-    }
-    ctx->have_copy_stream = true;
-  }
-  o->producer_stream = ctx->copy_stream;
-  return 0;
+  job->ctx.pass_all = true;
+  if (ferry_py_batch_walk(&job->tape, job->batch, &job->ctx, NULL) < 0) return -1;
+  return finish_as_is(job);
 }
 
-int ferry_py_job_start(ferry_py_job *job, bool h2d, bool sync, const char *name, PyObject *const *args,
-                       Py_ssize_t nargs, PyObject *kwnames) {
+int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *const *args, Py_ssize_t nargs,
+                       PyObject *kwnames) {
   memset(job, 0, sizeof *job);
   job->h2d = h2d;
-  job->sync = sync;
   stamp(job, FERRY_PY_PHASE_START);
   ferry_py_args a;
   if (ferry_py_args_parse(name, args, nargs, kwnames, &a) < 0) return -1;
   job->batch = Py_NewRef(a.batch);
+  job->args = &a;
+  job->ctx.h2d = h2d;
+  int sharing = 0;
 
   ferry_status st;
   if (!driver_checked) {
@@ -165,76 +204,69 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, bool sync, const char *name,
   } else {
     st = ferry_init();
   }
-  if (st == FERRY_NO_DRIVER || st == FERRY_NO_DEVICE) { /* no CUDA: the input as it is */
-    ferry_clear_error();
+  if (st == FERRY_NO_DRIVER || st == FERRY_NO_DEVICE) {
+    if (pass_through(job, &a) < 0) goto fail;
+    job->args = NULL;
+    return 0;
+  }
+  if (st != FERRY_OK) {
+    ferry_py_raise(st);
+    goto fail;
+  }
+  if (ferry_py_args_resolve_device(&a, &job->ctx.device) < 0) goto fail;
+  job->ctx.copy_stream = a.stream;
+  job->ctx.have_copy_stream = a.stream != NULL;
+  job->ctx.producer_event_given = a.producer_event != NULL;
+
+  if ((sharing = ferry_py_gil_share_begin()) < 0) goto fail;
+  ferry_py_pace_init(&job->pace, ferry_py_gil_slice_ns, submit_walked, job, phase_timing);
+  if (ferry_py_batch_walk(&job->tape, job->batch, &job->ctx, &job->pace) < 0) goto fail;
+  if (job->tape.n_leaves == 0) {
+    ferry_py_gil_share_end(sharing);
+    job->args = NULL;
     return finish_as_is(job);
   }
+  if (submit_walked(job) < 0) goto fail; /* the last part */
+  PyThreadState *ts = unlock(job);
+  st = ferry_transfer_end(job->ticket);
+  relock(job, ts);
   if (st != FERRY_OK) {
     ferry_py_raise(st);
     goto fail;
   }
-
-  ferry_py_read_ctx ctx;
-  memset(&ctx, 0, sizeof ctx);
-  ctx.h2d = h2d;
-  if (ferry_py_args_resolve_device(&a, &ctx.device) < 0) goto fail;
-  ctx.copy_stream = a.stream;
-  ctx.have_copy_stream = a.stream != NULL;
-  ctx.producer_event_given = a.producer_event != NULL;
-  if (ferry_py_batch_walk(&job->tape, job->batch, &ctx) < 0) goto fail;
-  if (job->tape.n_leaves == 0) return finish_as_is(job);
-
-  ferry_transfer_options opts;
-  if (make_options(&a, &ctx, &opts) < 0) goto fail;
-  ferry_transfer *ticket = NULL;
-  const ferry_tensor *tensors = job->tape.tensors;
-  size_t n = job->tape.n_leaves;
+  ferry_py_gil_share_end(sharing);
+  job->args = NULL;
+  job->pace.release = NULL; /* from here on, release points are plain */
   stamp(job, FERRY_PY_PHASE_WALKED);
-  /* From release to re-acquisition: a thread that took the GIL meanwhile lengthens it, rightly (it got in). */
-  int64_t released_from = now_ns();
-  Py_BEGIN_ALLOW_THREADS st = h2d ? ferry_transfer_h2d(tensors, n, &opts, &ticket)
-                                  : ferry_transfer_d2h(tensors, n, &opts, &ticket);
-  Py_END_ALLOW_THREADS int64_t released_ns = now_ns() - released_from;
-  if (st != FERRY_OK) {
-    ferry_py_raise(st);
-    goto fail;
-  }
-  job->ticket = ticket;
-  job->state = FERRY_PY_JOB_SUBMITTED;
-  stamp(job, FERRY_PY_PHASE_SUBMITTED);
-
-  /* Steps 5 and 6: the copies run; build the exchange-path outputs meanwhile, after a hand-off window if the
-   * build is long enough to keep another thread out. */
-  if (!(job->outputs = ferry_py_outputs_new(ticket))) goto fail;
-  size_t exchange_outputs = 0;
-  for (size_t i = 0; i < n; i++) exchange_outputs += job->tape.leaves[i].api != NULL;
-  if (sync && handoff_us > 0 && exchange_outputs >= HANDOFF_MIN_OUTPUTS &&
-      released_ns < (int64_t)handoff_us * 1000 && other_python_threads())
-    hand_off_gil(ticket);
-  stamp(job, FERRY_PY_PHASE_HANDED);
-  for (size_t i = 0; i < n; i++) {
-    ferry_py_leaf *leaf = &job->tape.leaves[i];
-    if (!leaf->api || !ferry_py_outputs_copied(job->outputs, i)) continue;
-    if (!(leaf->output = ferry_py_output_exchange(job->outputs, i, leaf->api))) goto fail;
-  }
-  stamp(job, FERRY_PY_PHASE_BUILT);
   return 0;
 
 fail:
-  ferry_py_job_clear(job); /* waits for submitted copies before anything they touch is released */
+  ferry_py_gil_share_end(sharing);
+  job->args = NULL;
+  ferry_py_job_clear(job, true); /* waits for submitted copies before anything they touch is released */
   return -1;
 }
 
 /* Waits for the copies with the GIL released, so other Python threads run meanwhile. */
 static ferry_status wait_copies(ferry_py_job *job) {
-  ferry_status st;
-  ferry_transfer *t = job->ticket;
-  Py_BEGIN_ALLOW_THREADS st = ferry_transfer_wait(t);
-  Py_END_ALLOW_THREADS return st;
+  PyThreadState *ts = unlock(job);
+  ferry_status st = ferry_transfer_wait(job->ticket);
+  relock(job, ts);
+  return st;
+}
+
+static void save_last(ferry_py_job *job, size_t parts) {
+  if (!phase_timing) return;
+  memcpy(last_phases, job->phases, sizeof last_phases);
+  last_pace = job->pace;
+  last_parts = parts;
 }
 
 int ferry_py_job_finish(ferry_py_job *job) {
   if (job->state != FERRY_PY_JOB_SUBMITTED) return 0;
+  int sharing = ferry_py_gil_share_begin();
+  if (sharing < 0) goto fail;
+  ferry_py_pace_resume(&job->pace);
   ferry_status st = wait_copies(job);
   if (st != FERRY_OK) {
     ferry_py_raise(st);
@@ -245,48 +277,56 @@ int ferry_py_job_finish(ferry_py_job *job) {
   for (size_t i = 0; i < tape->n_leaves; i++) {
     ferry_py_leaf *leaf = &tape->leaves[i];
     ferry_py_leaf_release_input(leaf); /* the copies out of the producer's memory are done */
-    if (leaf->output || !ferry_py_outputs_copied(job->outputs, i)) continue;
-    if (!(leaf->output = ferry_py_output_wrap(job->outputs, i, leaf->family, job->h2d))) goto fail;
+    if (!leaf->output && leaf->block && ferry_py_outputs_copied(leaf->block, leaf->local) &&
+        !(leaf->output = ferry_py_output_wrap(leaf->block, leaf->local, leaf->family, job->h2d)))
+      goto fail;
+    if (ferry_py_pace_tick(&job->pace) < 0) goto fail;
   }
-  if (!(job->result = ferry_py_batch_rebuild(tape))) goto fail;
-  /* The outputs hold the slab now; the ticket, the tape and the block's own reference can go. */
+  if (!(job->result = ferry_py_batch_rebuild(tape, &job->pace))) goto fail;
+  /* The outputs hold the slabs now; the ticket, the tape and the blocks' own references can go. */
   ferry_transfer_release(job->ticket);
   job->ticket = NULL;
-  ferry_py_outputs_unref(job->outputs);
-  job->outputs = NULL;
+  size_t parts = job->n_blocks;
+  for (size_t k = 0; k < job->n_blocks; k++) ferry_py_outputs_unref(job->blocks[k]);
+  job->n_blocks = 0;
   ferry_py_batch_clear(tape);
   job->state = FERRY_PY_JOB_FINISHED;
   stamp(job, FERRY_PY_PHASE_FINISHED);
-  if (phase_timing) memcpy(last_phases, job->phases, sizeof last_phases);
+  ferry_py_pace_pause(&job->pace);
+  save_last(job, parts);
+  ferry_py_gil_share_end(sharing);
   return 0;
 
 fail:
-  ferry_py_job_clear(job);
+  ferry_py_gil_share_end(sharing);
+  ferry_py_job_clear(job, true);
   return -1;
 }
 
-int ferry_py_job_query(ferry_py_job *job, pthread_mutex_t *lock) {
+int ferry_py_job_query(ferry_py_job *job) {
   if (job->state != FERRY_PY_JOB_SUBMITTED) return 1;
-  if (lock && pthread_mutex_trylock(lock) != 0) return 0; /* another thread is waiting on it */
-  ferry_status st = ferry_transfer_query(job->ticket);
-  if (lock) pthread_mutex_unlock(lock);
-  if (st == FERRY_NOT_READY) return 0;
-  return 1; /* done; a failure is reported by wait() */
+  return ferry_transfer_query(job->ticket) != FERRY_NOT_READY; /* a failure is reported by wait() */
 }
 
-void ferry_py_job_clear(ferry_py_job *job) {
-  if (job->state == FERRY_PY_JOB_SUBMITTED && job->ticket) {
-    /* Copies may still read the inputs and write the outputs: wait (errors are moot now). */
+void ferry_py_job_clear(ferry_py_job *job, bool release_gil) {
+  if (job->ticket) {
+    /* Copies may still read the inputs and write the outputs: end the transfer if the walk stopped half-way,
+     * and wait for everything queued (errors are moot now). */
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    (void)wait_copies(job);
+    PyThreadState *ts = release_gil ? PyEval_SaveThread() : NULL;
+    (void)ferry_transfer_end(job->ticket);
+    (void)ferry_transfer_wait(job->ticket);
+    if (ts) PyEval_RestoreThread(ts);
     PyErr_Restore(type, value, tb);
+    ferry_transfer_release(job->ticket);
+    job->ticket = NULL;
   }
-  ferry_transfer_release(job->ticket);
-  job->ticket = NULL;
   ferry_py_batch_clear(&job->tape); /* drops outputs built so far, then the inputs */
-  ferry_py_outputs_unref(job->outputs);
-  job->outputs = NULL;
+  for (size_t k = 0; k < job->n_blocks; k++) ferry_py_outputs_unref(job->blocks[k]);
+  PyMem_Free(job->blocks);
+  job->blocks = NULL;
+  job->n_blocks = job->cap_blocks = 0;
   Py_CLEAR(job->batch);
   Py_CLEAR(job->result);
   job->state = FERRY_PY_JOB_EMPTY;
@@ -296,11 +336,11 @@ void ferry_py_job_clear(ferry_py_job *job) {
 
 static PyObject *transfer(bool h2d, const char *name, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   ferry_py_job job;
-  if (ferry_py_job_start(&job, h2d, true, name, args, nargs, kwnames) < 0) return NULL;
+  if (ferry_py_job_start(&job, h2d, name, args, nargs, kwnames) < 0) return NULL;
   if (ferry_py_job_finish(&job) < 0) return NULL;
   PyObject *result = job.result;
   job.result = NULL;
-  ferry_py_job_clear(&job);
+  ferry_py_job_clear(&job, true);
   return result;
 }
 
@@ -312,24 +352,28 @@ PyObject *ferry_py_transfer_h2d(PyObject *self, PyObject *const *args, Py_ssize_
   return transfer(true, "transfer_tensor_h2d", args, nargs, kwnames);
 }
 
-/* ---- private switches for the benchmarks -------------------------------------------------------------------- */
+/* ---- private switches for the benchmarks and tests ---------------------------------------------------------- */
 
-PyObject *ferry_py_gil_handoff_us(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs > 1) {
-    PyErr_Format(PyExc_TypeError, "_gil_handoff_us() takes at most 1 argument (%zd given)", nargs);
+PyObject *ferry_py_gil_pacing(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs > 2) {
+    PyErr_Format(PyExc_TypeError, "_gil_pacing() takes at most 2 arguments (%zd given)", nargs);
     return NULL;
   }
-  unsigned old = handoff_us;
-  if (nargs == 1 && args[0] != Py_None) {
-    long us = PyLong_AsLong(args[0]);
-    if (us == -1 && PyErr_Occurred()) return NULL;
-    if (us < 0 || us > 1000000) {
-      PyErr_Format(PyExc_ValueError, "_gil_handoff_us(%ld): expected 0 to 1000000 microseconds", us);
-      return NULL;
+  PyObject *old = Py_BuildValue("(LL)", (long long)(ferry_py_gil_slice_ns / 1000),
+                                (long long)(ferry_py_gil_switch_ns / 1000));
+  int64_t *settings[2] = {&ferry_py_gil_slice_ns, &ferry_py_gil_switch_ns};
+  for (Py_ssize_t i = 0; old && i < nargs; i++) {
+    if (args[i] == Py_None) continue;
+    long long us = PyLong_AsLongLong(args[i]);
+    if (us == -1 && PyErr_Occurred()) Py_CLEAR(old);
+    else if (us < 0 || us > 1000000) {
+      PyErr_Format(PyExc_ValueError, "_gil_pacing: %lld us: expected 0 to 1000000", us);
+      Py_CLEAR(old);
+    } else {
+      *settings[i] = (int64_t)us * 1000;
     }
-    handoff_us = (unsigned)us;
   }
-  return PyLong_FromUnsignedLong(old);
+  return old;
 }
 
 PyObject *ferry_py_phase_timing(PyObject *self, PyObject *flag) {
@@ -341,13 +385,24 @@ PyObject *ferry_py_phase_timing(PyObject *self, PyObject *flag) {
 }
 
 PyObject *ferry_py_last_phases(PyObject *self, PyObject *unused) {
-  static const char *names[FERRY_PY_PHASE_COUNT] = {"start", "walked", "submitted", "handed", "built", "waited",
-                                                    "finished"};
+  static const char *names[FERRY_PY_PHASE_COUNT] = {"start", "first_part", "walked", "waited", "finished"};
   PyObject *d = PyDict_New();
   for (int i = 0; d && i < FERRY_PY_PHASE_COUNT; i++) {
     PyObject *v = last_phases[i] ? PyLong_FromLongLong(last_phases[i]) : Py_NewRef(Py_None);
     if (!v || PyDict_SetItemString(d, names[i], v) < 0) Py_CLEAR(d);
     Py_XDECREF(v);
   }
+  PyObject *hist = d ? PyTuple_New(8) : NULL;
+  for (int i = 0; hist && i < 8; i++) {
+    PyObject *v = PyLong_FromUnsignedLong(last_pace.hold_hist[i]);
+    if (!v) Py_CLEAR(hist);
+    else PyTuple_SET_ITEM(hist, i, v);
+  }
+  PyObject *extra = hist ? Py_BuildValue("{s:L,s:I,s:N,s:n}", "max_hold_ns", (long long)last_pace.max_hold_ns,
+                                          "holds", (unsigned)last_pace.holds, "hold_hist", hist, "parts",
+                                          (Py_ssize_t)last_parts)
+                         : NULL;
+  if (!extra || PyDict_Update(d, extra) < 0) Py_CLEAR(d);
+  Py_XDECREF(extra);
   return d;
 }

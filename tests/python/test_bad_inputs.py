@@ -406,6 +406,7 @@ ROWS = [
     # -- tensors that are not the transfer's to copy
     Row("a tensor on cuda:1 in a cuda:0 transfer", lambda: [cuda(SMALL, 1)], UNTOUCHED),
     Row("device_type 999, device_id -3", lambda: [Crafted(device=(999, -3))], UNTOUCHED),
+    Row("device (kDLCUDA, 2^32): no device, not cuda:0", lambda: [Crafted(device=(kDLCUDA, 2**32))], UNTOUCHED),
     Row("H2D: a CUDA tensor", lambda: [cuda(SMALL)], UNTOUCHED, fn=H2D),
     # -- read-only inputs
     Row("read-only numpy array on cuda:0", lambda: cuda(SMALL), exact(SMALL)),
@@ -452,9 +453,9 @@ ROWS = [
     Row("batch nested 10^4 lists deep", lambda: nested(10**4),
         Raises(RecursionError, ("while walking a batch for ferry", "nested deeper than 1000 containers"))),
     Row("a list that contains itself", cyclic_list,
-        Raises(ValueError, "a list (list) at depth 0 contains itself at depth 1")),
+        Raises(ValueError, "reference cycle: a list (list) contains itself")),
     Row("a dict that contains itself (one level down)", cyclic_dict,
-        Raises(ValueError, "a mapping (dict) at depth 0 contains itself at depth 2")),
+        Raises(ValueError, "reference cycle: a mapping (dict) contains itself")),
     Row("10^6 tensors of 1 byte in one batch", lambda: [cuda(TINY[i:i + 1]) for i in range(MILLION)],
         Correct("byte-exact", million_exact)),
 ]

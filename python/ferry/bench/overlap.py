@@ -337,8 +337,8 @@ DIAGNOSTIC_FIELDS = [
     "gpu_tail_excess_ms", "result_ms", "bg_resume_ms", "transfer_call_ms", "ferry_walk_ms", "ferry_submit_ms",
     "ferry_handoff_ms", "ferry_build_ms", "ferry_wait_ms", "ferry_finish_ms", "ferry_built_after_release_ms"]
 
-_FERRY_PHASES = [("walk", "start", "walked"), ("submit", "walked", "submitted"), ("handoff", "submitted", "handed"),
-                 ("build", "handed", "built"), ("wait", "built", "waited"), ("finish", "waited", "finished")]
+_FERRY_PHASES = [("first", "start", "first_part"), ("walk", "start", "walked"), ("wait", "walked", "waited"),
+                 ("finish", "waited", "finished")]
 
 
 def _median(values):

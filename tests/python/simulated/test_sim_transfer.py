@@ -383,23 +383,6 @@ def test_a_copy_error_seen_by_done_is_raised_by_every_wait():
     assert in_use() == 0
 
 
-def test_a_copy_error_seen_while_handing_off_the_gil_fails_the_synchronous_call():
-    """The synchronous call polls the copies during its GIL hand-off window; an error seen there is raised."""
-    stop = threading.Event()
-    other = threading.Thread(target=stop.wait)  # another Python thread: the hand-off window is opened
-    other.start()
-    try:
-        _ferry._sim_hold(True)
-        _ferry._sim_fault("cuEventQuery", 1, CUDA_ERROR_ILLEGAL_ADDRESS)
-        with pytest.raises(ferry.FerryError) as e:
-            ferry.transfer_tensor_d2h([_ferry._SimExchangeTensor(np.full(8, i, np.uint8)) for i in range(64)])
-        assert e.value.cu_result == CUDA_ERROR_ILLEGAL_ADDRESS
-    finally:
-        stop.set()
-        other.join()
-    assert in_use() == 0
-
-
 # ---- leaks ----------------------------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,141 @@
+/* pace.c — bounded GIL holds: while ferry holds the GIL for long work, a thread that wants it gets it within about
+ * a slice.
+ *
+ * A C extension is never preempted by CPython's switch interval: a walk over 4096 tensors holds the GIL for
+ * ~1 ms, and a foreground thread launching kernels waits all that time. So long work ticks a pace, and at most
+ * every slice (50 us) a tick makes a release point. Releasing alone is not enough: CPython does not hand the GIL
+ * to a waiter on release, and a waiter sleeps until its own timed wait (the switch interval) expires; only then
+ * does it ask, and the holder's next release waits until the waiter has taken the GIL (CPython's forced
+ * switching). So while sharing, ferry shortens the switch interval to its slice: a waiting thread asks within a
+ * slice, and is handed the GIL at ferry's next release point, within another. With nobody waiting, a release
+ * point costs a release and a re-acquisition (~0.1 us). docs/results.md has the measurements behind the numbers.
+ */
+#include "ferry_py.h"
+
+#include <string.h>
+#include <time.h>
+
+int64_t ferry_py_gil_slice_ns = 50000;
+int64_t ferry_py_gil_switch_ns = 50000;
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void ferry_py_pace_init(ferry_py_pace *p, int64_t slice_ns, int (*release)(void *), void *ctx, bool measure) {
+  memset(p, 0, sizeof *p);
+  p->slice_ns = slice_ns;
+  p->release = release;
+  p->ctx = ctx;
+  p->measure = measure;
+  p->since = now_ns();
+}
+
+static void end_hold(ferry_py_pace *p, int64_t now) {
+  if (!p->measure) return;
+  int64_t held = now - p->since;
+  if (held > p->max_hold_ns) p->max_hold_ns = held;
+  p->holds++;
+  int bucket = 0;
+  for (int64_t limit = 25000; bucket < 7 && held >= limit; limit *= 2) bucket++;
+  p->hold_hist[bucket]++;
+}
+
+void ferry_py_pace_pause(ferry_py_pace *p) { end_hold(p, now_ns()); }
+void ferry_py_pace_resume(ferry_py_pace *p) { p->since = now_ns(); }
+
+int ferry_py_pace_release(ferry_py_pace *p) {
+  end_hold(p, now_ns());
+  int rc = 0;
+  if (p->release) {
+    rc = p->release(p->ctx);
+  } else {
+    Py_BEGIN_ALLOW_THREADS Py_END_ALLOW_THREADS
+  }
+  p->since = now_ns();
+  /* Long work is interruptible: Ctrl-C raises here (on the main thread) instead of after the whole batch. */
+  if (rc == 0 && PyErr_CheckSignals() < 0) rc = -1;
+  return rc;
+}
+
+int ferry_py_pace_check(ferry_py_pace *p) {
+  if (now_ns() - p->since < p->slice_ns) return 0;
+  return ferry_py_pace_release(p);
+}
+
+/* ---- the switch interval while sharing -------------------------------------------------------------------- */
+
+static int sharing;         /* nested begin calls (threads transferring at once); guarded by the GIL */
+static double saved_switch; /* CPython's interval before the first of them, seconds */
+static double ferry_switch; /* the interval ferry set */
+
+static double switch_interval(void) {
+  PyObject *f = PySys_GetObject("getswitchinterval"); /* borrowed */
+  PyObject *v = f ? PyObject_CallNoArgs(f) : NULL;
+  double s = v ? PyFloat_AsDouble(v) : -1.0;
+  Py_XDECREF(v);
+  return s;
+}
+
+static int set_switch_interval(double seconds) {
+  PyObject *f = PySys_GetObject("setswitchinterval");
+  PyObject *arg = PyFloat_FromDouble(seconds);
+  PyObject *v = f && arg ? PyObject_CallOneArg(f, arg) : NULL;
+  Py_XDECREF(arg);
+  if (!v) return -1;
+  Py_DECREF(v);
+  return 0;
+}
+
+bool ferry_py_other_python_threads(void) {
+  static PyObject *active; /* threading._active: one dict for the life of the process */
+  if (!active) {
+    PyObject *name = PyUnicode_FromString("threading");
+    PyObject *threading = name ? PyImport_GetModule(name) : NULL;
+    Py_XDECREF(name);
+    if (!threading) { /* not imported: no thread started through it (short of bare _thread use) */
+      bool unknown = PyErr_Occurred() != NULL;
+      PyErr_Clear();
+      return unknown;
+    }
+    PyObject *a = PyObject_GetAttrString(threading, "_active");
+    Py_DECREF(threading);
+    if (!a || !PyDict_Check(a)) {
+      Py_XDECREF(a);
+      PyErr_Clear();
+      return true;
+    }
+    active = a;
+  }
+  return PyDict_GET_SIZE(active) > 1;
+}
+
+int ferry_py_gil_share_begin(void) {
+#ifdef Py_GIL_DISABLED
+  return 0; /* no GIL to share */
+#else
+  if (ferry_py_gil_switch_ns <= 0 || !ferry_py_gil_slice_ns || !ferry_py_other_python_threads()) return 0;
+  if (sharing++ > 0) return 1;
+  double want = (double)ferry_py_gil_switch_ns * 1e-9;
+  saved_switch = switch_interval();
+  if (saved_switch < 0 || saved_switch <= want || set_switch_interval(want) < 0) {
+    ferry_switch = -1; /* already as short (or unreadable): leave it */
+    PyErr_Clear();
+    return 1;
+  }
+  ferry_switch = switch_interval(); /* as CPython reports it back (it keeps microseconds) */
+  return 1;
+#endif
+}
+
+void ferry_py_gil_share_end(int began) {
+  if (began <= 0 || --sharing > 0 || ferry_switch < 0) return;
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb); /* may run on the way out of a failed call */
+  /* Put CPython's interval back unless someone changed it meanwhile: theirs wins. */
+  if (switch_interval() == ferry_switch && set_switch_interval(saved_switch) < 0) PyErr_Clear();
+  PyErr_Clear();
+  PyErr_Restore(type, value, tb);
+}
