@@ -66,3 +66,34 @@ def test_stubs_cover_every_public_name():
 def test_extension_exposes_no_public_test_hooks():
     public = [n for n in dir(_ferry) if not n.startswith("_")]
     assert not [n for n in public if "sim" in n.lower()]
+
+
+def test_the_extension_refuses_to_load_in_a_subinterpreter_and_the_main_interpreter_keeps_working():
+    """Its caches belong to the main interpreter: a subinterpreter gets an ImportError, not shared state that
+    outlives it (which made the main interpreter's next transfer fail with the dead interpreter's objects)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    sub = ("try:\n    import ferry._ferry\n    raise SystemExit('imported')\n"
+           "except ImportError as e:\n    assert 'subinterpreter' in str(e), e\n")
+    code = textwrap.dedent(f"""
+        import sys
+        try:
+            import _testcapi
+        except ImportError:
+            print("SKIP no _testcapi"); sys.exit(0)
+        import ferry
+        import numpy as np
+        ferry.transfer_tensor_d2h([np.arange(3)])
+        assert _testcapi.run_in_subinterp({sub!r}) == 0
+        out = ferry.transfer_tensor_d2h([np.arange(3)])
+        assert out[0].tolist() == [0, 1, 2]
+        print("OK")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    if proc.stdout.startswith("SKIP"):
+        import pytest
+
+        pytest.skip(proc.stdout.strip())
+    assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stdout + proc.stderr

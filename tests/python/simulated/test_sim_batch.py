@@ -239,3 +239,90 @@ def test_batch_without_source_tensors_is_returned_as_is_and_exports_nothing():
     batch = {"a": [1, 2], "b": other}
     assert d2h(batch) is batch
     assert other.exports == 0
+
+
+# ---- shared objects, mutation during the walk -----------------------------------------------------------------------
+
+
+def test_a_sub_batch_shared_many_times_is_walked_and_copied_once_and_stays_shared():
+    """22 levels of [b, b] name one tensor 2^22 times; walked as a tree that is 4 M leaves (a minute and gigabytes).
+    Walked once, it is 44 nodes, one copy, and the output has the input's shape of sharing."""
+    x = device(A)
+    b = x
+    for _ in range(22):
+        b = [b, b]
+    out = d2h(b)
+    level = out
+    for _ in range(22):
+        assert level[0] is level[1]
+        level = level[0]
+    np.testing.assert_array_equal(level, A)
+    assert x.exports == 1
+
+
+def test_one_tensor_in_two_places_gives_one_output_in_both():
+    x = device(A)
+    out = d2h({"a": x, "b": [x, device(A * 2)]})
+    assert out["a"] is out["b"][0] and x.exports == 1
+    np.testing.assert_array_equal(out["b"][1], A * 2)
+
+
+def test_a_dict_that_changes_size_while_walked_raises_runtime_error():
+    batch = {"a": device(A)}
+
+    class Grower:  # a producer whose __dlpack_device__ adds to the dict being walked
+        def __dlpack_device__(self):
+            batch["later"] = 1
+            return (1, 0)
+
+        def __dlpack__(self, **kwargs):
+            raise AssertionError("not exported")
+
+    batch["g"] = Grower()
+    with pytest.raises(RuntimeError, match="changed size while ferry walked it"):
+        d2h(batch)
+    assert ferry.pool.stats()["bytes_in_use"] == 0
+
+
+def test_a_device_id_past_32_bits_is_no_device_and_passes_through():
+    """(kDLCUDA, 2**32) must not wrap into cuda:0."""
+
+    class FarDevice:
+        def __dlpack_device__(self):
+            return (2, 2**32)
+
+        def __dlpack__(self, **kwargs):
+            raise AssertionError("not exported")
+
+    far = FarDevice()
+    assert d2h([far])[0] is far
+
+
+def test_a_type_error_from_dlpack_is_raised_after_one_call():
+    """A producer's own TypeError is not taken for an old producer that lacks max_version: it runs once."""
+    calls = []
+
+    class Broken:
+        def __dlpack_device__(self):
+            return (2, 0)
+
+        def __dlpack__(self, **kwargs):
+            calls.append(kwargs)
+            raise TypeError("the producer is broken")
+
+    with pytest.raises(TypeError, match="the producer is broken"):
+        d2h(Broken())
+    assert len(calls) == 1
+
+
+def test_a_producer_without_max_version_is_asked_again_without_it():
+    exported = device(A)
+
+    class Legacy:
+        def __dlpack_device__(self):
+            return (2, 0)
+
+        def __dlpack__(self, stream=None):  # DLPack before 1.0: no max_version keyword
+            return exported.__dlpack__(stream=stream)
+
+    np.testing.assert_array_equal(d2h(Legacy()), A)

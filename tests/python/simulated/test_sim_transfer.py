@@ -1,6 +1,8 @@
 """Transfers through the simulated driver: exact bytes, layouts, arguments that need a device, slab lifetime and
 pool statistics, the async handle, driver faults, and leaks."""
 
+import collections.abc
+import dataclasses
 import gc
 import os
 import sys
@@ -299,6 +301,89 @@ def test_async_handle_waited_from_several_threads():
         t.join()
     assert len(results) == 4 and all(r is results[0] for r in results)
     assert all(g.tobytes() == w.tobytes() for g, w in zip(results[0], arrays))
+
+
+def test_a_handle_in_a_reference_cycle_is_collected_and_returns_its_pinned_memory():
+    """b.handle = transfer(b): the handle holds the batch, the batch holds the handle. The collector must see the
+    handle's references to break the cycle, or the slab stays pinned for good."""
+    gc.collect()
+
+    @dataclasses.dataclass
+    class Batch:
+        x: object
+        handle: object = None
+
+    b = Batch(device(np.arange(1000)))
+    _ferry._sim_hold(True)  # the copies still "run" when the cycle is dropped: clearing must wait for them
+    b.handle = ferry.transfer_tensor_d2h_async([b])
+    assert in_use() > 0
+    del b
+    gc.collect()
+    assert in_use() == 0
+
+
+def test_wait_called_again_while_the_same_thread_rebuilds_raises_instead_of_deadlocking():
+    handle = None
+    seen = []
+
+    class Rebuilt(collections.abc.Mapping):  # its constructor runs during the rebuild, inside wait()
+        def __init__(self, items=()):
+            self._d = dict(items)
+            if handle is not None and not seen:
+                try:
+                    handle.wait()
+                except RuntimeError as e:
+                    seen.append(str(e))
+
+        def __getitem__(self, k):
+            return self._d[k]
+
+        def __iter__(self):
+            return iter(self._d)
+
+        def __len__(self):
+            return len(self._d)
+
+    handle = ferry.transfer_tensor_d2h_async(Rebuilt({"a": device(np.arange(5))}))
+    out = handle.wait()
+    assert seen and "called again while this thread is finishing" in seen[0]
+    np.testing.assert_array_equal(out["a"], np.arange(5))
+    assert handle.wait() is out
+
+
+def test_a_wait_on_another_thread_sleeps_until_the_finishing_thread_is_done():
+    started, release = threading.Event(), threading.Event()
+    handle = None
+
+    class Slow(collections.abc.Mapping):  # blocks the finishing thread inside the rebuild until told
+        def __init__(self, items=()):
+            self._d = dict(items)
+            if handle is not None and not started.is_set():
+                started.set()
+                release.wait(10)
+
+        def __getitem__(self, k):
+            return self._d[k]
+
+        def __iter__(self):
+            return iter(self._d)
+
+        def __len__(self):
+            return len(self._d)
+
+    handle = ferry.transfer_tensor_d2h_async(Slow({"a": device(np.arange(5))}))
+    results = []
+    finisher = threading.Thread(target=lambda: results.append(handle.wait()))
+    finisher.start()
+    assert started.wait(10)
+    other = threading.Thread(target=lambda: results.append(handle.wait()))
+    other.start()
+    other.join(0.3)
+    assert other.is_alive() and handle.done()  # waiting for the finisher, not deadlocked
+    release.set()
+    finisher.join(10)
+    other.join(10)
+    assert len(results) == 2 and results[0] is results[1]
 
 
 def test_transfers_from_many_threads():
