@@ -349,6 +349,9 @@ def test_wait_called_again_while_the_same_thread_rebuilds_raises_instead_of_dead
     assert seen and "called again while this thread is finishing" in seen[0]
     np.testing.assert_array_equal(out["a"], np.arange(5))
     assert handle.wait() is out
+    del handle, out  # the class's closure and the handle form a cycle: collect it
+    gc.collect()
+    assert in_use() == 0
 
 
 def test_a_wait_on_another_thread_sleeps_until_the_finishing_thread_is_done():
@@ -384,6 +387,9 @@ def test_a_wait_on_another_thread_sleeps_until_the_finishing_thread_is_done():
     finisher.join(10)
     other.join(10)
     assert len(results) == 2 and results[0] is results[1]
+    del handle, results
+    gc.collect()
+    assert in_use() == 0
 
 
 def test_transfers_from_many_threads():
