@@ -6,7 +6,9 @@
  *              limit of the link, measured in the same run);
  *   raw loop   one cuMemcpyAsync per tensor on a dedicated stream (what a naive library does);
  *   raw batch  one cuMemcpyBatchAsync of all tensors (the driver's own batching, when it has it);
- *   ferry      ferry_transfer_d2h / _h2d with FERRY_TRANSFER_BLOCKING (pinned pool, gather kernel, batch API).
+ *   ferry      ferry_transfer_d2h / _h2d with FERRY_TRANSFER_BLOCKING (pinned pool, gather kernel, batch API);
+ *   ferry in parts  the same tensors through ferry_transfer_begin / add (a part of --part-tensors at a time) / end,
+ *              as the Python package submits a batch while it walks it: what splitting costs the C engine.
  * Every ratio is against `limit` of the same size in the same run. PyTorch's figures come from the Python
  * benchmark (python -m ferry.bench.bandwidth), which measures its own limit the same way.
  */
@@ -15,9 +17,9 @@
 
 #include <string.h>
 
-enum { M_LIMIT, M_RAW_LOOP, M_RAW_BATCH, M_FERRY, M_COUNT };
+enum { M_LIMIT, M_RAW_LOOP, M_RAW_BATCH, M_FERRY, M_FERRY_PARTS, M_COUNT };
 static const char *method_names[M_COUNT] = {"limit (1 raw copy)", "raw per-tensor loop", "raw batch api",
-                                            "ferry"};
+                                            "ferry", "ferry in parts"};
 
 typedef struct bw_args {
   uint64_t sizes[16];
@@ -27,6 +29,7 @@ typedef struct bw_args {
   int repeats;
   const char *csv;
   int device;
+  long part_tensors;
 } bw_args;
 
 typedef struct bw_ctx {
@@ -71,13 +74,30 @@ static double time_ferry(const bench_batch *b, int h2d) {
   return ms;
 }
 
+/* The batch through begin / add (`part` tensors at a time) / end, blocking: the C engine's cost of a split batch. */
+static double time_ferry_parts(const bench_batch *b, int h2d, size_t part) {
+  ferry_transfer_options o;
+  ferry_transfer_options_init(&o);
+  o.flags = FERRY_TRANSFER_BLOCKING;
+  ferry_transfer *t;
+  double t0 = bench_now_ms();
+  BENCH_F(h2d ? ferry_transfer_begin_h2d(&o, &t) : ferry_transfer_begin_d2h(&o, &t));
+  for (size_t first = 0; first < b->n; first += part)
+    BENCH_F(ferry_transfer_add(t, b->t + first, b->n - first < part ? b->n - first : part));
+  BENCH_F(ferry_transfer_end(t));
+  double ms = bench_now_ms() - t0;
+  ferry_transfer_release(t);
+  return ms;
+}
+
 static double time_method(bw_ctx *c, int m, const bench_batch *one, const bench_batch *dev_b,
-                          const bench_batch *host_b, int h2d) {
+                          const bench_batch *host_b, int h2d, size_t part) {
   switch (m) {
   case M_LIMIT: return time_raw(c, one, h2d, 0);
   case M_RAW_LOOP: return time_raw(c, dev_b, h2d, 0);
   case M_RAW_BATCH: return time_raw(c, dev_b, h2d, 1);
-  default: return time_ferry(h2d ? host_b : dev_b, h2d);
+  case M_FERRY: return time_ferry(h2d ? host_b : dev_b, h2d);
+  default: return time_ferry_parts(h2d ? host_b : dev_b, h2d, part);
   }
 }
 
@@ -101,11 +121,12 @@ static uint64_t parse_size(const char *text) {
 
 static void usage(void) {
   printf("usage: ferry bench bandwidth [--sizes S...] [--num-tensors N...] [--repeats R] [--device D]\n"
-         "                             [--output CSV]\n\n"
+         "                             [--part-tensors P] [--output CSV]\n\n"
          "D2H and H2D of a payload of each size S (default 4K 64K 1M 16M 64M 256M 1G) split into N uint8 tensors\n"
          "(default 1 32 256 4096 16384; counts that would make tensors under 4 bytes are skipped). Methods, timed\n"
          "end to end on the host in the same run: one raw copy of the whole payload (the limit), the raw\n"
-         "per-tensor cuMemcpyAsync loop, one raw cuMemcpyBatchAsync, and ferry. Medians of R repeats (default 11)\n"
+         "per-tensor cuMemcpyAsync loop, one raw cuMemcpyBatchAsync, ferry in one call, and ferry in parts of P\n"
+         "tensors (begin / add / end, default P 256). Medians of R repeats (default 11)\n"
          "after 2 warm-ups; ratios are to the limit. Then the cold first D2H of a fresh 96 MiB with an empty pool,\n"
          "and after ferry_pool_reserve. Progress on stderr, CSV with --output, a table on stdout.\n");
 }
@@ -116,6 +137,7 @@ static void parse(int argc, char **argv, bw_args *a) {
   memset(a, 0, sizeof *a);
   a->repeats = 11;
   a->device = -1;
+  a->part_tensors = 256;
   for (int i = 0; i < argc; i++) {
     const char *f = argv[i];
     if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
@@ -128,6 +150,8 @@ static void parse(int argc, char **argv, bw_args *a) {
         a->counts[a->ncounts++] = bench_parse_long(f, argv[++i], 1);
     } else if (!strcmp(f, "--repeats") && i + 1 < argc) {
       a->repeats = (int)bench_parse_long(f, argv[++i], 1);
+    } else if (!strcmp(f, "--part-tensors") && i + 1 < argc) {
+      a->part_tensors = bench_parse_long(f, argv[++i], 1);
     } else if (!strcmp(f, "--device") && i + 1 < argc) {
       a->device = (int)bench_parse_long(f, argv[++i], 0);
     } else if (!strcmp(f, "--output") && i + 1 < argc) {
@@ -215,8 +239,9 @@ int bench_bandwidth_main(int argc, char **argv) {
         bench_batch host_b = bench_batch_cut(c.host_buf, bytes, n, FERRY_DEVICE_CPU, 0);
         double med[M_COUNT];
         for (int m = 0; m < M_COUNT; m++) {
-          for (int w = 0; w < 2; w++) (void)time_method(&c, m, &one, &dev_b, &host_b, h2d); /* pool, module */
-          for (int r = 0; r < a.repeats; r++) v[r] = time_method(&c, m, &one, &dev_b, &host_b, h2d);
+          size_t part = (size_t)a.part_tensors;
+          for (int w = 0; w < 2; w++) (void)time_method(&c, m, &one, &dev_b, &host_b, h2d, part); /* pool, module */
+          for (int r = 0; r < a.repeats; r++) v[r] = time_method(&c, m, &one, &dev_b, &host_b, h2d, part);
           med[m] = bench_median(v, a.repeats);
         }
         for (int m = 0; m < M_COUNT; m++) {
