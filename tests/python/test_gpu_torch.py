@@ -307,3 +307,65 @@ def test_transfers_from_many_threads_are_exact():
     for t in threads:
         t.join()
     assert not errors, errors[:3]
+
+
+# ---- many and tiny, parts ------------------------------------------------------------------------------------------
+
+
+def fast_random_tensors(sizes, seed):
+    """Tensors of the given byte sizes, random, made on the GPU in one go (16384 host-made tensors take seconds)."""
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    flat = torch.randint(0, 256, (sum(sizes),), dtype=torch.uint8, device=DEV, generator=g)
+    return [t.clone() for t in flat.split(sizes)]
+
+
+def test_d2h_16384_tensors_of_4_kib_are_exact():
+    tensors = fast_random_tensors([4096] * 16384, 21)
+    out = ferry.transfer_tensor_d2h(tensors)
+    assert all(o.is_pinned() for o in out[:3])
+    assert torch.equal(torch.cat(out), torch.cat(tensors).cpu())
+
+
+def test_d2h_one_large_tensor_among_thousands_of_small_ones_is_exact():
+    sizes = [3000 + (i % 97) for i in range(4000)]
+    tensors = fast_random_tensors(sizes, 22)
+    tensors.insert(1717, random_tensor((32 << 20,), torch.uint8, 23))
+    out = ferry.transfer_tensor_d2h({"batch": tensors})["batch"]
+    assert torch.equal(out[1717], tensors[1717].cpu())
+    assert torch.equal(torch.cat(out[:1717] + out[1718:]), torch.cat(tensors[:1717] + tensors[1718:]).cpu())
+
+
+@pytest.fixture
+def tiny_parts():
+    """Release points every few tensors (test-hook builds): a batch goes to ferry in many small parts."""
+    from ferry import _ferry
+
+    if not hasattr(_ferry, "_gil_pacing"):
+        pytest.skip("needs the test hooks (the project's own build)")
+    old = _ferry._gil_pacing(1, None)
+    yield
+    _ferry._gil_pacing(*old)
+
+
+def test_a_batch_in_many_parts_is_exact_and_waits_for_the_producer(tiny_parts):
+    x = torch.zeros(1 << 20, dtype=torch.int32, device=DEV)
+    tensors = fast_random_tensors([1000 + i for i in range(2000)], 24)
+    torch.cuda.synchronize()
+    slow_fill(x, 11)  # the current stream: every part must wait for it, the first as the last
+    out = ferry.transfer_tensor_d2h(tensors + [x])
+    assert bool((out[-1] == 11).all())
+    assert torch.equal(torch.cat(out[:-1]), torch.cat(tensors).cpu())
+
+
+def test_a_torch_tensor_after_a_first_part_of_other_producers_is_still_ordered(tiny_parts):
+    """The first parts hold only CuPy arrays (ordered through their own __dlpack__); the torch tensor that comes
+    later must still wait for torch's current stream."""
+    cupy = pytest.importorskip("cupy")
+    others = [cupy.arange(100 + i, dtype=cupy.int32) for i in range(64)]
+    x = torch.zeros(1 << 20, dtype=torch.int32, device=DEV)
+    torch.cuda.synchronize()
+    slow_fill(x, 13)
+    out = ferry.transfer_tensor_d2h(others + [x])
+    assert bool((out[-1] == 13).all())
+    for got, want in zip(out[:-1], others):
+        assert (got == cupy.asnumpy(want)).all()
