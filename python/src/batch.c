@@ -8,9 +8,11 @@
  * was when it was walked.
  *
  * Identity: a node whose subtree holds no copied tensor comes back as the very same object; only containers on
- * the way to a copied tensor are new. An object met twice (a sub-batch shared by two parents, one tensor in two
- * places) is walked and copied once, and its rebuilt form is shared the same way, as copy.deepcopy keeps it: a
- * shared structure costs its size, not the number of its paths. Containers are rebuilt with their own type:
+ * the way to a copied tensor are new. A container met twice (a sub-batch shared by two parents) is walked and
+ * copied once, and its rebuilt form is shared the same way, as copy.deepcopy keeps it: a shared structure costs
+ * its size, not the number of its paths. (Tensors are not looked up: one tensor named twice directly is copied
+ * twice, which costs less than a look-up per tensor in the common batch.) Containers are rebuilt with their own
+ * type:
  *   list, tuple, dict             new list / tuple / dict (dict keys and order kept)
  *   namedtuple                    cls(*items)
  *   other tuple / list subclass   cls(items)
@@ -39,8 +41,11 @@ struct ferry_py_seen {
   struct seen_slot { PyObject *obj; uint32_t node; } slots[];
 };
 
+/* Fibonacci hashing: the product's HIGH bits, which depend on every bit of the address (the low bits of object
+ * addresses repeat with the allocator's strides, and taking the product's low bits would pile them into few
+ * slots). */
 static size_t seen_hash(PyObject *obj, size_t cap) {
-  return (size_t)(((uintptr_t)obj >> 4) * (uintptr_t)0x9E3779B97F4A7C15ull) & (cap - 1);
+  return (size_t)(((uint64_t)(uintptr_t)obj * 0x9E3779B97F4A7C15ull) >> (64 - __builtin_ctzll((uint64_t)cap)));
 }
 
 /* The first node of `obj`, or -1. */
@@ -282,8 +287,6 @@ static int copy_dims(ferry_py_batch *b, ferry_py_leaf *leaf, ferry_tensor *t) {
 
 static int walk_tensor(walker *w, PyObject *obj, PyObject *key, const ferry_py_typeinfo *ti) {
   ferry_py_batch *b = w->b;
-  int64_t first = seen_find(b->seen, obj);
-  if (first >= 0) return push_repeat(w, obj, key, first);
   if (w->ctx->pass_all) return push_node(b, obj, key, FERRY_PY_OTHER, -1) < 0 ? -1 : 0;
   size_t old_cap = b->cap_leaves;
   if (grow((void **)&b->leaves, &b->cap_leaves, b->n_leaves + 1, sizeof *b->leaves) < 0) return -1;
@@ -303,9 +306,7 @@ static int walk_tensor(walker *w, PyObject *obj, PyObject *key, const ferry_py_t
   if (rc == 0) return push_node(b, obj, key, FERRY_PY_OTHER, -1) < 0 ? -1 : 0;
   int32_t index = (int32_t)b->n_leaves++; /* counted first: a failed step below must still release what was read */
   if (copy_dims(b, leaf, t) < 0) return -1;
-  Py_ssize_t node = push_node(b, obj, key, FERRY_PY_OTHER, index);
-  if (node < 0) return -1;
-  return seen_add(&b->seen, obj, (size_t)node);
+  return push_node(b, obj, key, FERRY_PY_OTHER, index) < 0 ? -1 : 0;
 }
 
 static int walk(walker *w, PyObject *obj, PyObject *key) {

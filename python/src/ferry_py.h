@@ -239,8 +239,8 @@ typedef struct ferry_py_batch {
 typedef struct ferry_py_pace ferry_py_pace;
 
 /* Walks `root` into `b` (zero-initialised by the caller), reading source-side tensors through `ctx` and copying
- * their descriptors into `b` as they are read. An object met twice (a shared sub-batch, the same tensor in two
- * places) is walked once and comes back shared, as copy.deepcopy keeps it. `pace` (may be NULL) is ticked after
+ * their descriptors into `b` as they are read. A container met twice (a shared sub-batch) is walked once and
+ * comes back shared, as copy.deepcopy keeps it. `pace` (may be NULL) is ticked after
  * every node; its release points may give ferry the walked leaves (ferry_py_batch_take_pending). Returns 0, or
  * -1 with an exception set (RecursionError for depth, ValueError for a cycle, RuntimeError for a dict changed
  * during the walk); `b` must be cleared either way. */

@@ -165,13 +165,14 @@ def test_phase_stamps_are_off_by_default_and_ordered_when_on(timing):
 
 
 def test_a_long_walk_is_submitted_in_parts_and_stays_byte_exact(timing, slow_reads, pacing):
-    """Every release point hands the tensors walked so far to ferry: their copies start while the rest is walked,
-    each part in its own slab, and the outputs are the same as in one part."""
+    """The first release point hands the tensors walked so far to ferry, and later ones each further thousand:
+    their copies start while the rest is walked, each part in its own slab, and the outputs are the same as in
+    one part."""
     pacing(slice_us=200)
-    slow_reads(100)  # 2 tensors a slice
-    arrays = [random_array((37 + i,), np.uint8, i) for i in range(40)] + [random_array((8, 6), np.float32, 99).T]
+    slow_reads(20)
+    arrays = [random_array((37 + i % 50,), np.uint8, i) for i in range(2200)] + [random_array((8, 6), np.float32, 9).T]
     out = ferry.transfer_tensor_d2h([X(a) for a in arrays])
-    assert _ferry._last_phases()["parts"] >= 10
+    assert _ferry._last_phases()["parts"] >= 3
     for got, want in zip(out, arrays, strict=True):
         assert got.shape == want.shape and got.tobytes() == np.ascontiguousarray(want).tobytes()
     pacing(slice_us=0)  # no release points: one part
