@@ -21,6 +21,10 @@
  *   _sim_read_delay_us(us)    reading a _SimExchangeTensor takes `us` microseconds of CPU, GIL held (0: none): a
  *                             slow producer, to make GIL holds long enough to see; returns the old value
  *   _sim_set_shape(t, shape)  changes a _SimExchangeTensor's shape in place (same rank), as torch's resize_ does
+ *   _exchange_costs(tensors)  for a list of tensors of one exchange-API type (torch's on a GPU machine): the
+ *                             nanoseconds per tensor of reading each one (dltensor_from_py_object_no_sync), of
+ *                             making an output object per tensor (managed_tensor_to_py_object_no_sync, viewing a
+ *                             static buffer) and of freeing those objects: the framework's own floor
  *   _SimDeviceArray(array, device=0)   exports a numpy array as if it lived on cuda:<device>
  *   _SimExchangeTensor(array, device=0) the same through the DLPack exchange API (torch's path); device=-1: host
  *   _sim_read(obj)            the bytes of a compact DLPack tensor in simulated device memory
@@ -616,7 +620,63 @@ static PyObject *sim_set_shape(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+static char exchange_cost_buffer[1 << 16];
+static int64_t exchange_cost_shape[1] = {64};
+static int64_t exchange_cost_strides[1] = {1};
+
+static void exchange_cost_deleter(DLManagedTensorVersioned *m) { free(m); }
+
+static PyObject *exchange_costs(PyObject *self, PyObject *list) {
+  if (!PyList_Check(list) || PyList_GET_SIZE(list) == 0) {
+    PyErr_SetString(PyExc_TypeError, "_exchange_costs: expected a non-empty list of tensors");
+    return NULL;
+  }
+  Py_ssize_t n = PyList_GET_SIZE(list);
+  const ferry_py_typeinfo *ti = ferry_py_typeinfo_of(Py_TYPE(PyList_GET_ITEM(list, 0)));
+  if (!ti) return NULL;
+  if (ti->kind != FERRY_PY_TENSOR_EXCHANGE) {
+    PyErr_SetString(PyExc_TypeError, "_exchange_costs: the tensors' type has no DLPack exchange API");
+    return NULL;
+  }
+  const DLPackExchangeAPI *api = ti->api;
+  PyObject **outs = PyMem_Calloc((size_t)n, sizeof *outs);
+  if (!outs) return PyErr_NoMemory();
+  int64_t t0 = sim_now_ns();
+  for (Py_ssize_t i = 0; i < n; i++) {
+    DLTensor t;
+    if (api->dltensor_from_py_object_no_sync(PyList_GET_ITEM(list, i), &t) != 0) goto fail;
+  }
+  int64_t t1 = sim_now_ns();
+  for (Py_ssize_t i = 0; i < n; i++) {
+    DLManagedTensorVersioned *m = calloc(1, sizeof *m);
+    if (!m) goto fail;
+    m->version.major = DLPACK_MAJOR_VERSION;
+    m->version.minor = DLPACK_MINOR_VERSION;
+    m->deleter = exchange_cost_deleter;
+    m->dl_tensor.data = exchange_cost_buffer;
+    m->dl_tensor.device = (DLDevice){kDLCPU, 0};
+    m->dl_tensor.ndim = 1;
+    m->dl_tensor.dtype = (DLDataType){kDLUInt, 8, 1};
+    m->dl_tensor.shape = exchange_cost_shape;
+    m->dl_tensor.strides = exchange_cost_strides;
+    void *out = NULL;
+    if (api->managed_tensor_to_py_object_no_sync(m, &out) != 0 || !out) goto fail;
+    outs[i] = out;
+  }
+  int64_t t2 = sim_now_ns();
+  for (Py_ssize_t i = 0; i < n; i++) Py_CLEAR(outs[i]);
+  int64_t t3 = sim_now_ns();
+  PyMem_Free(outs);
+  return Py_BuildValue("(ddd)", (double)(t1 - t0) / n, (double)(t2 - t1) / n, (double)(t3 - t2) / n);
+fail:
+  for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(outs[i]);
+  PyMem_Free(outs);
+  if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "_exchange_costs: the exchange API failed");
+  return NULL;
+}
+
 static PyMethodDef hooks[] = {
+    {"_exchange_costs", exchange_costs, METH_O, NULL},
     {"_sim_read_delay_us", sim_read_delay_us, METH_O, NULL},
     {"_sim_set_shape", sim_set_shape, METH_VARARGS, NULL},
     {"_sim_install", sim_install, METH_NOARGS, NULL},
