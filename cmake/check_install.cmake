@@ -10,6 +10,7 @@
 #       [-DFLAGS=<compile and link flags, e.g. the sanitizers>] -P check_install.cmake
 # A check that cannot run here (no pkg-config) prints "SKIPPED: <why>", which ctest reports as a skip.
 
+cmake_minimum_required(VERSION 3.18)
 file(REMOVE_RECURSE "${WORK}")
 set(prefix "${WORK}/prefix")
 execute_process(COMMAND ${CMAKE_COMMAND} --install "${BUILD}" --prefix "${prefix}"
