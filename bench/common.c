@@ -193,7 +193,7 @@ bench_batch bench_batch_cut(char *base, size_t total, size_t n, int device_type,
     fprintf(stderr, "ferry: out of memory describing %zu tensors\n", n);
     exit(1);
   }
-  /* The seed's split: the first (total mod n) tensors are one byte longer. */
+  /* SPDL's split: the first (total mod n) tensors are one byte longer. */
   size_t size = total / n, rem = total % n, off = 0;
   for (size_t i = 0; i < n; i++) {
     b.shapes[i] = (int64_t)(size + (i < rem));

@@ -1,5 +1,5 @@
 /* latency.c — `ferry bench latency`: the host cost of running an operator, the CUTLASS Operator API notebook's
- * experiment (seed 004) in C, with the limit measured beside every figure, and the GEMM kernels' device time
+ * experiment in C, with the limit measured beside every figure, and the GEMM kernels' device time
  * against cuBLAS.
  *
  * The notebook's case: M=N=K=128, L=1, fp16 operands and output, fp32 accumulation, a different operand set for
@@ -14,9 +14,8 @@
  * and a target is checked on the median of the paired per-block differences ("paired delta" column), which the
  * machine's drifts cancel out of. Row values are medians over --repeats repeats. Per-call loops (supports check,
  * argument construction) are timed in integer nanoseconds over the count they ran, and the program stops if a
- * figure changes with the loop's length or contradicts another row (the first H200 table printed the 12.1 ns
- * check as 12101.8 "ns": a per-call time already in ns was multiplied by 1000 once more). Rows and targets
- * (issue 5):
+ * figure changes with the loop's length or contradicts another row: a unit slip would otherwise print a wrong
+ * table (docs/results.md, Methodology). Rows and targets:
  *   run, artifact, check bypassed         ≤ limit + 0.3 µs
  *   run, artifact, supports check         ≤ the above + 0.2 µs
  *   run without artifact (memo hit)       ≤ the above + 0.5 µs
@@ -255,7 +254,7 @@ static int gemm_device_rows(int m, int type, int sets_n, int launches, bench_cub
     BENCH_CU(ferry__drv.cuMemAlloc(&a[s], bytes));
     BENCH_CU(ferry__drv.cuMemAlloc(&b[s], bytes));
     BENCH_CU(ferry__drv.cuMemAlloc(&c[s], bytes));
-    /* random values in [-1, 1): 0x3c00-ish halves / bf16 from the top bits of floats (never zeros, METHOD.md) */
+    /* random values in [-1, 1): 0x3c00-ish halves / bf16 from the top bits of floats (never zeros, which would hide a wrong load) */
     for (size_t i = 0; i < (size_t)m * m; i++) {
       float f = (float)(bench_rng_uniform(&rng) * 2.0 - 1.0);
       uint32_t x;

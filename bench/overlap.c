@@ -1,12 +1,12 @@
-/* overlap.c — `ferry bench overlap`: the seed's transfer/compute overlap experiment (SPDL's
- * benchmark_transfer_overlap.py), in C, with ferry and the raw primitive side by side.
+/* overlap.c — `ferry bench overlap`: SPDL's transfer/compute overlap experiment (benchmark_transfer_overlap.py),
+ * in C, with ferry and the raw primitive side by side.
  *
  * A persistent background worker thread owns the transfers; the foreground thread owns a compute stream that runs
  * a calibrated 2048² float32 SGEMM (cuBLAS, loaded at run time) for a target duration. Each timed block runs
  * compute-only, and for every method transfer-only, serialized (transfer then compute) and concurrent (both
  * released from one CPU barrier, launch skew recorded), in an order shuffled per block. Source tensors are made
  * ready before timing and every method's output is checked byte for byte before any timing. The summary CSV has
- * the seed's columns; per-block samples go to --samples-output.
+ * that script's columns; per-block samples go to --samples-output.
  *
  * Methods: "ferry" (ferry_transfer_d2h, blocking, on the worker's cached copy stream, ordered after an event on
  * the worker's default stream as SPDL orders after the caller's current stream) and "raw cuMemcpyAsync loop"
@@ -34,8 +34,8 @@ static void usage(void) {
       "                           [--compute-iterations N] [--num-warmup N] [--num-runs N]\n"
       "                           [--bootstrap-resamples N] [--seed N]\n\n"
       "Benchmark overlap between D2H transfer (a background thread) and foreground CUDA compute (SGEMM),\n"
-      "for ferry and for the raw per-tensor cuMemcpyAsync loop, in the same run (the seed's experiment).\n\n"
-      "  --output PATH            summary CSV, the seed's schema (default: ferry-overlap.csv)\n"
+      "for ferry and for the raw per-tensor cuMemcpyAsync loop, in the same run (SPDL's overlap experiment).\n\n"
+      "  --output PATH            summary CSV, SPDL's schema (default: ferry-overlap.csv)\n"
       "  --samples-output PATH    optional per-block CSV\n"
       "  --device cuda:N          CUDA device (default: LOCAL_RANK, else cuda:0)\n"
       "  --total-mib N...         payload sizes in MiB (default: 64)\n"
@@ -131,7 +131,7 @@ static double time_compute(compute *c) {
   return bench_now_ms() - t0;
 }
 
-/* The seed's calibration: up to four rounds of three samples, scaling the count to the target by the median. */
+/* SPDL's calibration: up to four rounds of three samples, scaling the count to the target by the median. */
 static long calibrate(compute *c, double target_ms) {
   long iterations = 1;
   for (int round = 0; round < 4; round++) {
@@ -192,7 +192,7 @@ static void compute_check_finite(compute *c) {
 /* ---- the background worker ------------------------------------------------------------------------------- */
 
 /* One transfer method: runs a whole synchronous transfer on the calling (worker) thread. `ticket` receives
- * ferry's ticket so the outputs stay alive until the foreground has stopped its clock, as in the seed. */
+ * ferry's ticket so the outputs stay alive until the foreground has stopped its clock, as SPDL's script does. */
 typedef struct method {
   const char *name;
   void (*transfer)(struct method *m, ferry_transfer **ticket);
@@ -227,10 +227,8 @@ static void transfer_raw_loop(method *m, ferry_transfer **ticket) {
 }
 
 /* The worker and the foreground hand work over by spinning on atomics, not by sleeping on a condition variable:
- * a sleeping thread takes 50-100 us to wake on the H200's host (measured: the first version of this benchmark
- * lost about 0.1 ms per concurrent block to the wake-ups of a condvar and a pthread barrier, for ferry and the
- * raw loop alike), and that latency would be charged to the transfer's overlap. Both methods share this worker,
- * so the comparison between them is unchanged; only harness noise is removed. */
+ * a wake-up would be charged to the transfer's overlap (~0.1 ms per block on the H200's host; docs/results.md,
+ * Methodology). Both methods share this worker, so the comparison between them is unchanged. */
 typedef struct worker {
   pthread_t thread;
   atomic_int state; /* IDLE -> SUBMITTED (foreground) -> DONE (worker) -> IDLE (foreground takes the result) */
@@ -473,7 +471,7 @@ int bench_overlap_main(int argc, char **argv) {
   FILE *raw_out = samples_file ? bench_csv_open(samples_file) : NULL;
   if (raw_out) overlap_write_samples_header(raw_out);
 
-  /* Scenarios in an order shuffled by the seed, as the seed does. */
+  /* Scenarios in an order shuffled by --seed, as SPDL's script does. */
   int n_scen = cfg.n_total_mib * cfg.n_num_tensors;
   long (*scen)[2] = calloc((size_t)n_scen, sizeof *scen);
   for (int i = 0; i < cfg.n_total_mib; i++)
