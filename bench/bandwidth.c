@@ -112,15 +112,13 @@ static uint64_t parse_size(const char *text) {
   if (end && *end) end++;
   if (end && (*end == 'i' || *end == 'I')) end++;
   if (end && (*end == 'B' || *end == 'b')) end++;
-  if (!end || *end || unit == 0 || !(v > 0)) {
-    fprintf(stderr, "ferry bench bandwidth: --sizes expects sizes like 4K, 64M, 1G; got '%s'\n", text);
-    exit(2);
-  }
+  if (!end || *end || unit == 0 || !(v > 0))
+    bench_usage_error("bench bandwidth", "--sizes expects sizes like 4K, 64M, 1G; got '%s'", text);
   return (uint64_t)(v * (double)unit);
 }
 
 static void usage(void) {
-  printf("usage: ferry bench bandwidth [--sizes S...] [--num-tensors N...] [--repeats R] [--device D]\n"
+  printf("usage: ferry bench bandwidth [--sizes S...] [--num-tensors N...] [--repeats R] [--device cuda:N]\n"
          "                             [--part-tensors P] [--output CSV]\n\n"
          "D2H and H2D of a payload of each size S (default 4K 64K 1M 16M 64M 256M 1G) split into N uint8 tensors\n"
          "(default 1 32 256 4096 16384; counts that would make tensors under 4 bytes are skipped). Methods, timed\n"
@@ -145,20 +143,22 @@ static void parse(int argc, char **argv, bw_args *a) {
       exit(0);
     } else if (!strcmp(f, "--sizes")) {
       while (i + 1 < argc && argv[i + 1][0] != '-' && a->nsizes < 16) a->sizes[a->nsizes++] = parse_size(argv[++i]);
+      if (!a->nsizes) bench_usage_error("bench bandwidth", "--sizes expects at least one size");
     } else if (!strcmp(f, "--num-tensors")) {
       while (i + 1 < argc && argv[i + 1][0] != '-' && a->ncounts < 16)
         a->counts[a->ncounts++] = bench_parse_long(f, argv[++i], 1);
-    } else if (!strcmp(f, "--repeats") && i + 1 < argc) {
-      a->repeats = (int)bench_parse_long(f, argv[++i], 1);
-    } else if (!strcmp(f, "--part-tensors") && i + 1 < argc) {
-      a->part_tensors = bench_parse_long(f, argv[++i], 1);
-    } else if (!strcmp(f, "--device") && i + 1 < argc) {
-      a->device = (int)bench_parse_long(f, argv[++i], 0);
-    } else if (!strcmp(f, "--output") && i + 1 < argc) {
-      a->csv = argv[++i];
+      if (!a->ncounts) bench_usage_error("bench bandwidth", "--num-tensors expects at least one count");
+    } else if (!strcmp(f, "--repeats")) {
+      a->repeats = (int)bench_parse_long(f, bench_value("bench bandwidth", argc, argv, &i), 1);
+    } else if (!strcmp(f, "--part-tensors")) {
+      a->part_tensors = bench_parse_long(f, bench_value("bench bandwidth", argc, argv, &i), 1);
+    } else if (!strcmp(f, "--device")) {
+      a->device = bench_parse_device(f, bench_value("bench bandwidth", argc, argv, &i));
+    } else if (!strcmp(f, "--output")) {
+      a->csv = bench_value("bench bandwidth", argc, argv, &i);
+      bench_check_output(f, a->csv);
     } else {
-      fprintf(stderr, "ferry bench bandwidth: unknown or incomplete argument '%s' (see --help)\n", f);
-      exit(2);
+      bench_usage_error("bench bandwidth", "unknown argument '%s'", f);
     }
   }
   if (!a->nsizes)
@@ -233,7 +233,7 @@ int bench_bandwidth_main(int argc, char **argv) {
       for (int ci = 0; ci < a.ncounts; ci++) {
         size_t n = (size_t)a.counts[ci];
         if (bytes / n < 4) continue;
-        fprintf(stderr, "ferry bench bandwidth: %s %llu bytes in %zu tensors\n", h2d ? "H2D" : "D2H",
+        fprintf(stderr, "ferry: bench bandwidth: %s %llu bytes in %zu tensors\n", h2d ? "H2D" : "D2H",
                 (unsigned long long)bytes, n);
         bench_batch dev_b = bench_batch_cut(c.dev_buf, bytes, n, FERRY_DEVICE_CUDA, c.device);
         bench_batch host_b = bench_batch_cut(c.host_buf, bytes, n, FERRY_DEVICE_CPU, 0);

@@ -4,7 +4,7 @@
 #define FERRY_BENCH_H
 
 int bench_bandwidth_main(int argc, char **argv); /* D2H/H2D over sizes and tensor counts vs the raw copies */
-int bench_overlap_main(int argc, char **argv);   /* the seed's transfer/compute overlap experiment, in C */
+int bench_overlap_main(int argc, char **argv);   /* SPDL's transfer/compute overlap experiment, in C */
 int bench_ranks_main(int argc, char **argv);     /* one process per GPU under torchrun: placement, aggregate GB/s */
 int bench_latency_main(int argc, char **argv);   /* operator host latency: the CUTLASS notebook's table, in C */
 

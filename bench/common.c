@@ -3,10 +3,21 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+void bench_usage_error(const char *program, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "ferry: %s: ", program);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, " (see `ferry %s --help`)\n", program);
+  va_end(ap);
+  exit(BENCH_EXIT_USAGE);
+}
 
 int bench_no_gpu(const char *program) {
   ferry_status st = ferry_init();
@@ -100,7 +111,7 @@ long bench_parse_long(const char *flag, const char *text, long min) {
   long v = strtol(text, &end, 10);
   if (errno || !end || *end || end == text || v < min) {
     fprintf(stderr, "ferry: %s expects an integer >= %ld, got '%s'\n", flag, min, text);
-    exit(2);
+    exit(BENCH_EXIT_USAGE);
   }
   return v;
 }
@@ -111,9 +122,69 @@ double bench_parse_positive_double(const char *flag, const char *text) {
   double v = strtod(text, &end);
   if (errno || !end || *end || end == text || !(v > 0) || !isfinite(v)) {
     fprintf(stderr, "ferry: %s expects a positive number, got '%s'\n", flag, text);
-    exit(2);
+    exit(BENCH_EXIT_USAGE);
   }
   return v;
+}
+
+const char *bench_value(const char *program, int argc, char **argv, int *i) {
+  if (*i + 1 >= argc) bench_usage_error(program, "%s needs a value", argv[*i]);
+  return argv[++*i];
+}
+
+int bench_parse_device(const char *flag, const char *text) {
+  const char *p = text;
+  if (!strcmp(p, "cuda")) return 0;
+  if (!strncmp(p, "cuda:", 5)) p += 5;
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(p, &end, 10);
+  if (!*p || *end || errno || v < 0 || v > 1 << 20 || *p == '-' || *p == '+' || *p == ' ') {
+    fprintf(stderr, "ferry: %s expects a CUDA device (cuda, cuda:N or N), got '%s'\n", flag, text);
+    exit(BENCH_EXIT_USAGE);
+  }
+  return (int)v;
+}
+
+void bench_check_output(const char *flag, const char *path) {
+  struct stat sb;
+  const char *why = NULL;
+  char dir[4096];
+  if (!*path) why = "it is empty";
+  else if (strlen(path) >= sizeof dir) why = "it is too long";
+  else if (stat(path, &sb) == 0) {
+    if (S_ISDIR(sb.st_mode)) why = "it is a directory";
+    else if (access(path, W_OK) != 0) why = strerror(errno);
+  } else if (errno != ENOENT) {
+    why = strerror(errno); /* e.g. a parent that is a file: ENOTDIR */
+  } else {
+    /* The nearest existing ancestor must be a directory we can create entries in (the rest is made on open). */
+    snprintf(dir, sizeof dir, "%s", path);
+    for (;;) {
+      char *slash = strrchr(dir, '/');
+      if (!slash) {
+        snprintf(dir, sizeof dir, ".");
+      } else if (slash == dir) {
+        dir[1] = '\0';
+      } else {
+        *slash = '\0';
+      }
+      if (stat(dir, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode)) why = "a parent of it is not a directory";
+        else if (access(dir, W_OK | X_OK) != 0) why = strerror(errno);
+        break;
+      }
+      if (errno != ENOENT) {
+        why = strerror(errno);
+        break;
+      }
+      if (!strcmp(dir, ".") || !strcmp(dir, "/")) break;
+    }
+  }
+  if (why) {
+    fprintf(stderr, "ferry: %s %s cannot be written: %s\n", flag, path, why);
+    exit(BENCH_EXIT_USAGE);
+  }
 }
 
 bench_batch bench_batch_cut(char *base, size_t total, size_t n, int device_type, int device_id) {
@@ -122,7 +193,7 @@ bench_batch bench_batch_cut(char *base, size_t total, size_t n, int device_type,
     fprintf(stderr, "ferry: out of memory describing %zu tensors\n", n);
     exit(1);
   }
-  /* The seed's split: the first (total mod n) tensors are one byte longer. */
+  /* SPDL's split: the first (total mod n) tensors are one byte longer. */
   size_t size = total / n, rem = total % n, off = 0;
   for (size_t i = 0; i < n; i++) {
     b.shapes[i] = (int64_t)(size + (i < rem));

@@ -14,6 +14,13 @@
 
 /* ---- failure --------------------------------------------------------------------------------------------- */
 
+/* Exit statuses of the `ferry` program and its benchmarks: 0 done (also "no GPU here, nothing to measure"), 1 a
+ * failure while working, 2 a bad command line (nothing was started). Every message on stderr starts "ferry: ". */
+enum { BENCH_EXIT_OK = 0, BENCH_EXIT_FAILURE = 1, BENCH_EXIT_USAGE = 2 };
+
+/* Prints "ferry: <program>: <message> (see `ferry <program> --help`)" and exits with BENCH_EXIT_USAGE. */
+void bench_usage_error(const char *program, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+
 #define BENCH_CU(x)                                                                                          \
   do {                                                                                                       \
     CUresult r_ = (x);                                                                                       \
@@ -54,9 +61,21 @@ void bench_bootstrap_median_ci(const double *v, int n, int resamples, uint64_t s
 /* Opens `path` for writing, creating missing parent directories; exits with a message on failure. */
 FILE *bench_csv_open(const char *path);
 
+/* The value of the option at argv[*i] (advancing *i past it), or a usage error when it is the last argument. */
+const char *bench_value(const char *program, int argc, char **argv, int *i);
+
 /* Parses a positive integer or exits naming the flag; `min` is the smallest accepted value. */
 long bench_parse_long(const char *flag, const char *text, long min);
 double bench_parse_positive_double(const char *flag, const char *text);
+
+/* Parses a CUDA device as "cuda", "cuda:N" or "N" (cuda is cuda:0), or exits with a usage error naming the flag.
+ * Whether the device exists is checked once the driver is loaded (ferry_device_resolve), before any work. */
+int bench_parse_device(const char *flag, const char *text);
+
+/* Exits with a usage error naming the flag when `path` cannot be written as a file: it is a directory, an
+ * existing file not writable, or its nearest existing parent is not a directory we may write into. Creates
+ * nothing, so a run that finds no GPU leaves no file behind; the file is opened (parents made) when results exist. */
+void bench_check_output(const char *flag, const char *path);
 
 /* A batch of n device (or host) tensors of uint8 cut from one buffer: sizes differ by at most one byte. */
 typedef struct bench_batch {

@@ -1,5 +1,5 @@
 /* latency.c — `ferry bench latency`: the host cost of running an operator, the CUTLASS Operator API notebook's
- * experiment (seed 004) in C, with the limit measured beside every figure, and the GEMM kernels' device time
+ * experiment in C, with the limit measured beside every figure, and the GEMM kernels' device time
  * against cuBLAS.
  *
  * The notebook's case: M=N=K=128, L=1, fp16 operands and output, fp32 accumulation, a different operand set for
@@ -14,9 +14,8 @@
  * and a target is checked on the median of the paired per-block differences ("paired delta" column), which the
  * machine's drifts cancel out of. Row values are medians over --repeats repeats. Per-call loops (supports check,
  * argument construction) are timed in integer nanoseconds over the count they ran, and the program stops if a
- * figure changes with the loop's length or contradicts another row (the first H200 table printed the 12.1 ns
- * check as 12101.8 "ns": a per-call time already in ns was multiplied by 1000 once more). Rows and targets
- * (issue 5):
+ * figure changes with the loop's length or contradicts another row: a unit slip would otherwise print a wrong
+ * table (docs/results.md, Methodology). Rows and targets:
  *   run, artifact, check bypassed         ≤ limit + 0.3 µs
  *   run, artifact, supports check         ≤ the above + 0.2 µs
  *   run without artifact (memo hit)       ≤ the above + 0.5 µs
@@ -56,7 +55,7 @@ static void usage(void) {
          "CUDA graph; argument construction; first compile and cache load; GEMM device time at 128^3 fp16 and\n"
          "4096^3 bf16 against cuBLAS. Host targets are checked on paired differences (methods back to back on the\n"
          "same operands). Defaults: --iters 100 --warmup 10 --repeats 7 --output ferry-latency.csv.\n"
-         "Without a GPU it says so and exits 0; a measurement that contradicts itself stops it with status 3.\n");
+         "Without a GPU it says so and exits 0; a measurement that contradicts itself stops it with status 1.\n");
 }
 
 static double median_of(double *v, int n) { return bench_median(v, n); }
@@ -171,12 +170,12 @@ static void self_check(int ok, const char *fmt, ...) {
   if (ok) return;
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "ferry bench latency: self-check failed: ");
+  fprintf(stderr, "ferry: bench latency: self-check failed: ");
   vfprintf(stderr, fmt, ap);
   fprintf(stderr, "\n");
   va_end(ap);
   remove_cache_homes();
-  exit(3);
+  exit(BENCH_EXIT_FAILURE);
 }
 
 /* A per-call figure must not depend on how many calls were timed (a total taken for a per-call figure grows with
@@ -255,7 +254,7 @@ static int gemm_device_rows(int m, int type, int sets_n, int launches, bench_cub
     BENCH_CU(ferry__drv.cuMemAlloc(&a[s], bytes));
     BENCH_CU(ferry__drv.cuMemAlloc(&b[s], bytes));
     BENCH_CU(ferry__drv.cuMemAlloc(&c[s], bytes));
-    /* random values in [-1, 1): 0x3c00-ish halves / bf16 from the top bits of floats (never zeros, METHOD.md) */
+    /* random values in [-1, 1): 0x3c00-ish halves / bf16 from the top bits of floats (never zeros, which would hide a wrong load) */
     for (size_t i = 0; i < (size_t)m * m; i++) {
       float f = (float)(bench_rng_uniform(&rng) * 2.0 - 1.0);
       uint32_t x;
@@ -325,6 +324,9 @@ static void add_row(const char *name, double ferry, double reference, double not
   add_paired_row(name, ferry, reference, NAN, notebook, unit, target, ok);
 }
 
+/* The option's value, or a usage error when it has none. */
+static const char *val(int argc, char **argv, int *i) { return bench_value("bench latency", argc, argv, i); }
+
 int bench_latency_main(int argc, char **argv) {
   lat_opts o = {100, 10, 7, "ferry-latency.csv"};
   for (int i = 0; i < argc; i++) {
@@ -332,20 +334,15 @@ int bench_latency_main(int argc, char **argv) {
     if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
       usage();
       return 0;
-    } else if (!strcmp(f, "--iters") && i + 1 < argc) o.iters = (int)bench_parse_long(f, argv[++i], 1);
-    else if (!strcmp(f, "--warmup") && i + 1 < argc) o.warmup = (int)bench_parse_long(f, argv[++i], 0);
-    else if (!strcmp(f, "--repeats") && i + 1 < argc) o.repeats = (int)bench_parse_long(f, argv[++i], 1);
-    else if (!strcmp(f, "--output") && i + 1 < argc) o.csv = argv[++i];
-    else {
-      fprintf(stderr, "ferry bench latency: unknown argument '%s'\n", f);
-      usage();
-      return 2;
-    }
+    } else if (!strcmp(f, "--iters")) o.iters = (int)bench_parse_long(f, val(argc, argv, &i), 1);
+    else if (!strcmp(f, "--warmup")) o.warmup = (int)bench_parse_long(f, val(argc, argv, &i), 0);
+    else if (!strcmp(f, "--repeats")) o.repeats = (int)bench_parse_long(f, val(argc, argv, &i), 1);
+    else if (!strcmp(f, "--output")) o.csv = val(argc, argv, &i);
+    else bench_usage_error("bench latency", "unknown argument '%s'", f);
   }
-  if (o.iters + o.warmup > SETS) {
-    fprintf(stderr, "ferry bench latency: --iters + --warmup must be at most %d (distinct operand sets)\n", SETS);
-    return 2;
-  }
+  if (o.iters + o.warmup > SETS)
+    bench_usage_error("bench latency", "--iters + --warmup must be at most %d (distinct operand sets)", SETS);
+  bench_check_output("--output", o.csv);
   if (bench_no_gpu("ferry bench latency")) return 0;
   BENCH_F(ferry_device_resolve(-1, &dev));
   BENCH_F(ferry__ctx_enter(dev)); /* the primary context stays current, as in a PyTorch thread */
@@ -379,7 +376,7 @@ int bench_latency_main(int argc, char **argv) {
   size_t n_found = 0;
   BENCH_F(ferry_ops_find(&sets[0].args, 0, NULL, NULL, found, 32, &n_found));
   if (!n_found) {
-    fprintf(stderr, "ferry bench latency: no operator supports the notebook's GEMM here\n");
+    fprintf(stderr, "ferry: bench latency: no operator supports the notebook's GEMM here\n");
     return 1;
   }
   op = found[0];
@@ -533,7 +530,7 @@ int bench_latency_main(int argc, char **argv) {
   char why[256];
   int have_cublas = bench_cublas_open(&cb, why, sizeof why) == 0;
   if (have_cublas) cb.set_stream(cb.handle, stream);
-  else fprintf(stderr, "ferry bench latency: %s; device rows without cuBLAS\n", why);
+  else fprintf(stderr, "ferry: bench latency: %s; device rows without cuBLAS\n", why);
   device_row small[8], large[8];
   int n_small = gemm_device_rows(128, FERRY_F16, 4, 500, have_cublas ? &cb : NULL, small, 8);
   int n_large = gemm_device_rows(4096, FERRY_BF16, 2, 20, have_cublas ? &cb : NULL, large, 8);

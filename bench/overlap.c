@@ -1,12 +1,12 @@
-/* overlap.c — `ferry bench overlap`: the seed's transfer/compute overlap experiment (SPDL's
- * benchmark_transfer_overlap.py), in C, with ferry and the raw primitive side by side.
+/* overlap.c — `ferry bench overlap`: SPDL's transfer/compute overlap experiment (benchmark_transfer_overlap.py),
+ * in C, with ferry and the raw primitive side by side.
  *
  * A persistent background worker thread owns the transfers; the foreground thread owns a compute stream that runs
  * a calibrated 2048² float32 SGEMM (cuBLAS, loaded at run time) for a target duration. Each timed block runs
  * compute-only, and for every method transfer-only, serialized (transfer then compute) and concurrent (both
  * released from one CPU barrier, launch skew recorded), in an order shuffled per block. Source tensors are made
  * ready before timing and every method's output is checked byte for byte before any timing. The summary CSV has
- * the seed's columns; per-block samples go to --samples-output.
+ * that script's columns; per-block samples go to --samples-output.
  *
  * Methods: "ferry" (ferry_transfer_d2h, blocking, on the worker's cached copy stream, ordered after an event on
  * the worker's default stream as SPDL orders after the caller's current stream) and "raw cuMemcpyAsync loop"
@@ -34,8 +34,8 @@ static void usage(void) {
       "                           [--compute-iterations N] [--num-warmup N] [--num-runs N]\n"
       "                           [--bootstrap-resamples N] [--seed N]\n\n"
       "Benchmark overlap between D2H transfer (a background thread) and foreground CUDA compute (SGEMM),\n"
-      "for ferry and for the raw per-tensor cuMemcpyAsync loop, in the same run (the seed's experiment).\n\n"
-      "  --output PATH            summary CSV, the seed's schema (default: ferry-overlap.csv)\n"
+      "for ferry and for the raw per-tensor cuMemcpyAsync loop, in the same run (SPDL's overlap experiment).\n\n"
+      "  --output PATH            summary CSV, SPDL's schema (default: ferry-overlap.csv)\n"
       "  --samples-output PATH    optional per-block CSV\n"
       "  --device cuda:N          CUDA device (default: LOCAL_RANK, else cuda:0)\n"
       "  --total-mib N...         payload sizes in MiB (default: 64)\n"
@@ -52,28 +52,15 @@ static void usage(void) {
       "its CSVs with .rank<R> before the extension, and rank 0 merges the summaries into --output.\n");
 }
 
-static int parse_device(const char *text) {
-  const char *p = text;
-  if (!strncmp(p, "cuda:", 5)) p += 5;
-  else if (!strcmp(p, "cuda")) return 0;
-  char *end = NULL;
-  long v = strtol(p, &end, 10);
-  if (!*p || *end || v < 0) {
-    fprintf(stderr, "ferry bench overlap: expected a CUDA device (cuda:N), but received '%s'\n", text);
-    exit(2);
-  }
-  return (int)v;
-}
-
 static int take_list(int argc, char **argv, int *i, const char *flag, long *out, int cap) {
   int n = 0;
   while (*i + 1 < argc && argv[*i + 1][0] != '-' && n < cap) out[n++] = bench_parse_long(flag, argv[++*i], 1);
-  if (n == 0) {
-    fprintf(stderr, "ferry bench overlap: %s expects at least one positive integer\n", flag);
-    exit(2);
-  }
+  if (n == 0) bench_usage_error("bench overlap", "%s expects at least one positive integer", flag);
   return n;
 }
+
+/* The option's value, or a usage error when it has none. */
+static const char *val(int argc, char **argv, int *i) { return bench_value("bench overlap", argc, argv, i); }
 
 static void parse(int argc, char **argv, overlap_config *c) {
   memset(c, 0, sizeof *c);
@@ -91,23 +78,28 @@ static void parse(int argc, char **argv, overlap_config *c) {
   c->device = -1;
   for (int i = 0; i < argc; i++) {
     const char *f = argv[i];
-    const char *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(); exit(0); }
     else if (!strcmp(f, "--total-mib")) c->n_total_mib = take_list(argc, argv, &i, f, c->total_mib, OVERLAP_MAX_LIST);
     else if (!strcmp(f, "--num-tensors")) c->n_num_tensors = take_list(argc, argv, &i, f, c->num_tensors, OVERLAP_MAX_LIST);
-    else if (!val) { fprintf(stderr, "ferry bench overlap: %s needs a value (see --help)\n", f); exit(2); }
-    else if (!strcmp(f, "--output")) c->output = argv[++i];
-    else if (!strcmp(f, "--samples-output")) c->samples_output = argv[++i];
-    else if (!strcmp(f, "--device")) c->device = parse_device(argv[++i]);
-    else if (!strcmp(f, "--matrix-size")) c->matrix_size = bench_parse_long(f, argv[++i], 1);
-    else if (!strcmp(f, "--compute-ms")) c->compute_target_ms = bench_parse_positive_double(f, argv[++i]);
-    else if (!strcmp(f, "--compute-iterations")) c->compute_iterations = bench_parse_long(f, argv[++i], 1);
-    else if (!strcmp(f, "--num-warmup")) c->num_warmup = bench_parse_long(f, argv[++i], 0);
-    else if (!strcmp(f, "--num-runs")) c->num_runs = bench_parse_long(f, argv[++i], 2);
-    else if (!strcmp(f, "--bootstrap-resamples")) c->bootstrap_resamples = bench_parse_long(f, argv[++i], 1);
-    else if (!strcmp(f, "--seed")) c->seed = bench_parse_long(f, argv[++i], LONG_MIN);
-    else { fprintf(stderr, "ferry bench overlap: unknown argument '%s' (see --help)\n", f); exit(2); }
+    else if (!strcmp(f, "--output")) c->output = val(argc, argv, &i);
+    else if (!strcmp(f, "--samples-output")) c->samples_output = val(argc, argv, &i);
+    else if (!strcmp(f, "--device")) c->device = bench_parse_device(f, val(argc, argv, &i));
+    else if (!strcmp(f, "--matrix-size")) c->matrix_size = bench_parse_long(f, val(argc, argv, &i), 1);
+    else if (!strcmp(f, "--compute-ms")) c->compute_target_ms = bench_parse_positive_double(f, val(argc, argv, &i));
+    else if (!strcmp(f, "--compute-iterations")) c->compute_iterations = bench_parse_long(f, val(argc, argv, &i), 1);
+    else if (!strcmp(f, "--num-warmup")) c->num_warmup = bench_parse_long(f, val(argc, argv, &i), 0);
+    else if (!strcmp(f, "--num-runs")) c->num_runs = bench_parse_long(f, val(argc, argv, &i), 2);
+    else if (!strcmp(f, "--bootstrap-resamples")) c->bootstrap_resamples = bench_parse_long(f, val(argc, argv, &i), 1);
+    else if (!strcmp(f, "--seed")) c->seed = bench_parse_long(f, val(argc, argv, &i), LONG_MIN);
+    else bench_usage_error("bench overlap", "unknown argument '%s'", f);
   }
+  for (int i = 0; i < c->n_total_mib; i++)
+    for (int j = 0; j < c->n_num_tensors; j++)
+      if ((uint64_t)c->num_tensors[j] > (uint64_t)c->total_mib[i] << 20)
+        bench_usage_error("bench overlap", "cannot split %ld MiB into %ld nonempty tensors", c->total_mib[i],
+                          c->num_tensors[j]);
+  bench_check_output("--output", c->output);
+  if (c->samples_output) bench_check_output("--samples-output", c->samples_output);
 }
 
 /* ---- the foreground compute ------------------------------------------------------------------------------ */
@@ -126,7 +118,7 @@ static void run_compute(compute *c, long iterations) {
     int rc = c->cb.sgemm(c->cb.handle, 0, 0, c->n, c->n, c->n, &one, (const float *)(uintptr_t)c->left, c->n,
                          (const float *)(uintptr_t)c->right, c->n, &zero, (float *)(uintptr_t)c->out, c->n);
     if (rc != 0) {
-      fprintf(stderr, "ferry bench overlap: cublasSgemm_v2 failed with status %d\n", rc);
+      fprintf(stderr, "ferry: bench overlap: cublasSgemm_v2 failed with status %d\n", rc);
       exit(1);
     }
   }
@@ -139,7 +131,7 @@ static double time_compute(compute *c) {
   return bench_now_ms() - t0;
 }
 
-/* The seed's calibration: up to four rounds of three samples, scaling the count to the target by the median. */
+/* SPDL's calibration: up to four rounds of three samples, scaling the count to the target by the median. */
 static long calibrate(compute *c, double target_ms) {
   long iterations = 1;
   for (int round = 0; round < 4; round++) {
@@ -161,7 +153,7 @@ static long calibrate(compute *c, double target_ms) {
 static void compute_setup(compute *c, int device, long n, uint64_t seed) {
   char why[256];
   if (bench_cublas_open(&c->cb, why, sizeof why) != 0) {
-    fprintf(stderr, "ferry bench overlap: the foreground compute needs cuBLAS: %s\n", why);
+    fprintf(stderr, "ferry: bench overlap: the foreground compute needs cuBLAS: %s\n", why);
     exit(1);
   }
   BENCH_CU(ferry__drv.cuStreamCreate(&c->stream, CU_STREAM_NON_BLOCKING));
@@ -169,7 +161,7 @@ static void compute_setup(compute *c, int device, long n, uint64_t seed) {
   c->n = (int)n;
   size_t bytes = (size_t)n * (size_t)n * sizeof(float);
   float *h = malloc(bytes);
-  if (!h) { fprintf(stderr, "ferry bench overlap: out of host memory\n"); exit(1); }
+  if (!h) { fprintf(stderr, "ferry: bench overlap: out of host memory\n"); exit(1); }
   bench_rng rng = {seed};
   CUdeviceptr *bufs[3] = {&c->left, &c->right, &c->out};
   for (int k = 0; k < 3; k++) BENCH_F(ferry__devmem_alloc(device, bytes, c->stream, bufs[k]));
@@ -191,7 +183,7 @@ static void compute_check_finite(compute *c) {
   BENCH_CU(ferry__drv.cuStreamSynchronize(c->stream));
   for (size_t i = 0; i < count; i++)
     if (!isfinite(h[i])) {
-      fprintf(stderr, "ferry bench overlap: the foreground matrix multiplication produced non-finite output\n");
+      fprintf(stderr, "ferry: bench overlap: the foreground matrix multiplication produced non-finite output\n");
       exit(1);
     }
   free(h);
@@ -200,7 +192,7 @@ static void compute_check_finite(compute *c) {
 /* ---- the background worker ------------------------------------------------------------------------------- */
 
 /* One transfer method: runs a whole synchronous transfer on the calling (worker) thread. `ticket` receives
- * ferry's ticket so the outputs stay alive until the foreground has stopped its clock, as in the seed. */
+ * ferry's ticket so the outputs stay alive until the foreground has stopped its clock, as SPDL's script does. */
 typedef struct method {
   const char *name;
   void (*transfer)(struct method *m, ferry_transfer **ticket);
@@ -235,10 +227,8 @@ static void transfer_raw_loop(method *m, ferry_transfer **ticket) {
 }
 
 /* The worker and the foreground hand work over by spinning on atomics, not by sleeping on a condition variable:
- * a sleeping thread takes 50-100 us to wake on the H200's host (measured: the first version of this benchmark
- * lost about 0.1 ms per concurrent block to the wake-ups of a condvar and a pthread barrier, for ferry and the
- * raw loop alike), and that latency would be charged to the transfer's overlap. Both methods share this worker,
- * so the comparison between them is unchanged; only harness noise is removed. */
+ * a wake-up would be charged to the transfer's overlap (~0.1 ms per block on the H200's host; docs/results.md,
+ * Methodology). Both methods share this worker, so the comparison between them is unchanged. */
 typedef struct worker {
   pthread_t thread;
   atomic_int state; /* IDLE -> SUBMITTED (foreground) -> DONE (worker) -> IDLE (foreground takes the result) */
@@ -344,7 +334,7 @@ static void validate(worker *w, method *methods, const unsigned char *expected) 
     for (size_t i = 0; i < m->batch->n; i++) {
       const void *got = t ? ferry_transfer_outputs(t)[i].data : m->pinned + m->batch->offsets[i];
       if (memcmp(got, expected + m->batch->offsets[i], (size_t)m->batch->shapes[i]) != 0) {
-        fprintf(stderr, "ferry bench overlap: %s produced wrong bytes in tensor %zu; nothing was timed\n", m->name,
+        fprintf(stderr, "ferry: bench overlap: %s produced wrong bytes in tensor %zu; nothing was timed\n", m->name,
                 i);
         exit(1);
       }
@@ -432,7 +422,7 @@ static void merge_rank_summaries(const char *output, int world_size) {
     char path[1024], line[4096];
     FILE *f = fopen(bench_rank_path(output, k, path, sizeof path), "r");
     if (!f || !fgets(line, sizeof line, f)) {
-      fprintf(stderr, "ferry bench overlap: cannot read rank %d's summary %s\n", k, path);
+      fprintf(stderr, "ferry: bench overlap: cannot read rank %d's summary %s\n", k, path);
       exit(1);
     }
     while (fgets(line, sizeof line, f)) fprintf(out, "%d,%s", k, line);
@@ -481,7 +471,7 @@ int bench_overlap_main(int argc, char **argv) {
   FILE *raw_out = samples_file ? bench_csv_open(samples_file) : NULL;
   if (raw_out) overlap_write_samples_header(raw_out);
 
-  /* Scenarios in an order shuffled by the seed, as the seed does. */
+  /* Scenarios in an order shuffled by --seed, as SPDL's script does. */
   int n_scen = cfg.n_total_mib * cfg.n_num_tensors;
   long (*scen)[2] = calloc((size_t)n_scen, sizeof *scen);
   for (int i = 0; i < cfg.n_total_mib; i++)
@@ -502,7 +492,7 @@ int bench_overlap_main(int argc, char **argv) {
   atomic_init(&w.state, W_IDLE);
   atomic_init(&w.quit, 0);
   if (pthread_create(&w.thread, NULL, worker_main, &w) != 0) {
-    fprintf(stderr, "ferry bench overlap: cannot start the worker thread\n");
+    fprintf(stderr, "ferry: bench overlap: cannot start the worker thread\n");
     return 1;
   }
   table_row *table = calloc((size_t)n_scen * N_METHODS, sizeof *table);
@@ -510,11 +500,6 @@ int bench_overlap_main(int argc, char **argv) {
   for (int si = 0; si < n_scen; si++) {
     uint64_t total = (uint64_t)scen[si][0] << 20;
     long n = scen[si][1];
-    if ((uint64_t)n > total) {
-      fprintf(stderr, "ferry bench overlap: cannot split %llu bytes into %ld nonempty tensors\n",
-              (unsigned long long)total, n);
-      return 2;
-    }
     fprintf(stderr, "\n%llu MiB in %ld tensor(s), %ld compute iteration(s)\n", (unsigned long long)(total >> 20), n,
             c.iterations);
     /* Sources: random bytes, ready before timing; the host copy is the expected output. */

@@ -1,5 +1,5 @@
 /* overlap.h — private to the overlap benchmark: its configuration, one paired sample, and the summary that
- * becomes one CSV row. The CSV columns are the seed's (SPDL's benchmark_transfer_overlap.py, schema version 1),
+ * becomes one CSV row. The CSV columns are SPDL's (benchmark_transfer_overlap.py, schema version 1),
  * in the same order, so the C and Python benchmarks' files can be read by one tool. */
 #ifndef FERRY_BENCH_OVERLAP_H
 #define FERRY_BENCH_OVERLAP_H

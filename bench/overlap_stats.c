@@ -1,4 +1,4 @@
-/* overlap_stats.c — the overlap benchmark's statistics and CSV rows, computed as the seed computes them:
+/* overlap_stats.c — the overlap benchmark's statistics and CSV rows, computed as SPDL's script computes them:
  * medians and 95th percentiles with numpy's interpolation, paired speedup serialized/concurrent per block, and
  * percentile-bootstrap 95% intervals of the median speedup and of the median estimated overlap efficiency. */
 #include "overlap.h"

@@ -96,7 +96,7 @@ static void merge(const char *output, const bench_ranks *r, double bytes, int re
         sscanf(line, "%d,%d,%d,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf", &x.rank, &x.local_rank, &x.device,
                &x.alone_limit_ms, &x.alone_ferry_ms, &x.raw_median_ms, &x.ferry_median_ms, &x.raw_start_ms,
                &x.raw_end_ms, &x.ferry_start_ms, &x.ferry_end_ms) != 11) {
-      fprintf(stderr, "ferry bench ranks: cannot read rank %d's results from %s\n", k, path);
+      fprintf(stderr, "ferry: bench ranks: cannot read rank %d's results from %s\n", k, path);
       exit(1);
     }
     fclose(f);
@@ -118,23 +118,27 @@ static void merge(const char *output, const bench_ranks *r, double bytes, int re
          raw_gbs / limit_gbs, ferry_gbs, ferry_gbs / limit_gbs, output);
 }
 
+/* The option's value, or a usage error when it has none. */
+static const char *val(int argc, char **argv, int *i) { return bench_value("bench ranks", argc, argv, i); }
+
 int bench_ranks_main(int argc, char **argv) {
   long mib = 64, repeats = 20;
   const char *output = "ferry-ranks.csv";
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(); return 0; }
-    else if (!strcmp(argv[i], "--total-mib") && i + 1 < argc) mib = bench_parse_long(argv[i], argv[i + 1], 1), i++;
-    else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = bench_parse_long(argv[i], argv[i + 1], 1), i++;
-    else if (!strcmp(argv[i], "--output") && i + 1 < argc) output = argv[++i];
-    else { fprintf(stderr, "ferry bench ranks: unknown or incomplete argument '%s' (see --help)\n", argv[i]); return 2; }
+    else if (!strcmp(argv[i], "--total-mib")) mib = bench_parse_long("--total-mib", val(argc, argv, &i), 1);
+    else if (!strcmp(argv[i], "--repeats")) repeats = bench_parse_long("--repeats", val(argc, argv, &i), 1);
+    else if (!strcmp(argv[i], "--output")) output = val(argc, argv, &i);
+    else bench_usage_error("bench ranks", "unknown argument '%s'", argv[i]);
   }
+  bench_check_output("--output", output);
   if (bench_no_gpu("ferry bench ranks")) return 0;
   bench_ranks r = bench_ranks_from_env();
   int device;
   ferry_status st = ferry_device_resolve(-1, &device);
   if (st != FERRY_OK) {
-    fprintf(stderr, "ferry bench ranks: rank %d: %s\n", r.rank, ferry_last_error_message());
-    return 1;
+    fprintf(stderr, "ferry: bench ranks: rank %d: %s\n", r.rank, ferry_last_error_message());
+    return BENCH_EXIT_FAILURE;
   }
   BENCH_F(ferry__ctx_enter(device));
   size_t bytes = (size_t)mib << 20;

@@ -88,7 +88,7 @@ if(FERRY_NVCC)
                 ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels/gemm_mma_sw.cu)
     endforeach()
   endforeach()
-  # gemm_wgmma.cu: sm_90a only (the -gencode form; see HOPPER.md), in the same two kinds.
+  # gemm_wgmma.cu: sm_90a only (wgmma needs the architecture-specific target), in the same two kinds.
   foreach(majors "-DFERRY_A_ROW=1 -DFERRY_B_ROW=1 -DFERRY_OUT_ROW=1" "-DFERRY_A_ROW=0 -DFERRY_B_ROW=0 -DFERRY_OUT_ROW=0")
     separate_arguments(maj UNIX_COMMAND "${majors}")
     list(APPEND check_cmds COMMAND ${CMAKE_COMMAND} -E echo "gemm_wgmma 128x256x64 s4 bf16 ${majors}"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ci_sanitizers.sh — the reliability suite's CI stanzas (issue 7; docs/reliability.md), on a machine without a GPU:
+# ci_sanitizers.sh — the reliability suite's CI stanzas (docs/reliability.md), on a machine without a GPU:
 #
 #   tsan      the CPU suites (ferry_test_cpu, ferry_test_reliability, ferry_test_ops) built with ThreadSanitizer
 #             (gcc), including 16 threads transferring at once through the simulated driver (not the 10^6-tensor

@@ -1,15 +1,32 @@
-/* ferry.c — the ferry command-line program: `ferry info` and the `ferry bench ...` benchmarks.
+/* ferry.c — the ferry command-line program: `ferry info`, the `ferry bench NAME` benchmarks, `ferry --version`.
  *
  * `info` prints the device, the driver, one 64 MiB copy's bandwidth and the pool's counters, and says plainly
- * when there is no GPU. Each benchmark lives in bench/ as a program of its own; this file only dispatches.
+ * when there is no GPU. Each benchmark lives in bench/ as a program of its own; this file only dispatches. Every
+ * command follows bench/common.h's conventions: exit status 0 done (also "no GPU here"), 1 a failure, 2 a bad
+ * command line; messages on stderr start "ferry: ".
  */
 #include "../bench/bench.h"
 #include "../bench/common.h"
 
 #include <string.h>
 
-static int cmd_info(void) {
-  if (bench_no_gpu("ferry info")) return 0;
+static void info_usage(FILE *f) {
+  fprintf(f, "usage: ferry info\n\n"
+             "The device (LOCAL_RANK, else cuda:0), the driver, whether cuMemcpyBatchAsync and the gather kernel are\n"
+             "there, one 64 MiB D2H through ferry (the first call pins the pool) and the pool's counters.\n"
+             "Without a GPU it says so and exits 0.\n");
+}
+
+static int cmd_info(int argc, char **argv) {
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      info_usage(stdout);
+      return BENCH_EXIT_OK;
+    }
+    fprintf(stderr, "ferry: info: unknown argument '%s' (see `ferry info --help`)\n", argv[i]);
+    return BENCH_EXIT_USAGE;
+  }
+  if (bench_no_gpu("ferry info")) return BENCH_EXIT_OK;
   ferry_device_info info;
   BENCH_F(ferry_device_info_get(-1, &info));
   printf("ferry %s\ndevice cuda:%d  %s  sm_%d%d  SMs=%d  copy engines=%d  memory=%.1f GiB\ndriver %d.%d  "
@@ -58,31 +75,62 @@ typedef struct command {
 } command;
 
 static const command benches[] = {
-    {"overlap", bench_overlap_main, "the seed's D2H / foreground-GEMM overlap experiment (the main job)"},
+    {"overlap", bench_overlap_main, "D2H in a background thread under a foreground SGEMM (SPDL's overlap experiment)"},
     {"bandwidth", bench_bandwidth_main, "D2H/H2D over sizes and tensor counts: ferry vs the raw copies"},
     {"ranks", bench_ranks_main, "one process per GPU (torchrun): placement checks, aggregate host bandwidth"},
     {"latency", bench_latency_main, "operator host latency (the CUTLASS notebook's table) and GEMM device time"},
 };
+enum { N_BENCHES = sizeof benches / sizeof *benches };
+
+static void bench_list(FILE *f) {
+  fprintf(f, "usage: ferry bench NAME [options]     (`ferry bench NAME --help` describes one)\n\nbenchmarks:\n");
+  for (size_t i = 0; i < N_BENCHES; i++) fprintf(f, "  %-10s %s\n", benches[i].name, benches[i].help);
+  fprintf(f, "\nEach writes CSV (--output) and prints a table last. Without a GPU it says so and exits 0.\n");
+}
 
 static void usage(FILE *f) {
   fprintf(f, "usage: ferry <command> [options]\n\ncommands:\n"
              "  info                 device, driver, one 64 MiB copy through ferry, pool counters\n");
-  for (size_t i = 0; i < sizeof benches / sizeof *benches; i++)
-    fprintf(f, "  bench %-14s %s\n", benches[i].name, benches[i].help);
-  fprintf(f, "  --help               this text; `ferry bench NAME --help` describes a benchmark\n\n"
-             "Without a GPU every command says so and exits with status 0.\n");
+  for (size_t i = 0; i < N_BENCHES; i++) fprintf(f, "  bench %-14s %s\n", benches[i].name, benches[i].help);
+  fprintf(f, "  --version            ferry's version\n"
+             "  --help               this text; `ferry bench NAME --help` describes a benchmark\n\n"
+             "Exit status: 0 done (also when there is no GPU: every command then says so), 1 a failure, 2 a bad\n"
+             "command line.\n");
+}
+
+static int cmd_bench(int argc, char **argv) {
+  if (argc == 0) {
+    fprintf(stderr, "ferry: bench: name a benchmark\n");
+    bench_list(stderr);
+    return BENCH_EXIT_USAGE;
+  }
+  if (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
+    bench_list(stdout);
+    return BENCH_EXIT_OK;
+  }
+  for (size_t i = 0; i < N_BENCHES; i++)
+    if (!strcmp(argv[0], benches[i].name)) return benches[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "ferry: bench: unknown benchmark '%s'\n", argv[0]);
+  bench_list(stderr);
+  return BENCH_EXIT_USAGE;
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    usage(stdout);
-    return 0;
+  if (argc < 2) {
+    usage(stderr);
+    return BENCH_EXIT_USAGE;
   }
-  if (!strcmp(argv[1], "info")) return cmd_info();
-  if (!strcmp(argv[1], "bench") && argc >= 3)
-    for (size_t i = 0; i < sizeof benches / sizeof *benches; i++)
-      if (!strcmp(argv[2], benches[i].name)) return benches[i].run(argc - 3, argv + 3);
-  fprintf(stderr, "ferry: unknown command '%s%s%s'\n", argv[1], argc >= 3 ? " " : "", argc >= 3 ? argv[2] : "");
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    usage(stdout);
+    return BENCH_EXIT_OK;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("ferry %s\n", ferry_version());
+    return BENCH_EXIT_OK;
+  }
+  if (!strcmp(argv[1], "info")) return cmd_info(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);
+  fprintf(stderr, "ferry: unknown command '%s'\n", argv[1]);
   usage(stderr);
-  return 2;
+  return BENCH_EXIT_USAGE;
 }

@@ -65,7 +65,7 @@ for p in "${parts[@]}"; do
   overlap1ms) part overlap1ms "$build/ferry bench overlap --compute-ms 1 --num-tensors 1 32 256 \
            --output $RESULTS/overlap_1ms.csv" ;;
   bandwidth64) TAILN=24 part bandwidth64 "$build/ferry bench bandwidth --sizes 64M --num-tensors 1 32 256 4096 \
-           --repeats 51 --output $RESULTS/bandwidth64.csv" ;; # the issue's 64 MiB targets, more repeats
+           --repeats 51 --output $RESULTS/bandwidth64.csv" ;; # the 64 MiB targets, more repeats
   bandwidth) TAILN=40 part bandwidth "$build/ferry bench bandwidth --output $RESULTS/bandwidth.csv" ;;
   python) part python "$PYTHON -m pytest -q -rs tests/python" ;;
   pycall) TAILN=24 part pycall "$PYTHON -m ferry.bench.call_overhead --output $RESULTS/py_call_overhead.csv" ;;

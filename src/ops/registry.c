@@ -177,11 +177,8 @@ static void add_simt(void) {
 }
 
 /* The built-in designs. `speed` (ferry__design) orders them in ferry_ops_find together with the tile/wave model
- * of cost_of(), fitted to their H200 device times at 4096³ bf16 (build/ferry_time_gemm, 2026-12-02; cuBLAS
- * 175.5 µs): gemm_mma 128×128×32 s4 461 µs = 1.0, 128×256×32 s3 610 µs, 64×64×32 s3 794 µs, 64×64 align2
- * 2297 µs; gemm_mma_sw 128×256×64 s4 277.9 µs, 128×256×64 s3 280.3 µs, 256×128×64 s3 282.9 µs, 128×128×64 s3
- * 289.4 µs; gemm_wgmma 128×256×64 s4 202.2 µs (0.87× cuBLAS). speed = (cost without speed / 262144) × 456 µs /
- * time: for designs of one tile shape, speeds scale as 1 / time. */
+ * of cost_of(): it is fitted to each design's measured device time, speed = (cost without speed / 262144) × 456 µs
+ * / time, so that designs of one tile shape rank as 1 / time (the times: docs/gemm-kernels.md). */
 static void register_builtins(void) {
   pthread_mutex_lock(&registry_lock);
   ferry__builtin_headers_digest(builtin_headers);
@@ -197,9 +194,9 @@ static void register_builtins(void) {
     add_mma(FERRY__MMA_SW, types[i], 256, 128, 64, 4, 2, 3, 8, 1.410);
     add_mma(FERRY__MMA_SW, types[i], 128, 256, 64, 2, 4, 4, 8, 1.436); /* deeper pipeline: sm_90's 227 KB only */
   }
-  /* gemm_wgmma.cu (sm_90a): two warpgroups of m64n256k16, 4 stages of 48 KB; found for sm_90 targets only. Ranked
-   * first there since its H200 run (202 µs at 4096³ bf16, every correctness check passed). FERRY_WGMMA=0 leaves
-   * it out (for comparing, or for a driver that cannot load sm_90a code). */
+  /* gemm_wgmma.cu (sm_90a): two warpgroups of m64n256k16, 4 stages of 48 KB; found for sm_90 targets only, and
+   * ranked first there (the fastest design measured). FERRY_WGMMA=0 leaves it out (for comparing, or for a driver
+   * that cannot load sm_90a code). */
   const char *wgmma = getenv("FERRY_WGMMA");
   if (!wgmma || strcmp(wgmma, "0") != 0)
     for (int i = 0; i < 2; i++) add_mma(FERRY__WGMMA, types[i], 128, 256, 64, 2, 4, 4, 8, 1.973);

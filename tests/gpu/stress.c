@@ -1,4 +1,4 @@
-/* stress.c — ferry_stress: load and soak on the GPU (issue 7), plus the entry to the fault and fork checks.
+/* stress.c — ferry_stress: load and soak on the GPU, plus the entry to the fault and fork checks.
  *
  * Load: T threads (16) each run N random batches (1000): a D2H batch of random device views — 1 to 256 tensors of
  * 1-, 2-, 4- or 8-byte elements (and float32x2), 1 B to 1 MiB each (log-uniform), compact, transposed, sliced

@@ -8,7 +8,7 @@
  * --faults runs fault injection on the runtime's driver and NVRTC calls instead (fault_ops_gpu.c); with --simulate,
  * through the CPU tests' simulated driver, without a GPU.
  *
- * Error bound (METHOD.md): ‖out − ref‖ / ‖ref‖ over the output, with ref from the rounded inputs in float64:
+ * Error bound: ‖out − ref‖ / ‖ref‖ over the output, with ref from the rounded inputs in float64:
  * fp32 out from fp32 operands 1e-5; fp32 out from fp16/bf16 operands 1e-4; fp16 out 5e-3; bf16 out 1e-2; fp16
  * accumulation 1e-2 (k ≤ 129). NaN never passes.
  */

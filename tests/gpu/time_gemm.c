@@ -161,7 +161,7 @@ int main(int argc, char **argv) {
     REQUIRE_CU(ferry__drv.cuMemAlloc(&a_[s], bytes));
     REQUIRE_CU(ferry__drv.cuMemAlloc(&b_[s], bytes));
     REQUIRE_CU(ferry__drv.cuMemAlloc(&c_[s], bytes));
-    for (int which = 0; which < 2; which++) { /* random in [-1, 1), A and B different: never zeros (METHOD.md) */
+    for (int which = 0; which < 2; which++) { /* random in [-1, 1), A and B different: never zeros */
       for (size_t i = 0; i < count; i++) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         host[i] = float_to_half((float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0), type_);

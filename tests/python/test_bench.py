@@ -1,4 +1,4 @@
-"""The Python benchmarks' logic, on the CPU: the overlap benchmark's schema (the seed's), statistics, randomized
+"""The Python benchmarks' logic, on the CPU: the overlap benchmark's schema (SPDL's), statistics, randomized
 schedules and diagnostic timeline, the call-overhead summary, the bandwidth grid and CSV, every main() end to end
 on a numpy stand-in for torch (fake_torch.py), the plotter on every ferry CSV schema, and the no-CUDA exits."""
 
@@ -22,7 +22,7 @@ import fake_torch  # noqa: E402
 needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
                                       reason="matplotlib not installed")
 
-# The seed's CSV columns, in order (benchmark_transfer_overlap.py, _SCHEMA_VERSION = 1).
+# SPDL's CSV columns, in order (benchmark_transfer_overlap.py, _SCHEMA_VERSION = 1).
 SEED_SUMMARY = """schema_version created_utc device_name device_capability torch_version cuda_version seed
 schedule_seed bootstrap_seed bootstrap_resamples num_warmup num_runs total_bytes num_tensors dtype matrix_size
 compute_target_ms compute_iterations method compute_median_ms compute_p95_ms transfer_median_ms transfer_p95_ms
@@ -116,7 +116,7 @@ def _raw(method, trial, compute, transfer, serialized, concurrent):
 
 def test_harness_floor_nets_out_the_harness_own_hand_offs(capsys):
     # The no-op worker: round trip 0.4 ms, concurrent 0.3 ms over compute. A method with transfer 1.7 ms whose
-    # concurrent block equals the no-op's hides all it can: 1.4 of 1.4 ms, 100% net (82% by the seed's measure).
+    # concurrent block equals the no-op's hides all it can: 1.4 of 1.4 ms, 100% net (82% by the estimated overlap).
     raw = []
     for trial in range(3):
         raw.append(_raw(overlap._METHOD_NOOP, trial, 8.0, 0.4, 8.4, 8.3))
@@ -215,7 +215,7 @@ def test_overlap_flags_beyond_the_seeds_are_off_by_default():
 
 @pytest.mark.parametrize("warm_first", [False, True])
 def test_outputs_are_freed_on_the_main_thread_and_the_warm_up_call_is_off_the_clock(warm_first):
-    """The seed drops every block's outputs on the main thread. --warm-transfer-first adds one untimed call on the
+    """SPDL's script drops every block's outputs on the main thread. --warm-transfer-first adds one untimed call on the
     worker before each transfer-only block (its output dropped there), and none before the other schedules."""
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(set_device=lambda d: None))
     freed_on, calls = [], []
@@ -451,7 +451,7 @@ def test_plot_skips_unknown_and_empty_csvs_with_a_message_and_plots_the_rest(tmp
             row.update(total_bytes=64 << 20, num_tensors=256, method=method, trial=trial, speedup=speed + trial / 100,
                        estimated_overlap_efficiency=0.95 + trial / 100, concurrent_ms=7.9, compute_only_ms=7.9)
             samples.append(row)
-    write_rows(tmp_path / "overlap_samples.csv", samples)  # the seed's samples schema, as the C bench writes it
+    write_rows(tmp_path / "overlap_samples.csv", samples)  # SPDL's samples schema, as the C bench writes it
     paths = [str(tmp_path / n) for n in ("x.csv", "empty.csv", "header_only.csv", "overlap_samples.csv")]
     assert plot.main(paths + ["--out-dir", str(tmp_path / "png")]) == 0
     err = capsys.readouterr().err

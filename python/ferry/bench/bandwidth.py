@@ -1,6 +1,6 @@
 """Bandwidth of D2H and H2D from Python: ferry against PyTorch and the link's limit, on the grid of the C benchmark.
 
-The Python half of issue 4's bandwidth comparison: ``ferry bench bandwidth`` (bench/bandwidth.c) measures ferry's
+The Python half of the bandwidth comparison: ``ferry bench bandwidth`` (bench/bandwidth.c) measures ferry's
 C API against the raw driver primitives; this program measures what a Python caller gets, with the same payload
 sizes, tensor counts and CSV schema (direction, total_bytes, num_tensors, method, median_ms, gb_per_s,
 ratio_to_limit), so ``python -m ferry.bench.plot`` draws both files together.
@@ -10,11 +10,11 @@ Methods, each timed end to end on the host (the call, its outputs created, the c
   limit (1 raw copy)   one ``copy_`` of the whole payload between a device tensor and a preallocated pinned tensor
                        on a side stream, then synchronize: the link's limit in this run, the reference of every
                        ratio in the same (direction, size) cell;
-  torch to(cpu) loop   the seed's method: ``[t.to("cpu", non_blocking=True) for t in tensors]`` on a side stream
+  torch to(cpu) loop   SPDL's reference method: ``[t.to("cpu", non_blocking=True) for t in tensors]`` on a side stream
                        that waits for the current stream, then synchronize (H2D: ``torch to(cuda) loop``, the same
                        with ``.to(device, non_blocking=True)`` from pinned host tensors);
   ferry python         ``ferry.transfer_tensor_d2h(tensors)`` / ``ferry.transfer_tensor_h2d(tensors)``.
-The tensors are uint8 views of one buffer cut as the C benchmark and the seed cut them (the first total mod N are
+The tensors are uint8 views of one buffer cut as the C benchmark and SPDL's benchmark cut them (the first total mod N are
 one byte longer); device bytes are random, the host buffer is pinned and holds the same bytes (H2D reads pinned
 memory, as in the C benchmark). Every method's output is checked byte for byte in cells up to 64 MiB.
 
@@ -22,8 +22,8 @@ Grid: sizes 4K 64K 1M 16M 64M 256M 1G and counts 1 32 256 4096 16384 (counts tha
 bytes are skipped, as in C). ferry and the limit run the whole grid. PyTorch's loop costs microseconds per tensor
 in Python whatever the size, so a torch cell is skipped when its second untimed call predicts more than
 ``--torch-budget-s`` (default 2.5 s) for the timed repeats; the skipped cells are listed at the end. On an H200
-only the 16384-tensor cells come near it (the first run measured ~10 us per tensor for the loop: ~0.16 s per call,
-~1.8 s for 11 repeats). Estimated run time with the defaults: about a minute on an H200 (not yet measured).
+only the 16384-tensor cells come near it (~10 us per tensor for the loop: ~0.16 s per call, ~1.8 s for 11
+repeats).
 
 Usage::
 
@@ -83,7 +83,7 @@ def _parse_args(argv):
 
 
 def split_sizes(total, n):
-    """The seed's split of `total` bytes into n tensors: the first (total mod n) are one byte longer."""
+    """SPDL's split of `total` bytes into n tensors: the first (total mod n) are one byte longer."""
     size, rest = divmod(total, n)
     return [size + (i < rest) for i in range(n)]
 

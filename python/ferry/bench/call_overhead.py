@@ -14,7 +14,7 @@ Two experiments, in one run on one device:
      - ``ferry: <phase>``: where the synchronous calls' time went, from ferry's private phase stamps taken in
        those same calls (walk: arguments, batch walk and ordering; submit; handoff: the GIL hand-off window;
        build: torch outputs; wait; finish: rebuild and release);
-     - ``torch to(cpu)``: the seed's reference, ``[t.to("cpu", non_blocking=True) ...]`` on a dedicated stream
+     - ``torch to(cpu)``: SPDL's reference method, ``[t.to("cpu", non_blocking=True) ...]`` on a dedicated stream
        that waits for the current stream, then synchronize.
 2. ``small``: one small tensor (default 1 KiB) per call: ferry against torch ``to(cpu)`` on a dedicated stream.
 
@@ -49,8 +49,8 @@ SCHEMA_VERSION = 1
 FIELDS = ["schema_version", "created_utc", "device_name", "torch_version", "ferry_version", "experiment",
           "total_bytes", "num_tensors", "method", "repeats", "median_ms", "p10_ms", "p90_ms", "gb_per_s",
           "ratio", "ratio_to"]
-TARGETS = {1: 1.05, 256: 1.2, 4096: 2.0}  # issue 3: ferry / raw copy, end to end
-SMALL_TARGET = 1.5                        # issue 3: ferry / torch for one small tensor
+TARGETS = {1: 1.05, 256: 1.2, 4096: 2.0}  # ferry / raw copy, end to end
+SMALL_TARGET = 1.5                        # ferry / torch for one small tensor
 
 
 def _positive_int(value):

@@ -1,4 +1,4 @@
-"""Host latency of ferry.ops from Python: the CUTLASS Operator API notebook's table (seed 004), reproduced.
+"""Host latency of ferry.ops from Python: the CUTLASS Operator API notebook's table, reproduced.
 
 The notebook's experiment: M=N=K=128, L=1, fp16 operands and output, fp32 accumulation, a different operand set
 for every iteration (warm-up + profiled iterations, at most 110 sets), warm-up then 100 profiled iterations. Every
@@ -16,7 +16,7 @@ Columns:
 Rows: run without an artifact (ferry: memo hit) and with one; supports check on and bypassed; the fast call form
 (op.launcher) both ways; the supports check alone; GemmArguments construction; 20 launches eager, as a torch CUDA
 graph of op.run (the notebook's code), and as a ferry.ops.Graph; first compile (cold: a fresh XDG_CACHE_HOME and
-an empty memo), disk-cache load, memo hit, CompiledArtifact.load. Targets (issue 6): fast call form with checks
+an empty memo), disk-cache load, memo hit, CompiledArtifact.load. Targets: fast call form with checks
 bypassed <= raw + 1.0 us; with the supports check <= that + 0.3 us; GemmArguments <= 3 us.
 
 Writes a CSV (--output), a PNG of the table (--plot; needs matplotlib), and prints the table last. Without CUDA or
@@ -46,7 +46,7 @@ FIELDS = ["schema_version", "created_utc", "device_name", "torch_version", "ferr
           "unit", "ferry", "raw", "torch_eager", "torch_graph", "cutlass_notebook", "target", "met", "ferry_e2e",
           "raw_e2e", "torch_e2e", "repeats"]
 
-# The notebook's published figures (seed 004), in the unit of each row.
+# The notebook's published figures, in the unit of each row.
 CUTLASS = {
     "run_noart_checked": 1.474e6,   # "Without compiled artifact": JIT-compiles on every call
     "run_art_checked": 24.18,       # "With supports check"
@@ -107,7 +107,7 @@ def parse_args(argv):
 
 
 def targets(figures):
-    """The issue's targets as (key, text, met) for the keys they apply to; met is None when a figure is missing."""
+    """The targets as (key, text, met) for the keys they apply to; met is None when a figure is missing."""
 
     def known(*values):
         return all(v is not None and not math.isnan(v) for v in values)

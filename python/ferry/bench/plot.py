@@ -1,9 +1,9 @@
 """PNG plots from ferry's benchmark CSV files.
 
 Reads any mix of (the kind of each file is recognised from its header):
-  - overlap summaries (the seed's schema): ``python -m ferry.bench.overlap --output`` and ``ferry bench overlap
+  - overlap summaries (SPDL's schema): ``python -m ferry.bench.overlap --output`` and ``ferry bench overlap
     --output``: paired speedup bars with their 95% CIs, and overlap efficiency bars, per tensor count and method;
-  - overlap raw samples (the seed's samples schema): ``--samples-output`` of either overlap benchmark: the per-block
+  - overlap raw samples (SPDL's samples schema): ``--samples-output`` of either overlap benchmark: the per-block
     distributions of speedup and overlap efficiency, per tensor count and method;
   - overlap diagnostics: ``python -m ferry.bench.overlap --diagnostics-output``: the medians of where a concurrent
     block spends its excess over compute-only, per tensor count and method;
