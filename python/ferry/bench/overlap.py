@@ -712,21 +712,20 @@ def _run(torch, ferry, config, device, hooks=None, diagnostics=False):
             scenario_seed = config.seed + index * 1009
             per_method = _collect(runner, methods, num_warmup=config.num_warmup, num_runs=config.num_runs,
                                   seed=scenario_seed)
-            holds = {}
+            ferry_holds = []  # ferry's longest GIL hold in each concurrent block (diagnostic mode)
             if diagnostics:
                 rows = _diagnostic_rows(runner.records, total_bytes, count, config.layout)
                 runner.records = []
                 diagnostic_rows.extend(rows)
-                for r in rows:
-                    if r.get("ferry_max_hold_us") is not None and r["method"] == _METHOD_FERRY:
-                        holds.setdefault(r["method"], []).append(r["ferry_max_hold_us"])
+                ferry_holds = [r["ferry_max_hold_us"] for r in rows
+                               if r["method"] == _METHOD_FERRY and r.get("ferry_max_hold_us") is not None]
             floor = per_method[_METHOD_NOOP]
             for method_index, (method, samples) in enumerate(per_method.items()):
                 bootstrap_seed = scenario_seed + method_index * 17
                 summary = _summarize(torch, samples, floor, created=created, device=device, config=config,
                                      total_bytes=total_bytes, num_tensors=count, iterations=iterations,
                                      method=method, schedule_seed=scenario_seed, bootstrap_seed=bootstrap_seed,
-                                     gil_max_hold_us=holds.get(method, ()))
+                                     gil_max_hold_us=ferry_holds if method == _METHOD_FERRY else ())
                 summaries.append(summary)
                 _print_row(summary)
                 raw.extend(_raw_records(samples, floor, created=created, config=config, schedule_seed=scenario_seed,
