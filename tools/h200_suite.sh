@@ -6,7 +6,7 @@
 #
 # usage: tools/h200_suite.sh [--results DIR] PART...
 #   parts: build (= compile + ctest) compile ctest tests memcheck racecheck opsracecheck synccheck overlap
-#          overlap1ms bandwidth bandwidth64 python pycall pycalltrim pycallviews pybench pybench4096 pybench4096arena pybench4096notrim pybench4096frozen pybench4096warm pybench1ms pybenchnohandoff pybandwidth
+#          overlap1ms bandwidth bandwidth64 python pycall pycalltrim pycallviews pybench pybenchmany pybench4096 pybench4096arena pybench4096notrim pybench1ms pybenchnopacing pybandwidth
 #          pybandwidth64 ops
 #          opsfaults opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots all
 #   ferry_stress under compute-sanitizer: stressmemcheck stressracecheck (STRESS_BATCHES per thread)
@@ -82,16 +82,14 @@ for p in "${parts[@]}"; do
   pybench4096notrim) TAILN=12 part pybench4096notrim "GLIBC_TUNABLES=glibc.malloc.trim_threshold=1073741824 \
            $PYTHON -m ferry.bench.overlap --num-tensors 4096 --num-runs 15 --output $RESULTS/py_overlap_4096_notrim.csv \
            --diagnostics-output $RESULTS/py_overlap_4096_notrim_diagnostics.csv" ;; # A/B: glibc never trims
-  pybench4096warm) TAILN=24 part pybench4096warm "$PYTHON -m ferry.bench.overlap --num-tensors 4096 \
-           --num-runs 15 --warm-transfer-first --output $RESULTS/py_overlap_4096_warm.csv \
-           --diagnostics-output $RESULTS/py_overlap_4096_warm_diagnostics.csv" ;; # A/B: a warm-up call before each timed one
-  pybench4096frozen) TAILN=12 part pybench4096frozen "$PYTHON -m ferry.bench.overlap --num-tensors 4096 \
-           --num-runs 15 --gc-freeze --output $RESULTS/py_overlap_4096_frozen.csv" ;; # A/B: full GCs skip torch
-  pybench) TAILN=20 part pybench "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \
+  pybench) TAILN=30 part pybench "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \
            --output $RESULTS/py_overlap.csv --samples-output $RESULTS/py_overlap_samples.csv \
-           --diagnostics-output $RESULTS/py_overlap_diagnostics.csv --harness-floor" ;;
-  pybenchnohandoff) TAILN=12 part pybenchnohandoff "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \
-           --ferry-gil-handoff-us 0 --output $RESULTS/py_overlap_nohandoff.csv" ;;
+           --diagnostics-output $RESULTS/py_overlap_diagnostics.csv" ;;
+  pybenchmany) TAILN=30 part pybenchmany "for layout in even mixed; do $PYTHON -m ferry.bench.overlap \
+           --num-tensors 4096 16384 --num-runs 15 --layout \$layout --output $RESULTS/py_overlap_many_\$layout.csv \
+           --diagnostics-output $RESULTS/py_overlap_many_\${layout}_diagnostics.csv || exit 1; done" ;;
+  pybenchnopacing) TAILN=20 part pybenchnopacing "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 4096 \
+           --ferry-gil-slice-us 0 --ferry-gil-switch-us 0 --output $RESULTS/py_overlap_nopacing.csv" ;; # A/B: no GIL pacing
   pybandwidth) TAILN=30 part pybandwidth "$PYTHON -m ferry.bench.bandwidth --output $RESULTS/py_bandwidth.csv" ;;
   pybandwidth64) TAILN=30 part pybandwidth64 "$PYTHON -m ferry.bench.bandwidth --sizes 1M 64M \
            --num-tensors 1 256 4096 16384 --output $RESULTS/py_bandwidth64.csv" ;;
@@ -135,7 +133,7 @@ for p in "${parts[@]}"; do
            --diagnostics-output $RESULTS/py_overlap_4096_spin\\\$SPIN.\\\$ROUND.diag.csv\" | grep -E '===|speed probe|    4096  '" ;;
              # A/B: the harness with its vCPUs kept from halting between blocks (SCHED_IDLE busy loops)
   placementbench) TAILN=40 part placementbench "PLACEMENTS=\"unpinned fast slow\" tools/cpu_placement.sh ab 1 sh -c \"$PYTHON -m ferry.bench.overlap \
-           --num-tensors 1 32 256 4096 --num-runs 30 --harness-floor --output $RESULTS/py_overlap_\\\$PLACEMENT.csv \
+           --num-tensors 1 32 256 4096 --num-runs 30 --output $RESULTS/py_overlap_\\\$PLACEMENT.csv \
            --diagnostics-output $RESULTS/py_overlap_diag_\\\$PLACEMENT.csv\"" ;;
   soakstart) # the soak in its own session, so that it outlives this command (the device tool keeps such
              # processes until the machine goes back); soakwait collects it

@@ -39,4 +39,9 @@
   X(parts_a_driver_fault_in_a_later_part_kills_the_transfer_cleanly) \
   X(parts_without_a_driver_pass_through) \
   X(pool_reuses_and_trims)                  \
-  X(device_index_past_count_names_both)
+  X(device_index_past_count_names_both)     \
+  X(bench_overlap_each_block_is_measured_against_the_no_op_workers_same_block) \
+  X(bench_overlap_bound_of_a_transfer_longer_than_the_compute_is_the_compute_hidden_whole) \
+  X(bench_overlap_summary_reports_medians_of_the_per_block_differences) \
+  X(bench_overlap_csv_headers_keep_spdls_columns_first_and_add_the_floors_after) \
+  X(bench_overlap_rows_have_as_many_fields_as_their_headers)

@@ -1,6 +1,7 @@
-"""The Python benchmarks' logic, on the CPU: the overlap benchmark's schema (SPDL's), statistics, randomized
-schedules and diagnostic timeline, the call-overhead summary, the bandwidth grid and CSV, every main() end to end
-on a numpy stand-in for torch (fake_torch.py), the plotter on every ferry CSV schema, and the no-CUDA exits."""
+"""The Python benchmarks' logic, on the CPU: the overlap benchmark's schema (SPDL's columns first, then ferry's),
+statistics, the harness floor's arithmetic, randomized schedules, layouts and diagnostic timeline, the call-overhead
+summary, the bandwidth grid and CSV, every main() end to end on a numpy stand-in for torch (fake_torch.py), with and
+without ferry's test hooks, the plotter on every ferry CSV schema, and the no-CUDA exits."""
 
 import csv
 import dataclasses
@@ -14,6 +15,7 @@ import types
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from ferry import _ferry
 from ferry.bench import bandwidth, call_overhead, overlap, plot
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -21,33 +23,51 @@ import fake_torch  # noqa: E402
 
 needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
                                       reason="matplotlib not installed")
+needs_test_hooks = pytest.mark.skipif(not hasattr(_ferry, "_gil_pacing"),
+                                      reason="ferry built without its test hooks")
 
-# SPDL's CSV columns, in order (benchmark_transfer_overlap.py, _SCHEMA_VERSION = 1).
-SEED_SUMMARY = """schema_version created_utc device_name device_capability torch_version cuda_version seed
+# SPDL's benchmark_transfer_overlap.py CSV columns, in order (_SCHEMA_VERSION = 1).
+SPDL_SUMMARY = """schema_version created_utc device_name device_capability torch_version cuda_version seed
 schedule_seed bootstrap_seed bootstrap_resamples num_warmup num_runs total_bytes num_tensors dtype matrix_size
 compute_target_ms compute_iterations method compute_median_ms compute_p95_ms transfer_median_ms transfer_p95_ms
 transfer_gb_per_s serialized_median_ms serialized_p95_ms concurrent_median_ms concurrent_p95_ms speedup_median
 speedup_ci_lower speedup_ci_upper hidden_median_ms estimated_overlap_efficiency_median
 estimated_overlap_efficiency_ci_lower estimated_overlap_efficiency_ci_upper cpu_launch_skew_p95_ms""".split()
-SEED_RAW = """schema_version created_utc seed schedule_seed total_bytes num_tensors method trial schedule_order
+SPDL_RAW = """schema_version created_utc seed schedule_seed total_bytes num_tensors method trial schedule_order
 compute_only_ms transfer_only_ms serialized_ms concurrent_ms speedup hidden_ms estimated_overlap_efficiency
 cpu_launch_skew_ms""".split()
+# ferry's columns after them.
+FERRY_SUMMARY = """layout slowdown_median_ms floor_slowdown_median_ms excess_over_floor_median_ms
+excess_over_floor_ci_lower_ms excess_over_floor_ci_upper_ms floor_transfer_median_ms net_transfer_median_ms
+overlap_bound_median gil_max_hold_median_us gil_max_hold_max_us""".split()
+FERRY_RAW = "layout slowdown_ms floor_slowdown_ms excess_over_floor_ms net_transfer_ms overlap_bound".split()
 
 
-def test_overlap_csv_schema_is_the_seeds():
+def test_overlap_csv_has_spdls_columns_first_and_in_order_then_ferrys():
     assert overlap._SCHEMA_VERSION == 1
-    assert [f.name for f in dataclasses.fields(overlap.BenchmarkSummary)] == SEED_SUMMARY
-    assert [f.name for f in dataclasses.fields(overlap.RawSampleRecord)] == SEED_RAW
+    assert [f.name for f in dataclasses.fields(overlap.BenchmarkSummary)] == SPDL_SUMMARY + FERRY_SUMMARY
+    assert [f.name for f in dataclasses.fields(overlap.RawSampleRecord)] == SPDL_RAW + FERRY_RAW
 
 
-def test_overlap_command_line_matches_the_seed():
+def test_overlap_command_line_keeps_spdls_defaults_and_validation():
     args = overlap._parse_args(["--output", "x.csv"])
     assert (args.total_mib, args.num_tensors, args.matrix_size, args.compute_ms, args.compute_iterations,
             args.num_warmup, args.num_runs, args.bootstrap_resamples, args.seed, args.device) == \
         ([64], [1, 32], 2048, 8.0, None, 5, 30, 2000, 0, "cuda:0")
-    for bad in (["--num-runs", "1"], ["--num-tensors", "0"], ["--compute-ms", "0"], ["--num-warmup", "-1"], []):
+    for bad in (["--num-runs", "1"], ["--num-tensors", "0"], ["--compute-ms", "0"], ["--num-warmup", "-1"],
+                ["--layout", "odd"], ["--ferry-gil-slice-us", "-1"]):
         with pytest.raises(SystemExit):
-            overlap._parse_args(bad if not bad or bad[0] == "--output" else ["--output", "x"] + bad)
+            overlap._parse_args(["--output", "x"] + bad)
+
+
+def test_overlap_output_defaults_to_spdls_documented_path():
+    assert overlap._parse_args([]).output == os.path.realpath("/tmp/transfer_overlap.csv")
+
+
+def test_overlap_options_beyond_spdls_are_off_by_default():
+    args = overlap._parse_args([])
+    assert args.diagnostics_output is None and args.layout == "even"
+    assert args.ferry_gil_slice_us is None and args.ferry_gil_switch_us is None
 
 
 def test_sample_statistics():
@@ -63,6 +83,113 @@ def test_bootstrap_interval_is_deterministic_and_brackets_the_median():
     lo, hi = overlap._bootstrap_median_ci(values, seed=7, num_resamples=2000)
     assert (lo, hi) == overlap._bootstrap_median_ci(values, seed=7, num_resamples=2000)
     assert lo <= overlap._percentile(values, 50) <= hi
+
+
+# ---- overlap: the harness floor's arithmetic, on hand-made blocks ----------------------------------------------
+
+
+def _sample(trial, compute, transfer, serialized, concurrent):
+    return overlap.OverlapSample(trial, "", compute_only_ms=compute, transfer_only_ms=transfer,
+                                 serialized_ms=serialized, concurrent_ms=concurrent, cpu_launch_skew_ms=0.01)
+
+
+# Three blocks. The no-op worker: concurrent - compute W = 0.3, 0.1, 0.5; round trip R = 0.4, 0.2, 0.6.
+FLOOR = [_sample(0, 8.0, 0.4, 8.4, 8.3), _sample(1, 8.0, 0.2, 8.2, 8.1), _sample(2, 9.0, 0.6, 9.6, 9.5)]
+# A method: slowdown 0.4, 0.9, 0.6 -> excess 0.1, 0.8, 0.1; transfer 1.7, 1.7, 2.3 -> net 1.3, 1.5, 1.7. The
+# medians of the per-block differences (excess 0.1, net 1.5) differ from the differences of the medians (0.3, 1.3).
+METHOD = [_sample(0, 8.0, 1.7, 9.7, 8.4), _sample(1, 8.0, 1.7, 9.7, 8.9), _sample(2, 9.0, 2.3, 11.3, 9.6)]
+
+
+def test_floor_comparison_pairs_each_block_with_the_no_op_workers_same_block():
+    rows = overlap.against_floor(METHOD, list(reversed(FLOOR)))  # paired by trial, not by position
+    assert [r.trial for r in rows] == [0, 1, 2]
+    assert [r.slowdown_ms for r in rows] == pytest.approx([0.4, 0.9, 0.6])
+    assert [r.floor_slowdown_ms for r in rows] == pytest.approx([0.3, 0.1, 0.5])
+    assert [r.excess_over_floor_ms for r in rows] == pytest.approx([0.1, 0.8, 0.1])
+    assert [r.floor_transfer_ms for r in rows] == pytest.approx([0.4, 0.2, 0.6])
+    assert [r.net_transfer_ms for r in rows] == pytest.approx([1.3, 1.5, 1.7])
+    # (T - W) / min(compute, T): the most the estimated overlap can score when the transfer hides completely.
+    assert [r.overlap_bound for r in rows] == pytest.approx([1.4 / 1.7, 1.6 / 1.7, 1.8 / 2.3])
+
+
+def test_a_fully_hidden_transfer_scores_exactly_its_bound_and_a_faster_one_scores_lower():
+    # Both hide completely (concurrent = the floor's): same foreground cost, yet the faster transfer scores less.
+    floor = [_sample(0, 8.0, 0.4, 8.4, 8.3)]
+    for transfer, score in ((1.7, 1.4 / 1.7), (0.9, 0.6 / 0.9)):
+        method = [_sample(0, 8.0, transfer, 8.0 + transfer, 8.3)]
+        (row,) = overlap.against_floor(method, floor)
+        assert method[0].estimated_overlap_efficiency == pytest.approx(row.overlap_bound) == pytest.approx(score)
+        assert row.excess_over_floor_ms == pytest.approx(0.0)
+
+
+def test_the_overlap_bound_of_a_transfer_longer_than_the_compute_is_the_compute_hidden_whole():
+    floor = [_sample(0, 8.0, 0.4, 8.4, 8.3)]
+    (row,) = overlap.against_floor([_sample(0, 8.0, 12.0, 20.0, 12.0)], floor)
+    assert row.overlap_bound == pytest.approx(1.0)  # hides all 8 ms of compute: 8 / min(8, 12)
+    (row,) = overlap.against_floor([_sample(0, 8.0, 8.2, 16.2, 8.3)], floor)
+    assert row.overlap_bound == pytest.approx(7.9 / 8.0)  # 8.2 - 0.3 of the compute's 8 ms at most
+
+
+def _summary(samples, floor, method="ferry", holds=()):
+    config = overlap.BenchmarkConfig(total_mib=(64,), num_tensors=(1,), matrix_size=2048, compute_target_ms=8.0,
+                                     compute_iterations=None, num_warmup=0, num_runs=len(samples),
+                                     bootstrap_resamples=200, seed=0, layout="mixed")
+    return overlap._summarize(fake_torch.make_torch(), samples, floor, created="now", device="cuda:0",
+                              config=config, total_bytes=64 << 20, num_tensors=1, iterations=10, method=method,
+                              schedule_seed=0, bootstrap_seed=0, gil_max_hold_us=holds)
+
+
+def test_summary_reports_medians_of_the_per_block_differences():
+    s = _summary(METHOD, FLOOR)
+    assert s.slowdown_median_ms == pytest.approx(0.6) and s.floor_slowdown_median_ms == pytest.approx(0.3)
+    assert s.excess_over_floor_median_ms == pytest.approx(0.1)
+    assert s.excess_over_floor_ci_lower_ms <= 0.1 + 1e-9 <= s.excess_over_floor_ci_upper_ms + 2e-9
+    assert s.floor_transfer_median_ms == pytest.approx(0.4) and s.net_transfer_median_ms == pytest.approx(1.5)
+    assert s.overlap_bound_median == pytest.approx(1.4 / 1.7) and s.layout == "mixed"
+
+
+def test_summary_keeps_spdls_figures_as_spdl_computes_them():
+    s = _summary(METHOD, FLOOR)
+    assert (s.compute_median_ms, s.transfer_median_ms, s.serialized_median_ms, s.concurrent_median_ms) == \
+        pytest.approx((8.0, 1.7, 9.7, 8.9))
+    assert s.hidden_median_ms == pytest.approx(1.3)  # serialized - concurrent: 1.3, 0.8, 1.7
+    # The median of the per-block ratios 1.3 / 1.7, 0.8 / 1.7, 1.7 / 2.3 (not a ratio of medians).
+    assert s.estimated_overlap_efficiency_median == pytest.approx(1.7 / 2.3)
+    assert s.transfer_gb_per_s == pytest.approx((64 << 20) / 1.7e6)
+
+
+def test_the_no_op_workers_own_row_is_the_floor_with_no_excess():
+    s = _summary(FLOOR, FLOOR, method=overlap._METHOD_NOOP)
+    assert s.slowdown_median_ms == pytest.approx(s.floor_slowdown_median_ms) == pytest.approx(0.3)
+    assert s.excess_over_floor_median_ms == 0 and s.net_transfer_median_ms == 0
+
+
+def test_summary_gil_columns_are_the_median_and_max_of_the_blocks_longest_holds_and_empty_without_them():
+    s = _summary(METHOD, FLOOR, holds=[30.0, 45.0, 38.0])
+    assert (s.gil_max_hold_median_us, s.gil_max_hold_max_us) == (38.0, 45.0)
+    s = _summary(METHOD, FLOOR)
+    assert s.gil_max_hold_median_us is None and s.gil_max_hold_max_us is None
+
+
+def test_raw_records_carry_each_blocks_comparison_with_the_floor():
+    config = overlap.BenchmarkConfig((64,), (1,), 2048, 8.0, None, 0, 3, 200, 0, "even")
+    rows = overlap._raw_records(METHOD, FLOOR, created="now", config=config, schedule_seed=0, total_bytes=1,
+                                num_tensors=1, method="ferry")
+    assert [r.excess_over_floor_ms for r in rows] == pytest.approx([0.1, 0.8, 0.1])
+    assert [r.net_transfer_ms for r in rows] == pytest.approx([1.3, 1.5, 1.7])
+    assert [r.hidden_ms for r in rows] == pytest.approx([1.3, 0.8, 1.7]) and rows[0].layout == "even"
+
+
+def test_table_prints_the_floor_columns_and_explains_the_estimated_overlaps_bound(capsys):
+    overlap._print_table([_summary(METHOD, FLOOR), _summary(FLOOR, FLOOR, method=overlap._METHOD_NOOP)])
+    out = capsys.readouterr().out
+    ferry_row = next(line for line in out.splitlines() if " ferry " in line)
+    assert "|    0.600   0.300   0.100 [" in ferry_row and ferry_row.endswith("   1.500")
+    assert "82.4%" in ferry_row  # the bound, (1.7 - 0.3) / 1.7
+    assert "(T - W) / T" in out and "Judge by the slowdown" in out
+
+
+# ---- overlap: schedules, layouts --------------------------------------------------------------------------------
 
 
 class FakeRunner:
@@ -106,37 +233,43 @@ def test_blocks_run_every_schedule_once_in_a_seeded_random_order():
     assert samples["B"][0].estimated_overlap_efficiency == pytest.approx(0.75)
 
 
-def _raw(method, trial, compute, transfer, serialized, concurrent):
-    return overlap.RawSampleRecord(
-        schema_version=1, created_utc="", seed=0, schedule_seed=0, total_bytes=64 << 20, num_tensors=1,
-        method=method, trial=trial, schedule_order="", compute_only_ms=compute, transfer_only_ms=transfer,
-        serialized_ms=serialized, concurrent_ms=concurrent, speedup=serialized / concurrent,
-        hidden_ms=serialized - concurrent, estimated_overlap_efficiency=0.0, cpu_launch_skew_ms=0.0)
+def test_even_layout_is_spdls_split():
+    assert bandwidth.layout_sizes(10, 4) == [3, 3, 2, 2] == bandwidth.split_sizes(10, 4)
+    assert bandwidth.layout_sizes(64 << 20, 16384) == [4096] * 16384
 
 
-def test_harness_floor_nets_out_the_harness_own_hand_offs(capsys):
-    # The no-op worker: round trip 0.4 ms, concurrent 0.3 ms over compute. A method with transfer 1.7 ms whose
-    # concurrent block equals the no-op's hides all it can: 1.4 of 1.4 ms, 100% net (82% by the estimated overlap).
-    raw = []
-    for trial in range(3):
-        raw.append(_raw(overlap._METHOD_NOOP, trial, 8.0, 0.4, 8.4, 8.3))
-        raw.append(_raw("ferry", trial, 8.0, 1.7, 9.7, 8.3))
-        raw.append(_raw("slow", trial, 8.0, 1.7, 9.7, 9.0))
-    overlap._print_harness_floor(raw)
-    out = capsys.readouterr().out
-    ferry_row = next(line for line in out.splitlines() if " ferry " in line)
-    assert ferry_row.split()[2:] == ["0.400", "0.300", "1.300", "100.0%"]
-    slow_row = next(line for line in out.splitlines() if " slow " in line)
-    assert slow_row.split()[-1] == "50.0%"  # 0.7 ms hidden of 1.4 possible
+def test_mixed_layout_is_half_the_payload_in_one_tensor_and_the_rest_split_evenly():
+    sizes = bandwidth.layout_sizes(64 << 20, 16384, "mixed")
+    assert len(sizes) == 16384 and sum(sizes) == 64 << 20
+    assert sizes[0] == 32 << 20 and max(sizes[1:]) - min(sizes[1:]) <= 1
+    assert bandwidth.layout_sizes(11, 4, "mixed") == [5, 2, 2, 2]
+    assert bandwidth.layout_sizes(7, 1, "mixed") == [7]
+
+
+def test_layouts_refuse_payloads_that_cannot_give_every_tensor_a_byte():
+    with pytest.raises(ValueError, match="Cannot split 4 bytes into 5 nonempty"):
+        bandwidth.layout_sizes(4, 5)
+    with pytest.raises(ValueError, match="one tensor of 2 bytes and 4 nonempty"):
+        bandwidth.layout_sizes(5, 5, "mixed")  # 5 bytes: 2 in the big one, 3 left for 4 tensors
+    with pytest.raises(ValueError, match="unknown layout"):
+        bandwidth.layout_sizes(8, 2, "odd")
+
+
+def test_source_tensors_follow_the_layout():
+    torch = fake_torch.make_torch()
+    tensors = overlap._source_tensors(torch, 1 << 20, 16384, "cuda:0", "mixed")
+    assert [t.numel() for t in tensors] == bandwidth.layout_sizes(1 << 20, 16384, "mixed")
+    assert all(t.dtype == torch.uint8 and t.device == "cuda:0" for t in tensors)
 
 
 def test_benchmarks_exit_zero_without_cuda(capsys, no_cuda, tmp_path):
     assert overlap.main(["--output", str(tmp_path / "o.csv")]) == 0
+    assert overlap.main([]) == 0  # --output is optional
     assert call_overhead.main(["--output", str(tmp_path / "c.csv")]) == 0
     assert bandwidth.main(["--output", str(tmp_path / "b.csv")]) == 0
     assert call_overhead.main(["--in-thread", "--output", str(tmp_path / "t.csv")]) == 0  # from a worker thread
     out = capsys.readouterr().out
-    assert out.count("Nothing to do") == 4
+    assert out.count("Nothing to do") == 5
 
 
 def test_call_overhead_cpu_probe_measures_a_positive_time():
@@ -146,7 +279,13 @@ def test_call_overhead_cpu_probe_measures_a_positive_time():
 # ---- overlap: diagnostic mode ---------------------------------------------------------------------------------------
 
 
-def test_diagnostic_timeline_adds_up_to_the_excess_and_reads_ferry_phases(capsys):
+def _phases(start, max_hold_us=40.0, parts=3):
+    return {"start": start, "first_part": start + 1000, "walked": start + 5000, "waited": start + 9000,
+            "finished": start + 10000, "max_hold_ns": int(max_hold_us * 1000), "holds": 4,
+            "hold_hist": (1, 2, 1, 0, 0, 0, 0, 0), "parts": parts}
+
+
+def test_diagnostic_timeline_adds_up_to_the_excess_and_reads_ferry_phases_and_gil_holds(capsys):
     """concurrent - compute = handoff + fg_resume + launch_excess + gpu_tail_excess + result, block by block."""
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(set_device=lambda d: None))
     launch = {"first": 0, "last": 0}
@@ -163,8 +302,7 @@ def test_diagnostic_timeline_adds_up_to_the_excess_and_reads_ferry_phases(capsys
     def transfer():
         start = time.perf_counter_ns()
         time.sleep(0.001)
-        calls["phases"] = {"start": start, "walked": start + 1000, "submitted": start + 3000,
-                           "handed": start + 4000, "built": start + 9000, "waited": None, "finished": None}
+        calls["phases"] = _phases(start)
         return [1]
 
     with ThreadPoolExecutor(max_workers=1) as executor:
@@ -172,96 +310,76 @@ def test_diagnostic_timeline_adds_up_to_the_excess_and_reads_ferry_phases(capsys
         samples = overlap._collect(runner, {"ferry": transfer, "other": lambda: [2]}, num_warmup=1, num_runs=3,
                                    seed=5)
     assert all(len(v) == 3 for v in samples.values())
-    rows = overlap._diagnostic_rows(runner.records, 64 << 20, 32)
+    rows = overlap._diagnostic_rows(runner.records, 64 << 20, 32, "mixed")
     assert sorted((r["method"], r["trial"]) for r in rows) == [(m, t) for m in ("ferry", "other") for t in range(3)]
     for r in rows:
         parts = r["handoff_ms"] + r["fg_resume_ms"] + r["launch_excess_ms"] + r["gpu_tail_excess_ms"] + r["result_ms"]
         assert r["excess_ms"] == pytest.approx(parts, abs=1e-6)
         assert 0 < r["first_mm_ms"] < r["launch_ms"] and r["compute_launch_ms"] > 0
-        assert r["num_tensors"] == 32 and r["total_bytes"] == 64 << 20
+        assert r["num_tensors"] == 32 and r["total_bytes"] == 64 << 20 and r["layout"] == "mixed"
+        assert set(r) <= set(overlap.DIAGNOSTIC_FIELDS)
     ferry_rows = [r for r in rows if r["method"] == "ferry"]
-    assert all(r["ferry_walk_ms"] == pytest.approx(0.001) and r["ferry_build_ms"] == pytest.approx(0.005)
-               for r in ferry_rows)
+    for r in ferry_rows:
+        assert (r["ferry_first_part_ms"], r["ferry_walk_submit_ms"], r["ferry_wait_ms"], r["ferry_finish_ms"]) == \
+            pytest.approx((0.001, 0.005, 0.004, 0.001))
+        assert (r["ferry_parts"], r["ferry_holds"], r["ferry_max_hold_us"]) == (3, 4, 40.0)
+        assert [r[f"ferry_holds_{b}"] for b in overlap.HOLD_BUCKETS] == [1, 2, 1, 0, 0, 0, 0, 0]
+        assert r["ferry_walked_after_release_ms"] > 0
     # The other method's block must not pick up ferry's stamps from an earlier call on the same worker.
-    assert all("ferry_walk_ms" not in r for r in rows if r["method"] == "other")
+    assert all("ferry_walk_submit_ms" not in r and "ferry_max_hold_us" not in r
+               for r in rows if r["method"] == "other")
     overlap._print_diagnostics(rows)
-    assert "0.001/0.002/0.001/0.005" in capsys.readouterr().out
-    # Transfer-only blocks: one row per (trial, method), with both threads' CPU probes taken after the block.
-    trows = overlap._transfer_rows(runner.records, 64 << 20, 32)
-    assert sorted((r["method"], r["trial"]) for r in trows) == [(m, t) for m in ("ferry", "other") for t in range(3)]
-    assert all(r["transfer_ms"] >= 1.0 or r["method"] == "other" for r in trows)  # ferry's stand-in sleeps 1 ms
-    assert all(r["worker_probe_ms"] > 0 and r["main_probe_ms"] > 0 and r["worker_cpu"] >= 0 for r in trows)
-    # The worker's own account of the call: ferry's stand-in sleeps 1 ms, off the CPU, so its on-CPU time is a
-    # small part of its wall time and the sleep is a voluntary switch.
-    for r in trows:
-        assert 0 <= r["worker_call_cpu_ms"] <= r["worker_call_ms"] + 0.05 and r["worker_call_ms"] <= r["transfer_ms"]
-        assert r["worker_call_minflt"] >= 0 and r["worker_call_nivcsw"] >= 0
-    ferry_trows = [r for r in trows if r["method"] == "ferry"]
-    assert all(r["worker_call_ms"] >= 1.0 and r["worker_call_cpu_ms"] < 0.5 * r["worker_call_ms"] and
-               r["worker_call_nvcsw"] >= 1 for r in ferry_trows)
-    assert all(r["ferry_build_ms"] == pytest.approx(0.005) for r in trows if r["method"] == "ferry")
-    assert all("ferry_walk_ms" not in r for r in trows if r["method"] == "other")
-    overlap._print_transfer_diagnostics(trows)
+    overlap._print_gil_holds(rows)
     out = capsys.readouterr().out
-    assert "Transfer-only blocks" in out and "0.001/0.002/0.001/0.005/nan" in out
-    assert "wall  on CPU  faults  vol cs invol cs" in out
+    assert "0.001/0.005/0.004/0.001, 3" in out
+    gil_row = next(line for line in out.split("GIL holds")[1].splitlines() if " ferry " in line)
+    assert gil_row.split()[2:] == ["40.0", "40.0", "4", "3", "3", "6", "3", "0", "0", "0", "0", "0"]
 
 
-def test_overlap_flags_beyond_the_seeds_are_off_by_default():
-    args = overlap._parse_args(["--output", "x.csv"])
-    assert args.diagnostics_output is None and args.ferry_gil_handoff_us is None
-    assert not args.warm_transfer_first and not args.harness_floor
-
-
-@pytest.mark.parametrize("warm_first", [False, True])
-def test_outputs_are_freed_on_the_main_thread_and_the_warm_up_call_is_off_the_clock(warm_first):
-    """SPDL's script drops every block's outputs on the main thread. --warm-transfer-first adds one untimed call on the
-    worker before each transfer-only block (its output dropped there), and none before the other schedules."""
+def test_diagnostic_rows_without_test_hooks_keep_the_timeline_and_leave_ferrys_columns_out():
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(set_device=lambda d: None))
-    freed_on, calls = [], []
+    launch = {"first": 0, "last": 0}
+
+    def run_compute():
+        launch["first"] = launch["last"] = time.perf_counter_ns()
+
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        runner = overlap._DiagnosticRunner(fake, 0, executor, run_compute, launch, None)
+        overlap._collect(runner, {"ferry": lambda: [1]}, num_warmup=0, num_runs=2, seed=1)
+    rows = overlap._diagnostic_rows(runner.records, 1, 1)
+    assert len(rows) == 2 and all("excess_ms" in r and "ferry_max_hold_us" not in r for r in rows)
+
+
+def test_outputs_are_freed_on_the_main_thread():
+    """As in SPDL's benchmark, every block's outputs are dropped on the main thread, after its clock stopped."""
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(set_device=lambda d: None))
+    freed_on = []
 
     class Output:
-        def __init__(self, block):
-            calls.append(block)
-
         def __del__(self):
             freed_on.append(threading.get_ident())
 
-    def slow_first_time():  # the first call takes 0.2 s, the rest none
-        out = [Output("transfer")]
-        if calls.count("transfer") == 1:
-            time.sleep(0.2)
-        return out
-
     with ThreadPoolExecutor(max_workers=1) as executor:
-        worker = executor.submit(threading.get_ident).result()
-        runner = overlap._Runner(fake, 0, executor, lambda: None, warm_first)
-        transfer_ms = runner.transfer_only(slow_first_time)
-        runner.serialized(lambda: [Output("serialized")])
-        runner.concurrent(lambda: [Output("concurrent")])
-    main = threading.get_ident()
-    if warm_first:
-        assert calls == ["transfer", "transfer", "serialized", "concurrent"]
-        assert freed_on == [worker, main, main, main]
-    else:
-        assert calls == ["transfer", "serialized", "concurrent"]
-        assert freed_on == [main] * 3
-    assert (transfer_ms < 200) == warm_first  # the slow first call is the warm-up's, off the clock, or the timed one
+        runner = overlap._Runner(fake, 0, executor, lambda: None)
+        runner.transfer_only(lambda: [Output()])
+        runner.serialized(lambda: [Output()])
+        runner.concurrent(lambda: [Output()])
+    assert freed_on == [threading.get_ident()] * 3
 
 
 # ---- call overhead ------------------------------------------------------------------------------------------------
 
 
-def test_call_overhead_summary_reads_the_small_rows():
-    """The summary looked the small rows up by byte count instead of tensor count and printed nan."""
+def test_call_overhead_summary_reads_the_small_rows_and_prints_ferrys_phases_and_parts():
     rows = [dict(experiment="e2e", num_tensors=1, method="raw copy", median_ms=1.3)]
-    for n in (1, 256):
-        rows += [dict(experiment="e2e", num_tensors=n, method=m, median_ms=v) for m, v in
-                 (("ferry", 1.25), ("ferry async", 1.26), ("ferry submit", 0.04), ("ferry wait", 1.22),
-                  ("torch to(cpu)", 1.8), ("ferry: walk", 0.01), ("ferry: build", 0.1))]
+    for n, parts in ((1, 1), (256, 4)):
+        rows += [dict(experiment="e2e", num_tensors=n, method=m, median_ms=v, parts=parts if m == "ferry" else "")
+                 for m, v in (("ferry", 1.25), ("ferry async", 1.26), ("ferry submit", 0.04), ("ferry wait", 1.22),
+                              ("torch to(cpu)", 1.8), ("ferry: first part", 0.01), ("ferry: walk+submit", 0.1),
+                              ("ferry: wait", 1.1), ("ferry: finish", 0.02))]
     rows += [dict(experiment="small", num_tensors=1, method=m, median_ms=v)
              for m, v in (("torch to(cpu)", 0.026), ("ferry", 0.009), ("ferry bare", 0.0085))]
-    args = types.SimpleNamespace(total_mib=64, repeats=30, num_tensors=[1, 256], small_bytes=1024)
+    args = types.SimpleNamespace(total_mib=64, repeats=30, num_tensors=[1, 256], small_bytes=1024, layout="mixed")
     out = io.StringIO()
     sys.stdout, saved = out, sys.stdout
     try:
@@ -269,9 +387,11 @@ def test_call_overhead_summary_reads_the_small_rows():
     finally:
         sys.stdout = saved
     text = out.getvalue()
-    assert "nan" not in text.split("one 1024-byte")[1]
+    assert "nan" not in text  # the small rows are looked up by tensor count, not by byte count
     assert "torch to(cpu) 26.0 us, ferry [t] 9.0 us (0.35x, target <=1.5 ok), ferry t 8.5 us (0.33x)" in text
-    assert "1.260ms =  0.040ms +  1.220ms" in text and "walk 0.010" in text and "gc ferry 0.000" in text
+    assert "1.260ms =  0.040ms +  1.220ms" in text and "(mixed layout)" in text
+    assert "    256  first part 0.010  walk+submit 0.100  wait 1.100  finish 0.020  parts 4" in text
+    assert "first part 0.010  walk+submit 0.100  wait 1.100  finish 0.020  parts 1  gc ferry 0.000" in text
 
 
 def test_call_overhead_verdict_says_n_a_for_a_missing_row():
@@ -361,42 +481,192 @@ def test_call_overhead_main_on_a_stand_in(monkeypatch, tmp_path, capsys):
     out = capsys.readouterr().out
     summary = out.split("one 1024-byte tensor:")[1]
     assert "nan" not in summary and "target <=1.5" in summary
+    with open(path, newline="") as f:
+        assert f.readline().strip() == ",".join(call_overhead.FIELDS)
     rows = list(csv.DictReader(open(path, newline="")))
     methods = {r["method"] for r in rows if r["experiment"] == "e2e" and r["num_tensors"] == "8"}
     assert {"ferry", "ferry async", "ferry submit", "ferry wait", "torch to(cpu)"} <= methods
+    assert {r["layout"] for r in rows if r["experiment"] == "e2e" and r["method"] != "raw copy"} == {"even"}
 
 
-def test_overlap_main_on_a_stand_in_with_diagnostics_then_every_csv_plots(monkeypatch, tmp_path, capsys):
-    from ferry import _ferry
-
+def test_call_overhead_main_moves_16384_tensors_in_the_mixed_layout(monkeypatch, tmp_path, capsys):
     fake_torch.install(monkeypatch)
-    default = _ferry._gil_handoff_us()
-    files = {k: str(tmp_path / f"{k}.csv") for k in ("py_overlap", "py_overlap_samples", "py_diag")}
-    try:
-        rc = overlap.main(["--output", files["py_overlap"], "--samples-output", files["py_overlap_samples"],
-                           "--diagnostics-output", files["py_diag"], "--num-tensors", "1", "4", "--total-mib", "1",
-                           "--matrix-size", "16", "--compute-iterations", "2", "--num-runs", "3",
-                           "--num-warmup", "1", "--bootstrap-resamples", "20", "--ferry-gil-handoff-us", "0",
-                           "--harness-floor"])
-        assert _ferry._gil_handoff_us() == 0  # the flag sets ferry's knob
-    finally:
-        _ferry._gil_handoff_us(default)
-    assert rc == 0
+    seen = []
+    real = fake_torch._d2h
+
+    def d2h(batch, **kw):
+        seen.append([t.numel() for t in batch] if isinstance(batch, list) else None)
+        return real(batch, **kw)
+
+    monkeypatch.setattr(sys.modules["ferry"], "transfer_tensor_d2h", d2h)
+    path = tmp_path / "c.csv"
+    assert call_overhead.main(["--output", str(path), "--total-mib", "1", "--num-tensors", "16384", "--layout",
+                               "mixed", "--repeats", "2", "--warmup", "0", "--small-calls", "5"]) == 0
+    assert seen[0] == bandwidth.layout_sizes(1 << 20, 16384, "mixed")
+    rows = list(csv.DictReader(open(path, newline="")))
+    assert {(r["num_tensors"], r["layout"]) for r in rows if r["method"] == "ferry" and r["experiment"] == "e2e"} \
+        == {("16384", "mixed")}
+
+
+def test_call_overhead_main_catches_wrong_bytes_in_the_mixed_layout(monkeypatch, tmp_path):
+    fake_torch.install(monkeypatch)
+
+    def corrupt(batch, **kw):
+        out = fake_torch._d2h(batch)
+        out[-1].a[-1] ^= 1
+        return out
+
+    monkeypatch.setattr(sys.modules["ferry"], "transfer_tensor_d2h", corrupt)
+    with pytest.raises(RuntimeError, match="wrong bytes for 64 tensors"):
+        call_overhead.main(["--output", str(tmp_path / "c.csv"), "--total-mib", "1", "--num-tensors", "64",
+                            "--layout", "mixed", "--repeats", "1", "--warmup", "0"])
+
+
+# ---- overlap main() on the stand-in -------------------------------------------------------------------------------
+
+
+def _overlap_args(tmp_path, *extra, counts=("1", "4")):
+    return ["--output", str(tmp_path / "py_overlap.csv"), "--num-tensors", *counts, "--total-mib", "1",
+            "--matrix-size", "16", "--compute-iterations", "2", "--num-runs", "3", "--num-warmup", "1",
+            "--bootstrap-resamples", "20", *extra]
+
+
+def _read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_overlap_main_runs_the_no_op_worker_in_every_block_and_writes_spdls_columns_first(monkeypatch, tmp_path,
+                                                                                          capsys):
+    fake_torch.install(monkeypatch)
+    samples_path = str(tmp_path / "samples.csv")
+    assert overlap.main(_overlap_args(tmp_path, "--samples-output", samples_path)) == 0
+    with open(tmp_path / "py_overlap.csv", newline="") as f:
+        assert f.readline().strip().split(",") == SPDL_SUMMARY + FERRY_SUMMARY
+    with open(samples_path, newline="") as f:
+        assert f.readline().strip().split(",") == SPDL_RAW + FERRY_RAW
+    rows = _read(tmp_path / "py_overlap.csv")
+    assert sorted((r["num_tensors"], r["method"]) for r in rows) == sorted(
+        (n, m) for n in ("1", "4") for m in ("PyTorch to(cpu)", "ferry", "no transfer"))
+    for r in rows:
+        assert r["gil_max_hold_median_us"] == r["gil_max_hold_max_us"] == ""  # not in diagnostic mode
+        assert r["layout"] == "even"
+    floor = [r for r in rows if r["method"] == "no transfer"]
+    assert all(float(r["excess_over_floor_median_ms"]) == 0 and float(r["net_transfer_median_ms"]) == 0
+               for r in floor)
+    raw = _read(samples_path)
+    for r in raw:
+        assert "no transfer:concurrent" in r["schedule_order"] and "no transfer:transfer" in r["schedule_order"]
+        assert float(r["excess_over_floor_ms"]) == pytest.approx(float(r["slowdown_ms"]) -
+                                                                 float(r["floor_slowdown_ms"]))
     out = capsys.readouterr().out
-    assert "ferry GIL hand-off window: 0 us; diagnostic mode" in out
-    assert "Diagnostics (medians, ms)" in out and "Harness floor" in out
-    diag = list(csv.DictReader(open(files["py_diag"], newline="")))
+    assert "Slowdown   Floor  Excess [95% CI]" in out and "(T - W) / T" in out
+
+
+def test_overlap_main_writes_the_default_output_without_output(monkeypatch, tmp_path):
+    fake_torch.install(monkeypatch)
+    monkeypatch.setattr(overlap, "DEFAULT_OUTPUT", str(tmp_path / "default.csv"))
+    args = _overlap_args(tmp_path)[2:]  # without --output
+    assert overlap.main(args) == 0
+    assert len(_read(tmp_path / "default.csv")) == 2 * 3
+
+
+def test_overlap_main_moves_16384_tensors_in_the_mixed_layout(monkeypatch, tmp_path):
+    fake_torch.install(monkeypatch)
+    args = _overlap_args(tmp_path, "--layout", "mixed", "--num-runs", "2", "--num-warmup", "0", counts=("16384",))
+    assert overlap.main(args) == 0
+    rows = _read(tmp_path / "py_overlap.csv")
+    assert {(r["num_tensors"], r["layout"]) for r in rows} == {("16384", "mixed")} and len(rows) == 3
+
+
+def test_overlap_main_validates_the_mixed_layout_byte_for_byte(monkeypatch, tmp_path):
+    fake_torch.install(monkeypatch)
+
+    def corrupt(batch, **kw):  # one bit of the last small tensor
+        out = fake_torch._d2h(batch)
+        out[-1].a[-1] ^= 1
+        return out
+
+    monkeypatch.setattr(sys.modules["ferry"], "transfer_tensor_d2h", corrupt)
+    with pytest.raises(AssertionError):
+        overlap.main(_overlap_args(tmp_path, "--layout", "mixed", counts=("64",)))
+
+
+def test_overlap_main_refuses_a_payload_its_layout_cannot_cut_before_any_work(monkeypatch, tmp_path):
+    fake_torch.install(monkeypatch)
+    with pytest.raises(ValueError, match="nonempty"):
+        overlap.main(_overlap_args(tmp_path, counts=("1", str((1 << 20) + 1))))
+    assert not (tmp_path / "py_overlap.csv").exists()
+
+
+@needs_test_hooks
+def test_overlap_main_with_diagnostics_reads_ferrys_gil_holds_sets_its_pacing_then_every_csv_plots(
+        monkeypatch, tmp_path, capsys):
+    fake_torch.install(monkeypatch)
+    ferry = sys.modules["ferry"]
+    calls = []
+
+    def d2h(batch, **kw):  # the stand-in's copy, with phase stamps as ferry's test hooks give them
+        start = time.perf_counter_ns()
+        out = fake_torch._d2h(batch)
+        calls.append(_phases(start, max_hold_us=10.0 * (len(calls) % 5 + 1), parts=2))
+        return out
+
+    monkeypatch.setattr(ferry, "transfer_tensor_d2h", d2h)
+    monkeypatch.setattr(_ferry, "_last_phases", lambda: calls[-1] if calls else None)
+    before = _ferry._gil_pacing()
+    files = {k: str(tmp_path / f"{k}.csv") for k in ("py_overlap", "py_overlap_samples", "py_diag")}
+    assert overlap.main(_overlap_args(tmp_path, "--samples-output", files["py_overlap_samples"],
+                                      "--diagnostics-output", files["py_diag"], "--ferry-gil-slice-us", "20",
+                                      "--ferry-gil-switch-us", "30")) == 0
+    assert _ferry._gil_pacing() == before  # set for the run, restored after
+    out = capsys.readouterr().out
+    assert "ferry GIL pacing: slice 20 us, switch interval 30 us; diagnostic mode" in out
+    assert "Diagnostics (medians, ms)" in out and "ferry's GIL holds in the concurrent blocks" in out
+    diag = _read(files["py_diag"])
     # 2 tensor counts x 3 methods (PyTorch, ferry, no transfer) x 3 blocks
-    assert len(diag) == 2 * 3 * 3 and set(diag[0]) == set(overlap.DIAGNOSTIC_FIELDS)
-    transfer_diag = list(csv.DictReader(open(str(tmp_path / "py_diag_transfer.csv"), newline="")))
-    assert len(transfer_diag) == 2 * 3 * 3 and set(transfer_diag[0]) == set(overlap.TRANSFER_DIAGNOSTIC_FIELDS)
-    assert "Transfer-only blocks" in out
+    assert len(diag) == 2 * 3 * 3 and list(diag[0]) == overlap.DIAGNOSTIC_FIELDS
+    assert all(r["ferry_max_hold_us"] == "" for r in diag if r["method"] != "ferry")
+    for r in _read(files["py_overlap"]):
+        if r["method"] != "ferry":
+            assert r["gil_max_hold_median_us"] == r["gil_max_hold_max_us"] == ""
+            continue
+        holds = [float(d["ferry_max_hold_us"]) for d in diag
+                 if d["method"] == "ferry" and d["num_tensors"] == r["num_tensors"]]
+        assert len(holds) == 3 and all(d["ferry_parts"] == "2" for d in diag if d["method"] == "ferry")
+        assert float(r["gil_max_hold_median_us"]) == sorted(holds)[1]
+        assert float(r["gil_max_hold_max_us"]) == max(holds)
     if importlib.util.find_spec("matplotlib") is None:
         return
     assert plot.main(list(files.values()) + ["--out-dir", str(tmp_path / "png")]) == 0
     assert sorted(p.name for p in (tmp_path / "png").iterdir()) == [
         "py_diag_excess.png", "py_overlap_efficiency.png", "py_overlap_samples_distributions.png",
         "py_overlap_speedup.png"]
+
+
+def _without_test_hooks(monkeypatch):
+    for name in ("_phase_timing", "_last_phases", "_gil_pacing"):
+        monkeypatch.delattr(_ferry, name, raising=False)
+
+
+def test_overlap_pacing_options_fail_clearly_without_test_hooks(monkeypatch, tmp_path, capsys):
+    fake_torch.install(monkeypatch)
+    _without_test_hooks(monkeypatch)
+    assert overlap.main(_overlap_args(tmp_path, "--ferry-gil-slice-us", "20")) == 2
+    assert "need a ferry built with its test hooks" in capsys.readouterr().err
+    assert not (tmp_path / "py_overlap.csv").exists()
+
+
+def test_overlap_runs_without_test_hooks_and_its_diagnostics_keep_the_timeline(monkeypatch, tmp_path, capsys):
+    fake_torch.install(monkeypatch)
+    _without_test_hooks(monkeypatch)
+    assert overlap.main(_overlap_args(tmp_path)) == 0
+    diag_path = str(tmp_path / "diag.csv")
+    assert overlap.main(_overlap_args(tmp_path, "--diagnostics-output", diag_path)) == 0
+    assert "Diagnostic mode without ferry's test hooks" in capsys.readouterr().out
+    diag = _read(diag_path)
+    assert len(diag) == 2 * 3 * 3 and all(r["excess_ms"] != "" and r["ferry_max_hold_us"] == "" for r in diag)
+    assert all(r["gil_max_hold_max_us"] == "" for r in _read(tmp_path / "py_overlap.csv"))
 
 
 def write_rows(path, rows):
@@ -411,7 +681,7 @@ def test_plots_from_both_schemas(tmp_path):
     summary = []
     for n in (1, 32, 256):
         for method, speed in (("ferry", 1.25), ("PyTorch to(cpu)", 1.16)):
-            row = {name: 0 for name in SEED_SUMMARY}
+            row = {name: 0 for name in SPDL_SUMMARY}
             row.update(total_bytes=64 << 20, num_tensors=n, method=method, device_name="Test GPU",
                        speedup_median=speed, speedup_ci_lower=speed - 0.01, speedup_ci_upper=speed + 0.01,
                        estimated_overlap_efficiency_median=0.9, estimated_overlap_efficiency_ci_lower=0.88,
@@ -443,11 +713,11 @@ def test_plot_rejects_unknown_csv(tmp_path):
 def test_plot_skips_unknown_and_empty_csvs_with_a_message_and_plots_the_rest(tmp_path, capsys):
     write_rows(tmp_path / "x.csv", [{"a": 1}])
     (tmp_path / "empty.csv").write_text("")
-    (tmp_path / "header_only.csv").write_text(",".join(SEED_SUMMARY) + "\n")
+    (tmp_path / "header_only.csv").write_text(",".join(SPDL_SUMMARY) + "\n")
     samples = []
     for trial in range(5):
         for method, speed in (("ferry", 1.16), ("raw cuMemcpyAsync loop", 1.15)):
-            row = {name: 0 for name in SEED_RAW}
+            row = {name: 0 for name in SPDL_RAW}
             row.update(total_bytes=64 << 20, num_tensors=256, method=method, trial=trial, speedup=speed + trial / 100,
                        estimated_overlap_efficiency=0.95 + trial / 100, concurrent_ms=7.9, compute_only_ms=7.9)
             samples.append(row)

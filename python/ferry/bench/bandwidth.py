@@ -10,11 +10,11 @@ Methods, each timed end to end on the host (the call, its outputs created, the c
   limit (1 raw copy)   one ``copy_`` of the whole payload between a device tensor and a preallocated pinned tensor
                        on a side stream, then synchronize: the link's limit in this run, the reference of every
                        ratio in the same (direction, size) cell;
-  torch to(cpu) loop   SPDL's reference method: ``[t.to("cpu", non_blocking=True) for t in tensors]`` on a side stream
+  torch to(cpu) loop   SPDL's reference: ``[t.to("cpu", non_blocking=True) for t in tensors]`` on a side stream
                        that waits for the current stream, then synchronize (H2D: ``torch to(cuda) loop``, the same
                        with ``.to(device, non_blocking=True)`` from pinned host tensors);
   ferry python         ``ferry.transfer_tensor_d2h(tensors)`` / ``ferry.transfer_tensor_h2d(tensors)``.
-The tensors are uint8 views of one buffer cut as the C benchmark and SPDL's benchmark cut them (the first total mod N are
+The tensors are uint8 views of one buffer cut as the C benchmark and SPDL cut them (the first total mod N are
 one byte longer); device bytes are random, the host buffer is pinned and holds the same bytes (H2D reads pinned
 memory, as in the C benchmark). Every method's output is checked byte for byte in cells up to 64 MiB.
 
@@ -86,6 +86,25 @@ def split_sizes(total, n):
     """SPDL's split of `total` bytes into n tensors: the first (total mod n) are one byte longer."""
     size, rest = divmod(total, n)
     return [size + (i < rest) for i in range(n)]
+
+
+LAYOUTS = ("even", "mixed")
+
+
+def layout_sizes(total, n, layout="even"):
+    """Sizes of n nonempty tensors holding `total` bytes. even: split_sizes. mixed: one tensor of half the payload
+    first, then n - 1 tensors splitting the rest as split_sizes does (a single tensor holds everything). Raises
+    ValueError when the tensors cannot all be nonempty."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
+    if n > total:
+        raise ValueError(f"Cannot split {total} bytes into {n} nonempty tensors.")
+    if layout == "even" or n == 1:
+        return split_sizes(total, n)
+    big = total // 2
+    if n - 1 > total - big:
+        raise ValueError(f"Cannot split {total} bytes into one tensor of {big} bytes and {n - 1} nonempty tensors.")
+    return [big] + split_sizes(total - big, n - 1)
 
 
 def cells(sizes, counts):

@@ -2,8 +2,9 @@
 
 Two experiments, in one run on one device:
 
-1. ``e2e``: a payload (default 64 MiB of uint8) split into N tensors (default 1, 256, 4096), copied to the host and
-   returned as torch CPU tensors. Methods:
+1. ``e2e``: a payload (default 64 MiB of uint8) split into N tensors (default 1, 256, 4096; ``--layout mixed``:
+   one tensor of half the payload and N - 1 sharing the rest), copied to the host and returned as torch CPU
+   tensors. Methods:
      - ``raw copy``: one ``copy_`` of a single contiguous tensor of the whole payload into a preallocated pinned
        buffer on a side stream, then synchronize: the physical limit, the reference for the ratios;
      - ``ferry``: ``ferry.transfer_tensor_d2h(tensors)``, outputs built and returned;
@@ -12,9 +13,10 @@ Two experiments, in one run on one device:
        calls are interleaved (their order alternating), and submit and wait come from the same async calls, so
        the split adds up to its own total and drift in the machine hits both forms alike;
      - ``ferry: <phase>``: where the synchronous calls' time went, from ferry's private phase stamps taken in
-       those same calls (walk: arguments, batch walk and ordering; submit; handoff: the GIL hand-off window;
-       build: torch outputs; wait; finish: rebuild and release);
-     - ``torch to(cpu)``: SPDL's reference method, ``[t.to("cpu", non_blocking=True) ...]`` on a dedicated stream
+       those same calls (builds with test hooks only): first part (start to the first part's copies queued),
+       walk+submit (start to the whole batch walked and queued, the output objects built while the copies run),
+       wait, finish (rebuild and release); and the number of parts the calls were cut into (median);
+     - ``torch to(cpu)``: SPDL's reference, ``[t.to("cpu", non_blocking=True) ...]`` on a dedicated stream
        that waits for the current stream, then synchronize.
 2. ``small``: one small tensor (default 1 KiB) per call: ferry against torch ``to(cpu)`` on a dedicated stream.
 
@@ -22,16 +24,17 @@ Every timing is wall time around the whole call (outputs included) after ``torch
 ``--repeats`` (p10 and p90 too). Time spent in Python's cyclic garbage collector during the timed ferry calls is
 measured too (gc.callbacks) and printed with the phases, as are the calling thread's minor page faults per call
 (getrusage): on a virtual machine a first touch of a page can cost microseconds, so memory the allocator hands back
-to the system between calls shows up there. The CSV has one row per (experiment, tensor count,
-method); a compact table is printed last, with a CPU probe: the median time of a fixed Python loop on the measuring
-thread before and after the e2e experiment. On a virtual machine a vCPU's speed changes with the host's load, and
-the many-tensor figures (CPU work) change with it; the probe tells such a run apart. ``--evict-mib N`` writes N MiB of scratch memory before each timed e2e call (cold caches); ``--in-thread`` runs every
-measurement on a new thread while the main thread waits, as the overlap benchmark's transfer worker runs. Without
-CUDA it says so and exits 0.
+to the system between calls shows up there. The CSV has one row per (experiment, tensor count, method); a compact
+table is printed last, with a CPU probe: the median time of a fixed Python loop on the measuring thread before and
+after the e2e experiment. On a virtual machine a vCPU's speed changes with the host's load, and the many-tensor
+figures (CPU work) change with it; the probe tells such a run apart. ``--evict-mib N`` writes N MiB of scratch
+memory before each timed e2e call (cold caches); ``--in-thread`` runs every measurement on a new thread while the
+main thread waits, as the overlap benchmark's transfer worker runs. Without CUDA it says so and exits 0.
 
 Usage::
 
     python -m ferry.bench.call_overhead --output call_overhead.csv
+    python -m ferry.bench.call_overhead --num-tensors 16384 --layout mixed
 """
 
 import argparse
@@ -43,14 +46,15 @@ import sys
 import time
 from datetime import datetime, timezone
 from ferry.bench._gpu import torch_cuda_device
-from ferry.bench.bandwidth import split_sizes
+from ferry.bench.bandwidth import LAYOUTS, layout_sizes
 
 SCHEMA_VERSION = 1
+# layout: the e2e rows' --layout; parts: the median number of parts of ferry's synchronous calls (its "ferry" row).
 FIELDS = ["schema_version", "created_utc", "device_name", "torch_version", "ferry_version", "experiment",
           "total_bytes", "num_tensors", "method", "repeats", "median_ms", "p10_ms", "p90_ms", "gb_per_s",
-          "ratio", "ratio_to"]
-TARGETS = {1: 1.05, 256: 1.2, 4096: 2.0}  # ferry / raw copy, end to end
-SMALL_TARGET = 1.5                        # ferry / torch for one small tensor
+          "ratio", "ratio_to", "layout", "parts"]
+TARGETS = {1: 1.05, 256: 1.2, 4096: 2.0, 16384: 6.0}  # the project's targets: ferry / raw copy, end to end
+SMALL_TARGET = 1.5                                    # and ferry / torch for one small tensor
 
 
 def _positive_int(value):
@@ -68,6 +72,9 @@ def _parse_args(argv):
     p.add_argument("--total-mib", type=_positive_int, default=64, help="Payload of the e2e experiment in MiB.")
     p.add_argument("--num-tensors", type=_positive_int, nargs="+", default=[1, 256, 4096],
                    help="Tensor counts of the e2e experiment (default: 1 256 4096).")
+    p.add_argument("--layout", choices=LAYOUTS, default="even",
+                   help="How the e2e payload is cut: even (sizes differ by at most one byte; default) or mixed "
+                        "(one tensor of half the payload, the rest split evenly between the others).")
     p.add_argument("--repeats", type=_positive_int, default=30, help="Timed repeats per case (median reported).")
     p.add_argument("--warmup", type=int, default=5, help="Untimed repeats first (pool, caches, streams).")
     p.add_argument("--views", action="store_true",
@@ -173,7 +180,8 @@ def _minor_faults():
 
 def _ferry_e2e(ferry, tensors, repeats, warmup, sync, kwargs=None, sleep_s=0.0, evict=None):
     """Synchronous and asynchronous calls interleaved, alternating which goes first; returns {method: [ms]} with the
-    phase rows of the synchronous calls, {form: [gc ms]} and {form: [minor page faults]}."""
+    phase rows of the synchronous calls, {form: [gc ms]}, {form: [minor page faults]} and the synchronous calls'
+    [parts] (empty without test hooks)."""
     import gc
 
     from ferry import _ferry
@@ -183,6 +191,7 @@ def _ferry_e2e(ferry, tensors, repeats, warmup, sync, kwargs=None, sleep_s=0.0, 
     samples.update({f"ferry: {name}": [] for name, _, _ in PHASES})
     gc_ms = {"ferry": [], "ferry async": []}
     faults = {"ferry": [], "ferry async": []}
+    parts = []
     clock = _GcClock()
     gc.callbacks.append(clock)
     timing = getattr(_ferry, "_phase_timing", None)  # test-hook builds only: without them, no phase rows
@@ -220,6 +229,8 @@ def _ferry_e2e(ferry, tensors, repeats, warmup, sync, kwargs=None, sleep_s=0.0, 
                     for name, a, b in PHASES:
                         if phases.get(a) is not None and phases.get(b) is not None:
                             samples[f"ferry: {name}"].append((phases[b] - phases[a]) / 1e6)
+                    if phases.get("start") is not None and phases.get("parts") is not None:
+                        parts.append(phases["parts"])
                 else:
                     samples["ferry async"].append((t2 - t0) / 1e6)
                     samples["ferry submit"].append((t1 - t0) / 1e6)
@@ -230,11 +241,11 @@ def _ferry_e2e(ferry, tensors, repeats, warmup, sync, kwargs=None, sleep_s=0.0, 
         if timing:
             timing(old_timing)
         gc.callbacks.remove(clock)
-    return {m: v for m, v in samples.items() if v}, gc_ms, faults
+    return {m: v for m, v in samples.items() if v}, gc_ms, faults, parts
 
 
-def _split(total_bytes, n, device, torch, views=False):
-    sizes = split_sizes(total_bytes, n)
+def _split(total_bytes, n, device, torch, views=False, layout="even"):
+    sizes = layout_sizes(total_bytes, n, layout)
     if views:
         return list(torch.randint(0, 256, (total_bytes,), dtype=torch.uint8, device=device).split(sizes))
     return [torch.randint(0, 256, (s,), dtype=torch.uint8, device=device) for s in sizes]
@@ -288,12 +299,13 @@ def _run(args):
                 torch_version=torch.__version__, ferry_version=ferry.__version__)
     rows = []
 
-    def record(experiment, total, n, method, samples, ratio_to=None, reference_ms=None):
+    def record(experiment, total, n, method, samples, ratio_to=None, reference_ms=None, layout="", parts=""):
         median, p10, p90 = _percentiles(samples)
         row = dict(meta, experiment=experiment, total_bytes=total, num_tensors=n, method=method,
                    repeats=len(samples), median_ms=round(median, 5), p10_ms=round(p10, 5), p90_ms=round(p90, 5),
                    gb_per_s=round(total / (median * 1e6), 3) if median > 0 else 0.0,
-                   ratio=round(median / reference_ms, 4) if reference_ms else "", ratio_to=ratio_to or "")
+                   ratio=round(median / reference_ms, 4) if reference_ms else "", ratio_to=ratio_to or "",
+                   layout=layout, parts=parts)
         rows.append(row)
         print(f"  {experiment:<5} n={n:<5} {method:<15} median {median:8.3f} ms  p10 {p10:8.3f}  p90 {p90:8.3f}",
               file=sys.stderr)
@@ -325,28 +337,31 @@ def _run(args):
     evict = _CacheEvictor(args.evict_mib << 20) if args.evict_mib else None
     where = "a new thread" if args.in_thread else "the main thread"
     probe_before = _cpu_probe_ms()
-    print(f"D2H {args.total_mib} MiB from Python on {meta['device_name']}, calls from {where}", file=sys.stderr)
+    print(f"D2H {args.total_mib} MiB ({args.layout} layout) from Python on {meta['device_name']}, calls from {where}",
+          file=sys.stderr)
     raw_ms = record("e2e", total, 1, "raw copy", _time(raw_copy, args.repeats, args.warmup, sync))
     for n in args.num_tensors:
-        tensors = _split(total, n, device, torch, args.views)
+        tensors = _split(total, n, device, torch, args.views, args.layout)
         sync()
         check = ferry.transfer_tensor_d2h(tensors)
-        if not all(torch.equal(a, b.cpu()) for a, b in zip(check, tensors)):
+        if len(check) != len(tensors) or not all(torch.equal(a, b.cpu()) for a, b in zip(check, tensors)):
             raise RuntimeError(f"ferry returned wrong bytes for {n} tensors")
         del check
         torch_faults = []
 
         def time_torch():
             record("e2e", total, n, "torch to(cpu)", _time(lambda: torch_to_cpu(tensors), args.repeats, args.warmup,
-                                                           sync, torch_faults, evict), "raw copy", raw_ms)
+                                                           sync, torch_faults, evict), "raw copy", raw_ms,
+                   layout=args.layout)
 
         if args.torch_first:
             time_torch()
-        by_method, gc_ms, faults = _ferry_e2e(ferry, tensors, args.repeats, args.warmup, sync,
-                                              {"device": device} if args.device_arg else None,
-                                              args.sleep_before_ms / 1e3, evict)
+        by_method, gc_ms, faults, parts = _ferry_e2e(ferry, tensors, args.repeats, args.warmup, sync,
+                                                     {"device": device} if args.device_arg else None,
+                                                     args.sleep_before_ms / 1e3, evict)
         for method, samples in by_method.items():
-            record("e2e", total, n, method, samples, "raw copy", raw_ms)
+            record("e2e", total, n, method, samples, "raw copy", raw_ms, layout=args.layout,
+                   parts=statistics.median(parts) if parts and method == "ferry" else "")
         gc_medians[n] = {form: statistics.median(v) for form, v in gc_ms.items()}
         if not args.torch_first:
             time_torch()
@@ -401,7 +416,8 @@ def _print_table(rows, args, gc_medians=None, fault_medians=None):
         return _median_of(rows, experiment, n, method)
 
     raw = median("e2e", 1, "raw copy")
-    print(f"\nD2H {args.total_mib} MiB from Python, end to end, medians of {args.repeats} (raw copy {raw:.3f} ms)")
+    print(f"\nD2H {args.total_mib} MiB from Python ({args.layout} layout), end to end, medians of "
+          f"{args.repeats} (raw copy {raw:.3f} ms)")
     print(f"{'tensors':>7}  {'ferry':>9}  {'x raw':>6}  {'target':>10}  {'async':>9} = {'submit':>8} + {'wait':>8}  "
           f"{'torch':>9}  {'x raw':>6}  {'torch/ferry':>11}")
     for n in args.num_tensors:
@@ -412,13 +428,17 @@ def _print_table(rows, args, gc_medians=None, fault_medians=None):
               f"{median('e2e', n, 'ferry submit'):6.3f}ms + {median('e2e', n, 'ferry wait'):6.3f}ms  "
               f"{t:7.3f}ms  {t / raw:5.2f}x  {t / f:10.2f}x")
     print("(async = submit + wait per call, medians of each; sync and async calls interleaved)")
-    print("ferry's synchronous calls by phase (medians, ms); gc = cyclic GC time inside the call:")
+    print("ferry's synchronous calls by phase (medians, ms; first part and walk+submit both from the call's start), "
+          "the parts each call was cut into (median), and gc = cyclic GC time inside the call:")
     for n in args.num_tensors:
-        parts = "  ".join(f"{name} {median('e2e', n, f'ferry: {name}'):.3f}" for name, _, _ in PHASES)
+        phases = "  ".join(f"{name} {median('e2e', n, f'ferry: {name}'):.3f}" for name, _, _ in PHASES)
+        parts = next((r.get("parts") for r in rows if r["experiment"] == "e2e" and r["num_tensors"] == n
+                      and r["method"] == "ferry"), "")
+        parts_part = f"  parts {parts:g}" if parts not in ("", None) else ""
         gc_part = ""
         if gc_medians and n in gc_medians:
             gc_part = "  gc " + " / ".join(f"{form} {ms:.3f}" for form, ms in gc_medians[n].items())
-        print(f"{n:>7}  {parts}{gc_part}")
+        print(f"{n:>7}  {phases}{parts_part}{gc_part}")
     if fault_medians:
         print("minor page faults of the calling thread per call (medians):")
         for n in args.num_tensors:

@@ -1,43 +1,55 @@
-"""Overlap of D2H transfers with foreground CUDA compute: ferry against PyTorch ``to(cpu)``.
+"""Overlap of D2H transfers with foreground CUDA compute: ferry against PyTorch ``to(cpu)``, beside a worker that
+transfers nothing.
 
-A port of SPDL's ``benchmark_transfer_overlap.py`` (the seed), with the same command line, defaults, validation,
-randomized schedules and CSV schema, comparing ``ferry.transfer_tensor_d2h`` with the seed's reference method.
+A port of SPDL's ``benchmark_transfer_overlap.py``, with the same command line, defaults, validation, randomized
+schedules and CSV columns (this port's own columns come after them), comparing ``ferry.transfer_tensor_d2h`` with
+that benchmark's reference method.
 
 The point of a background D2H transfer is that it hides under foreground GPU work. A persistent worker thread
 owns the transfers (ferry's cached copy stream, or a dedicated torch stream for the reference); the foreground
 thread owns a compute stream running ``torch.mm`` on square float32 matrices, calibrated to a target duration.
-Every timed block runs four cases in a shuffled order: compute only, transfer only, serialized (transfer, then
-compute) and concurrent (both released together from a CPU barrier; the CPU launch skew between the two threads
-is recorded). From each block's paired samples: speedup = serialized / concurrent, hidden time = serialized -
-concurrent, and overlap efficiency = hidden / min(compute, transfer). Medians are reported with percentile
-bootstrap 95% confidence intervals. Source tensors are created and validated (exact results) before timing;
-warmup blocks prime pinned pools and allocators.
+Every timed block runs, in a shuffled order, compute only and, for every method, transfer only, serialized
+(transfer, then compute) and concurrent (both released together from a CPU barrier; the CPU launch skew between
+the two threads is recorded). From each block's paired samples: speedup = serialized / concurrent, hidden time =
+serialized - concurrent, and estimated overlap = hidden / min(compute, transfer). Medians are reported with
+percentile bootstrap 95% confidence intervals. Source tensors are created and validated (exact results) before
+timing; warmup blocks prime pinned pools and allocators.
 
-Diagnostic mode (``--diagnostics-output PATH``, off by default; not part of the seed): the same blocks, with
-timestamps that show where a concurrent block loses time against compute-only. Per block and method it records
-the hand-off into the block (executor wake-up and barrier: start to barrier release), the foreground's resume
-after the release, its launch phase (barrier release to the last ``torch.mm`` returning, against compute-only's
-start to last ``torch.mm``), the GPU tail after the launches, the worker's transfer call, and for ferry its own
-phases (walk, submit, GIL hand-off window, output build, wait) from its private phase stamps. The stamps cost a
-few ``perf_counter_ns`` calls per block, so a diagnostic run is not the reference run: compare its medians with
-each other. The rows go to PATH and a table of medians is printed before the summary. Transfer-only blocks get
-rows of their own in PATH's ``_transfer`` sibling (diag.csv -> diag_transfer.csv): the block's time, ferry's phases
-in it, the worker's own account of its transfer call (wall against on-CPU time, minor page faults, voluntary and
-involuntary context switches: off-CPU time shows as the difference), and, taken right after the block and
-untimed, a CPU probe (call_overhead's fixed Python loop) on the worker and on the main thread with the CPU each is
-on, so that a slow block can be matched with a slowed vCPU. ``--warm-transfer-first`` (a diagnostic A/B) makes the
-same transfer once on the worker, off the clock, before each transfer-only block.
+The harness floor: a third method, "no transfer", whose worker returns at once, runs in the same blocks. Its
+transfer-only time R is the executor's round trip, and its concurrent - compute W is what the harness's own thread
+wake-ups cost a concurrent block. Per method and block:
+  slowdown           concurrent - compute-only: what the foreground loses beside the transfer;
+  floor slowdown     W, the no-op worker's slowdown in the same block;
+  excess over floor  slowdown - W: what the foreground loses to the transfer beyond the harness's own cost;
+  net transfer       transfer-only - R: the transfer without the executor's round trip;
+  overlap bound      min(transfer-only - W, compute) / min(compute, transfer-only): the highest estimated overlap a
+                     method can score in this harness (a transfer that hides completely still leaves W in its
+                     concurrent block), (T - W) / T for a transfer of T ms shorter than the compute.
+Their medians over blocks (the excess with a bootstrap 95% interval) are in the table and the summary CSV.
 
-Harness floor (``--harness-floor``; not part of the seed): a third method whose worker returns at once runs in the
-same blocks. Its transfer-only time is the executor round trip and its concurrent excess over compute is what the
-harness's own thread wake-ups cost a concurrent block; a table after the summary gives each method's transfer time
-and overlap efficiency net of those (see _print_harness_floor).
+Layouts (``--layout``): ``even`` cuts the payload as SPDL's benchmark does (sizes differ by at most one byte);
+``mixed`` gives one tensor half the payload and splits the rest evenly between the n - 1 others.
+
+Diagnostic mode (``--diagnostics-output PATH``, off by default): the same blocks, with timestamps that show where a
+concurrent block loses time against compute-only. Per concurrent block and method it records the hand-off into
+the block (executor wake-up and barrier: start to barrier release), the foreground's resume after the release, its
+launch phase (barrier release to the last ``torch.mm`` returning, against compute-only's start to last
+``torch.mm``), the GPU tail after the launches, the worker's transfer call, and for ferry its phases (first part:
+start to the first part submitted; walk+submit: start to the whole batch walked and submitted, output objects
+built while the copies run; wait; finish), the number of parts, and its GIL holds: the longest continuous hold of
+the call, the number of holds and their histogram. ferry's columns come from its private phase stamps, present
+only in builds with test hooks (the project's CMake build, not a wheel); without them the timeline is recorded and
+ferry's columns stay empty. The stamps cost a few ``perf_counter_ns`` calls per block, so a diagnostic run is not
+the reference run: compare its medians with each other. The rows go to PATH, tables of their medians are printed
+before the summary, and the summary CSV's gil_max_hold_median_us / gil_max_hold_max_us hold the median and the
+maximum over ferry's concurrent blocks of its longest hold. ``--ferry-gil-slice-us`` and ``--ferry-gil-switch-us``
+set ferry's GIL pacing for A/B runs (test-hook builds only).
 
 Usage::
 
-    python -m ferry.bench.overlap --output /tmp/overlap.csv --num-tensors 1 32 256
-    python -m ferry.bench.overlap --output /tmp/overlap.csv --compute-ms 1   # transfer longer than compute
-    python -m ferry.bench.overlap --output /tmp/d.csv --num-tensors 1 256 --diagnostics-output /tmp/diag.csv
+    python -m ferry.bench.overlap                                   # writes /tmp/transfer_overlap.csv
+    python -m ferry.bench.overlap --num-tensors 1 32 256 4096 16384 --layout mixed --output /tmp/mixed.csv
+    python -m ferry.bench.overlap --num-tensors 1 4096 --diagnostics-output /tmp/diag.csv
 
 Without CUDA (or without torch) it says so and exits 0.
 """
@@ -47,6 +59,7 @@ import csv
 import os
 import random
 import sys
+import textwrap
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -55,21 +68,17 @@ from datetime import datetime, timezone
 
 import numpy as np
 from ferry.bench._gpu import torch_cuda_device
-from ferry.bench.call_overhead import _cpu_probe_ms
-
-try:
-    import resource  # POSIX only: the worker's page faults and context switches in diagnostic mode
-except ImportError:
-    resource = None
+from ferry.bench.bandwidth import LAYOUTS, layout_sizes
 
 _SCHEMA_VERSION = 1
 _METHOD_NATIVE = "PyTorch to(cpu)"
 _METHOD_FERRY = "ferry"
-_METHOD_NOOP = "no transfer"  # --harness-floor: the harness alone, its worker returning at once
+_METHOD_NOOP = "no transfer"  # the harness floor: its worker returns at once
 _BARRIER_TIMEOUT_S = 30
+DEFAULT_OUTPUT = "/tmp/transfer_overlap.csv"
 
 
-# ---- records (their field order is the CSV schema, identical to the seed's) ----------------------------------------
+# ---- records (SPDL's fields first, in its order: its CSV schema; this port's fields after them) ------------------
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,7 @@ class BenchmarkConfig:
     num_runs: int
     bootstrap_resamples: int
     seed: int
+    layout: str = "even"
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,39 @@ class OverlapSample:
         """Hidden time over what could have been hidden; timed separately, so noise can leave [0, 1]."""
         potential = min(self.compute_only_ms, self.transfer_only_ms)
         return self.hidden_ms / potential if potential > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class FloorComparison:
+    """One block of one method against the no-op worker's schedules in the same block (ms)."""
+
+    trial: int
+    slowdown_ms: float           # concurrent - compute-only
+    floor_slowdown_ms: float     # the no-op worker's concurrent - compute-only
+    excess_over_floor_ms: float  # slowdown - floor slowdown
+    floor_transfer_ms: float     # the no-op worker's transfer-only: the executor's round trip
+    net_transfer_ms: float       # transfer-only - floor transfer
+    overlap_bound: float         # min(transfer-only - floor slowdown, compute) / min(compute, transfer-only)
+
+
+def against_floor(samples, floor):
+    """FloorComparison per block of `samples`, paired by trial with `floor` (the no-op worker's samples)."""
+    floor_by_trial = {f.trial: f for f in floor}
+    out = []
+    for s in samples:
+        f = floor_by_trial[s.trial]
+        slowdown = s.concurrent_ms - s.compute_only_ms
+        floor_slowdown = f.concurrent_ms - f.compute_only_ms
+        # A transfer that hides completely leaves a concurrent block of max(compute + W, transfer), so it hides
+        # min(transfer - W, compute) of the serialized block's time at most.
+        potential = min(s.compute_only_ms, s.transfer_only_ms)
+        hideable = min(s.transfer_only_ms - floor_slowdown, s.compute_only_ms)
+        out.append(FloorComparison(
+            trial=s.trial, slowdown_ms=slowdown, floor_slowdown_ms=floor_slowdown,
+            excess_over_floor_ms=slowdown - floor_slowdown, floor_transfer_ms=f.transfer_only_ms,
+            net_transfer_ms=s.transfer_only_ms - f.transfer_only_ms,
+            overlap_bound=hideable / potential if potential > 0 else 0.0))
+    return out
 
 
 @dataclass(frozen=True)
@@ -150,6 +193,18 @@ class BenchmarkSummary:
     estimated_overlap_efficiency_ci_lower: float
     estimated_overlap_efficiency_ci_upper: float
     cpu_launch_skew_p95_ms: float
+    # This port's columns (medians over blocks of FloorComparison's fields, the excess with its 95% interval).
+    layout: str
+    slowdown_median_ms: float
+    floor_slowdown_median_ms: float
+    excess_over_floor_median_ms: float
+    excess_over_floor_ci_lower_ms: float
+    excess_over_floor_ci_upper_ms: float
+    floor_transfer_median_ms: float
+    net_transfer_median_ms: float
+    overlap_bound_median: float
+    gil_max_hold_median_us: "float | None"  # diagnostic mode, ferry only: its concurrent blocks' longest GIL hold
+    gil_max_hold_max_us: "float | None"
 
 
 @dataclass(frozen=True)
@@ -171,6 +226,13 @@ class RawSampleRecord:
     hidden_ms: float
     estimated_overlap_efficiency: float
     cpu_launch_skew_ms: float
+    # This port's columns: the block against the no-op worker's (FloorComparison).
+    layout: str
+    slowdown_ms: float
+    floor_slowdown_ms: float
+    excess_over_floor_ms: float
+    net_transfer_ms: float
+    overlap_bound: float
 
 
 # ---- statistics ------------------------------------------------------------------------------------------------------
@@ -192,29 +254,21 @@ def _ms(start_ns, end_ns):
     return (end_ns - start_ns) / 1e6
 
 
+def _median(values):
+    """The median of the values given (None and "" left out), NaN when none are."""
+    values = [v for v in values if v is not None and v != ""]
+    return _percentile(values, 50) if values else float("nan")
+
+
 # ---- the experiment --------------------------------------------------------------------------------------------------
 
 
 class _Runner:
-    """The worker thread, the compute closure and the four timed schedules. As in the seed, each block's outputs are
-    freed on the main thread, where the future hands them over, after the block's clock has stopped."""
+    """The worker thread, the compute closure and the four timed schedules. As in SPDL's benchmark, each block's
+    outputs are freed on the main thread, where the future hands them over, after the block's clock has stopped."""
 
-    def __init__(self, torch, device, executor, run_compute, warm_first=False):
+    def __init__(self, torch, device, executor, run_compute):
         self.torch, self.device, self.executor, self.run_compute = torch, device, executor, run_compute
-        self.warm_first = warm_first
-
-    def warm_up(self, transfer):
-        """--warm-transfer-first: before a transfer-only block, off its clock, the worker makes the same transfer
-        once and drops it, so that the timed call finds the caches and the allocator as a tight loop of calls leaves
-        them rather than as the blocks in between did (a diagnostic A/B, not the seed's experiment)."""
-        if not self.warm_first:
-            return
-
-        def work():
-            self.torch.cuda.set_device(self.device)
-            transfer()
-
-        self.executor.submit(work).result()
 
     def submit(self, transfer, barrier=None):
         """Runs one transfer on the worker; the future's result is (output, start_ns)."""
@@ -234,7 +288,6 @@ class _Runner:
         return _ms(start, time.perf_counter_ns())
 
     def transfer_only(self, transfer):
-        self.warm_up(transfer)
         start = time.perf_counter_ns()
         result = self.submit(transfer).result()
         end = time.perf_counter_ns()
@@ -263,13 +316,13 @@ class _Runner:
 
 
 class _DiagnosticRunner(_Runner):
-    """_Runner with timestamps (diagnostic mode): compute-only, transfer-only and concurrent blocks leave a record in
-    `pending`, which _collect files under (trial, method, schedule) through note()."""
+    """_Runner with timestamps (diagnostic mode): compute-only and concurrent blocks leave a record in `pending`,
+    which _collect files under (trial, method, schedule) through note()."""
 
-    def __init__(self, torch, device, executor, run_compute, launch, ferry_phases, warm_first=False):
-        super().__init__(torch, device, executor, run_compute, warm_first)
+    def __init__(self, torch, device, executor, run_compute, launch, ferry_phases):
+        super().__init__(torch, device, executor, run_compute)
         self.launch = launch              # {"first", "last"}: perf_counter_ns of the first and last torch.mm return
-        self.ferry_phases = ferry_phases  # reads the worker thread's last ferry phase stamps
+        self.ferry_phases = ferry_phases  # the worker thread's last ferry phase stamps, or None without test hooks
         self.pending = {}
         self.records = []
 
@@ -281,12 +334,10 @@ class _DiagnosticRunner(_Runner):
             if barrier is not None:
                 record["bg_arrive"] = time.perf_counter_ns()
                 barrier.wait(timeout=_BARRIER_TIMEOUT_S)
-            before = _thread_usage()
             started = record["bg_start"] = time.perf_counter_ns()
             output = transfer()
             record["bg_end"] = time.perf_counter_ns()
-            record["bg_usage"] = _usage_delta(before, _thread_usage())
-            record["phases"] = self.ferry_phases()
+            record["phases"] = self.ferry_phases() if self.ferry_phases else None
             return output, started
 
         return self.executor.submit(work)
@@ -315,36 +366,39 @@ class _DiagnosticRunner(_Runner):
         skew = _ms(min(compute_started, transfer_started), max(compute_started, transfer_started))
         return _ms(start, end), skew
 
-    def transfer_only(self, transfer):
-        ms = super().transfer_only(transfer)
-        record = self.pending
-        # Untimed, right after the block: the speed of the CPU under each thread (call_overhead's probe) and the
-        # CPU the worker is on. On the lent VM a vCPU can run 1.6-1.9x slower than the rest, and every phase of a
-        # many-tensor call (CPU work) with it; these columns tell whether a slow block ran on a slow CPU.
-        record["worker_probe_ms"], record["worker_cpu"] = self.executor.submit(_probe_this_thread).result()
-        record["main_probe_ms"], record["main_cpu"] = _probe_this_thread()
-        record["transfer_ms"] = ms
-        return ms
-
     def note(self, trial, method, schedule):
         self.records.append((trial, method, schedule, self.pending))
         self.pending = {}
 
 
+# ferry's phases from its stamps: (column, from, to). Its first part's copies start at "first_part"; the walk, the
+# submission of every part and the build of the output objects (while the copies run) end at "walked".
+_FERRY_PHASES = [("ferry_first_part_ms", "start", "first_part"), ("ferry_walk_submit_ms", "start", "walked"),
+                 ("ferry_wait_ms", "walked", "waited"), ("ferry_finish_ms", "waited", "finished")]
+# ferry's GIL hold histogram: holds shorter than 25, 50, 100, 200, 400, 800, 1600 us, and longer.
+HOLD_BUCKETS = ["lt25us", "lt50us", "lt100us", "lt200us", "lt400us", "lt800us", "lt1600us", "ge1600us"]
+_HOLD_FIELDS = [f"ferry_holds_{b}" for b in HOLD_BUCKETS]
+
 DIAGNOSTIC_FIELDS = [
-    "total_bytes", "num_tensors", "method", "trial", "compute_only_ms", "compute_launch_ms", "concurrent_ms",
-    "excess_ms", "handoff_ms", "fg_resume_ms", "first_mm_ms", "launch_ms", "launch_excess_ms", "gpu_tail_ms",
-    "gpu_tail_excess_ms", "result_ms", "bg_resume_ms", "transfer_call_ms", "ferry_walk_ms", "ferry_submit_ms",
-    "ferry_handoff_ms", "ferry_build_ms", "ferry_wait_ms", "ferry_finish_ms", "ferry_built_after_release_ms"]
-
-_FERRY_PHASES = [("first", "start", "first_part"), ("walk", "start", "walked"), ("wait", "walked", "waited"),
-                 ("finish", "waited", "finished")]
+    "total_bytes", "num_tensors", "layout", "method", "trial", "compute_only_ms", "compute_launch_ms",
+    "concurrent_ms", "excess_ms", "handoff_ms", "fg_resume_ms", "first_mm_ms", "launch_ms", "launch_excess_ms",
+    "gpu_tail_ms", "gpu_tail_excess_ms", "result_ms", "bg_resume_ms", "transfer_call_ms",
+    *(name for name, _, _ in _FERRY_PHASES), "ferry_walked_after_release_ms", "ferry_parts", "ferry_holds",
+    "ferry_max_hold_us", *_HOLD_FIELDS]
 
 
-def _median(values):
-    """The median of the values given (None and "" left out), NaN when none are."""
-    values = [v for v in values if v is not None and v != ""]
-    return _percentile(values, 50) if values else float("nan")
+def _ferry_columns(phases, since_ns):
+    """ferry's diagnostic columns from the worker's last phase stamps, if they belong to a call that started at or
+    after since_ns (and not to an older call on the same worker); {} otherwise."""
+    if not phases or phases.get("start") is None or phases["start"] < since_ns:
+        return {}
+    row = {name: _ms(phases[a], phases[b]) for name, a, b in _FERRY_PHASES
+           if phases.get(a) is not None and phases.get(b) is not None}
+    if phases.get("max_hold_ns") is not None:
+        row.update(ferry_parts=phases.get("parts"), ferry_holds=phases.get("holds"),
+                   ferry_max_hold_us=phases["max_hold_ns"] / 1e3)
+        row.update(zip(_HOLD_FIELDS, phases.get("hold_hist") or ()))
+    return row
 
 
 def _by_scenario_and_method(rows):
@@ -354,98 +408,7 @@ def _by_scenario_and_method(rows):
         yield n, method, [r for r in rows if (r["total_bytes"], r["num_tensors"], r["method"]) == (total, n, method)]
 
 
-def _ferry_phase_columns(phases, since_ns):
-    """ferry_<phase>_ms columns from the worker's last phase stamps, if they belong to a call that started at or
-    after since_ns (and not to an older call on the same worker)."""
-    if not phases or phases.get("start") is None or phases["start"] < since_ns:
-        return {}
-    return {f"ferry_{name}_ms": _ms(phases[a], phases[b]) for name, a, b in _FERRY_PHASES
-            if phases.get(a) is not None and phases.get(b) is not None}
-
-
-def _probe_this_thread():
-    """(the CPU probe on the calling thread in ms, the CPU it is running on: field 39 of /proc/thread-self/stat)."""
-    probe_ms = _cpu_probe_ms(repeats=5)
-    try:
-        with open("/proc/thread-self/stat") as f:
-            cpu = int(f.read().rsplit(")", 1)[1].split()[36])
-    except (OSError, IndexError, ValueError):
-        cpu = -1
-    return probe_ms, cpu
-
-
-_RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None) if resource else None  # Linux's
-
-
-def _thread_usage():
-    """(CPU time of the calling thread in ms, its minor page faults, voluntary and involuntary context switches; the
-    last three None where the platform cannot tell one thread's)."""
-    cpu_ms = time.thread_time_ns() / 1e6
-    if _RUSAGE_THREAD is None:
-        return cpu_ms, None, None, None
-    ru = resource.getrusage(_RUSAGE_THREAD)
-    return cpu_ms, ru.ru_minflt, ru.ru_nvcsw, ru.ru_nivcsw
-
-
-# What the transfer call cost its thread, the differences of _thread_usage() across it. On-CPU time well under the
-# call's wall time means the thread was off the CPU (preempted, or blocked: on the GIL, a lock, the copies); equal to
-# it means the time went to work on the CPU, where caches and clock speed decide.
-_USAGE_FIELDS = ["worker_call_cpu_ms", "worker_call_minflt", "worker_call_nvcsw", "worker_call_nivcsw"]
-
-
-def _usage_delta(before, after):
-    return {k: None if a is None or b is None else b - a for k, a, b in zip(_USAGE_FIELDS, before, after)}
-
-TRANSFER_DIAGNOSTIC_FIELDS = [
-    "total_bytes", "num_tensors", "method", "trial", "transfer_ms", "worker_probe_ms", "worker_cpu", "main_probe_ms",
-    "main_cpu", "worker_call_ms", *_USAGE_FIELDS, "ferry_walk_ms", "ferry_submit_ms", "ferry_handoff_ms",
-    "ferry_build_ms", "ferry_wait_ms", "ferry_finish_ms"]
-
-
-def _transfer_rows(records, total_bytes, num_tensors):
-    """Per (trial, method): the transfer-only block, ferry's phases in it and the CPU probes taken after it."""
-    rows = []
-    for trial, method, schedule, r in records:
-        if schedule != "transfer" or "transfer_ms" not in r:
-            continue
-        row = dict(total_bytes=total_bytes, num_tensors=num_tensors, method=method, trial=trial,
-                   **{k: r[k] for k in ("transfer_ms", "worker_probe_ms", "worker_cpu", "main_probe_ms", "main_cpu")},
-                   worker_call_ms=_ms(r["bg_start"], r["bg_end"]), **r["bg_usage"])
-        row.update(_ferry_phase_columns(r.get("phases"), r["bg_start"]))
-        rows.append(row)
-    return rows
-
-
-def _print_transfer_diagnostics(rows):
-    """Medians of the transfer-only blocks, and the transfer time split by the worker's CPU probe: if the blocks
-    whose worker sat on a slow CPU are the slow ones, the harness's slowdown is the VM's and not the harness's."""
-    print("\nTransfer-only blocks (medians, ms; probe = call_overhead's CPU probe on that thread right after the "
-          "block, lower is faster)")
-    print(f"{'Tensors':>7}  {'Method':<16}{'xfer':>7}{'worker probe':>13}{'main probe':>11}"
-          f"{'xfer | fast worker':>19}{'xfer | slow worker':>19}  ferry walk/submit/handoff/build/wait")
-    for n, method, g in _by_scenario_and_method(rows):
-        probe = _median([r["worker_probe_ms"] for r in g])
-        fast = _median([r["transfer_ms"] for r in g if r["worker_probe_ms"] <= probe])
-        slow = _median([r["transfer_ms"] for r in g if r["worker_probe_ms"] > probe])
-        ferry = ""
-        if any(r.get("ferry_walk_ms") is not None for r in g):
-            ferry = "/".join(f"{_median([r.get(f'ferry_{p}_ms') for r in g]):.3f}"
-                             for p in ("walk", "submit", "handoff", "build", "wait"))
-        print(f"{n:>7}  {method:<16}{_median([r['transfer_ms'] for r in g]):7.3f}{probe:13.2f}"
-              f"{_median([r['main_probe_ms'] for r in g]):11.2f}{fast:19.3f}{slow:19.3f}  {ferry}")
-    cpus = sorted({r["worker_cpu"] for r in rows})
-    print(f"worker thread seen on CPUs {cpus}; fast/slow worker: the blocks whose worker probe is at or below / "
-          "above its median")
-    print("The worker's transfer call in those blocks (medians): wall and on-CPU time (ms), minor page faults, "
-          "voluntary and involuntary context switches")
-    print(f"{'Tensors':>7}  {'Method':<16}{'wall':>8}{'on CPU':>8}{'faults':>8}{'vol cs':>8}{'invol cs':>9}")
-    for n, method, g in _by_scenario_and_method(rows):
-        m = {k: _median([r.get(k) for r in g]) for k in ("worker_call_ms", *_USAGE_FIELDS)}
-        print(f"{n:>7}  {method:<16}{m['worker_call_ms']:8.3f}{m['worker_call_cpu_ms']:8.3f}"
-              f"{m['worker_call_minflt']:8.0f}{m['worker_call_nvcsw']:8.0f}{m['worker_call_nivcsw']:9.0f}")
-
-
-def _diagnostic_rows(records, total_bytes, num_tensors):
+def _diagnostic_rows(records, total_bytes, num_tensors, layout="even"):
     """Per (trial, method): the concurrent block's timeline against the same trial's compute-only block (ms).
 
     concurrent - compute = handoff + fg_resume + launch_excess + gpu_tail_excess + result, where
@@ -454,7 +417,7 @@ def _diagnostic_rows(records, total_bytes, num_tensors):
       launch_excess    (foreground pass -> last torch.mm returned) - (compute-only start -> last torch.mm)
       gpu_tail_excess  (last torch.mm -> compute synchronized) - the same in compute-only
       result           compute synchronized -> the worker's future collected
-    launch_ms is the foreground's launch phase asked for: barrier release -> last torch.mm returned."""
+    launch_ms is the foreground's launch phase: barrier release -> last torch.mm returned."""
     compute = {trial: r for trial, method, schedule, r in records if schedule == "compute"}
     rows = []
     for trial, method, schedule, r in records:
@@ -464,7 +427,7 @@ def _diagnostic_rows(records, total_bytes, num_tensors):
         release = max(r["fg_arrive"], r["bg_arrive"])
         compute_launch = _ms(c["start"], c["last"])
         compute_tail = _ms(c["last"], c["compute_end"])
-        row = dict(total_bytes=total_bytes, num_tensors=num_tensors, method=method, trial=trial,
+        row = dict(total_bytes=total_bytes, num_tensors=num_tensors, layout=layout, method=method, trial=trial,
                    compute_only_ms=_ms(c["start"], c["compute_end"]), compute_launch_ms=compute_launch,
                    concurrent_ms=_ms(r["start"], r["end"]),
                    handoff_ms=_ms(r["start"], release), fg_resume_ms=_ms(release, r["fg_pass"]),
@@ -476,10 +439,10 @@ def _diagnostic_rows(records, total_bytes, num_tensors):
                    transfer_call_ms=_ms(r["bg_pass"], r["bg_end"]))
         row["excess_ms"] = row["concurrent_ms"] - row["compute_only_ms"]
         # Phase stamps belong to this block only if ferry's call started after the worker passed the barrier.
-        ferry = _ferry_phase_columns(r.get("phases"), r["bg_pass"])
+        ferry = _ferry_columns(r.get("phases"), r["bg_pass"])
         row.update(ferry)
-        if ferry and r["phases"].get("built") is not None:
-            row["ferry_built_after_release_ms"] = _ms(release, r["phases"]["built"])
+        if ferry and r["phases"].get("walked") is not None:
+            row["ferry_walked_after_release_ms"] = _ms(release, r["phases"]["walked"])
         rows.append(row)
     return rows
 
@@ -489,16 +452,37 @@ def _print_diagnostics(rows):
     print("\nDiagnostics (medians, ms): excess = concurrent - compute ~ handoff + resume + launch+ + tail+ + "
           "result; launch = barrier release -> last torch.mm returned (compute-only: start -> last torch.mm)")
     print(f"{'Tensors':>7}  {'Method':<16}{'excess':>7}{'handoff':>8}{'resume':>7}{'launch+':>8}{'tail+':>7}"
-          f"{'result':>7}  {'1st mm':>7}{'launch':>7}{'(alone)':>8}  {'xfer':>6}  ferry walk/submit/handoff/build")
+          f"{'result':>7}  {'1st mm':>7}{'launch':>7}{'(alone)':>8}  {'xfer':>6}  "
+          "ferry first part/walk+submit/wait/finish, parts")
     for n, method, g in _by_scenario_and_method(rows):
-        col = {k: _median([r.get(k) for r in g]) for k in DIAGNOSTIC_FIELDS[4:]}
+        col = {k: _median([r.get(k) for r in g]) for k in DIAGNOSTIC_FIELDS[5:]}
         ferry = ""
-        if col["ferry_walk_ms"] == col["ferry_walk_ms"]:
-            ferry = "/".join(f"{col[f'ferry_{p}_ms']:.3f}" for p in ("walk", "submit", "handoff", "build"))
+        if col["ferry_walk_submit_ms"] == col["ferry_walk_submit_ms"]:  # not NaN: ferry's stamps are there
+            ferry = "/".join(f"{col[name]:.3f}" for name, _, _ in _FERRY_PHASES)
+            if col["ferry_parts"] == col["ferry_parts"]:
+                ferry += f", {col['ferry_parts']:.0f}"
         print(f"{n:>7}  {method:<16}{col['excess_ms']:7.3f}{col['handoff_ms']:8.3f}{col['fg_resume_ms']:7.3f}"
               f"{col['launch_excess_ms']:8.3f}{col['gpu_tail_excess_ms']:7.3f}{col['result_ms']:7.3f}  "
               f"{col['first_mm_ms']:7.3f}{col['launch_ms']:7.3f}{col['compute_launch_ms']:8.3f}  "
               f"{col['transfer_call_ms']:6.3f}  {ferry}")
+
+
+def _print_gil_holds(rows):
+    """ferry's GIL holds in its concurrent blocks: the longest continuous hold of a call (median and max over
+    blocks), holds and parts per call (medians), and the holds of all blocks by length."""
+    rows = [r for r in rows if r.get("ferry_max_hold_us") is not None]
+    if not rows:
+        return
+    print("\nferry's GIL holds in the concurrent blocks: longest continuous hold of a call (median, max over blocks; "
+          "us), holds and parts per call (medians), and every hold of those calls by length (counts)")
+    print(f"{'Tensors':>7}  {'Method':<16}{'max hold':>9}{'(max)':>9}{'holds':>7}{'parts':>7}  "
+          + "".join(f"{'<' + b[2:] if b.startswith('lt') else '>=' + b[2:]:>9}" for b in HOLD_BUCKETS))
+    for n, method, g in _by_scenario_and_method(rows):
+        holds = [r["ferry_max_hold_us"] for r in g]
+        hist = [sum(int(r.get(f) or 0) for r in g) for f in _HOLD_FIELDS]
+        print(f"{n:>7}  {method:<16}{_median(holds):9.1f}{max(holds):9.1f}"
+              f"{_median([r.get('ferry_holds') for r in g]):7.0f}{_median([r.get('ferry_parts') for r in g]):7.0f}  "
+              + "".join(f"{h:9d}" for h in hist))
 
 
 def _calibrate(run_compute_n, target_ms):
@@ -518,12 +502,9 @@ def _calibrate(run_compute_n, target_ms):
     return iterations
 
 
-def _source_tensors(torch, total_bytes, num_tensors, device):
-    if num_tensors > total_bytes:
-        raise ValueError(f"Cannot split {total_bytes} bytes into {num_tensors} nonempty tensors.")
-    size, rest = divmod(total_bytes, num_tensors)
-    return [torch.randint(0, 256, (size + (i < rest),), dtype=torch.uint8, device=device)
-            for i in range(num_tensors)]
+def _source_tensors(torch, total_bytes, num_tensors, device, layout="even"):
+    return [torch.randint(0, 256, (size,), dtype=torch.uint8, device=device)
+            for size in layout_sizes(total_bytes, num_tensors, layout)]
 
 
 def _collect(runner, methods, *, num_warmup, num_runs, seed):
@@ -550,8 +531,6 @@ def _collect(runner, methods, *, num_warmup, num_runs, seed):
                     note(trial, "compute", "compute")
             elif schedule == "transfer":
                 results[method]["transfer"] = runner.transfer_only(methods[method])
-                if note:
-                    note(trial, method, "transfer")
             elif schedule == "serialized":
                 results[method]["serialized"] = runner.serialized(methods[method])
             else:
@@ -564,15 +543,21 @@ def _collect(runner, methods, *, num_warmup, num_runs, seed):
     return samples
 
 
-def _summarize(torch, samples, *, created, device, config, total_bytes, num_tensors, iterations, method,
-               schedule_seed, bootstrap_seed):
-    def col(name):
-        return [getattr(s, name) for s in samples]
+def _summarize(torch, samples, floor, *, created, device, config, total_bytes, num_tensors, iterations, method,
+               schedule_seed, bootstrap_seed, gil_max_hold_us=()):
+    """One summary row: SPDL's figures from `samples`, then this port's against `floor` (the no-op worker's
+    samples of the same blocks) and, in diagnostic mode, ferry's longest GIL holds (us, one per block)."""
+    def col(name, rows=samples):
+        return [getattr(s, name) for s in rows]
 
     speedup_ci = _bootstrap_median_ci(col("speedup"), seed=bootstrap_seed, num_resamples=config.bootstrap_resamples)
     efficiency_ci = _bootstrap_median_ci(col("estimated_overlap_efficiency"), seed=bootstrap_seed + 1,
                                          num_resamples=config.bootstrap_resamples)
     transfer_median = _percentile(col("transfer_only_ms"), 50)
+    vs_floor = against_floor(samples, floor)
+    excess = col("excess_over_floor_ms", vs_floor)
+    excess_ci = _bootstrap_median_ci(excess, seed=bootstrap_seed + 2, num_resamples=config.bootstrap_resamples)
+    holds = list(gil_max_hold_us)
     major, minor = torch.cuda.get_device_capability(device)
     return BenchmarkSummary(
         schema_version=_SCHEMA_VERSION, created_utc=created, device_name=torch.cuda.get_device_name(device),
@@ -595,13 +580,36 @@ def _summarize(torch, samples, *, created, device, config, total_bytes, num_tens
         estimated_overlap_efficiency_median=_percentile(col("estimated_overlap_efficiency"), 50),
         estimated_overlap_efficiency_ci_lower=efficiency_ci[0],
         estimated_overlap_efficiency_ci_upper=efficiency_ci[1],
-        cpu_launch_skew_p95_ms=_percentile(col("cpu_launch_skew_ms"), 95))
+        cpu_launch_skew_p95_ms=_percentile(col("cpu_launch_skew_ms"), 95),
+        layout=config.layout,
+        slowdown_median_ms=_percentile(col("slowdown_ms", vs_floor), 50),
+        floor_slowdown_median_ms=_percentile(col("floor_slowdown_ms", vs_floor), 50),
+        excess_over_floor_median_ms=_percentile(excess, 50),
+        excess_over_floor_ci_lower_ms=excess_ci[0], excess_over_floor_ci_upper_ms=excess_ci[1],
+        floor_transfer_median_ms=_percentile(col("floor_transfer_ms", vs_floor), 50),
+        net_transfer_median_ms=_percentile(col("net_transfer_ms", vs_floor), 50),
+        overlap_bound_median=_percentile(col("overlap_bound", vs_floor), 50),
+        gil_max_hold_median_us=_percentile(holds, 50) if holds else None,
+        gil_max_hold_max_us=max(holds) if holds else None)
+
+
+def _raw_records(samples, floor, *, created, config, schedule_seed, total_bytes, num_tensors, method):
+    return [RawSampleRecord(
+        schema_version=_SCHEMA_VERSION, created_utc=created, seed=config.seed, schedule_seed=schedule_seed,
+        total_bytes=total_bytes, num_tensors=num_tensors, method=method, trial=s.trial,
+        schedule_order=s.schedule_order, compute_only_ms=s.compute_only_ms, transfer_only_ms=s.transfer_only_ms,
+        serialized_ms=s.serialized_ms, concurrent_ms=s.concurrent_ms, speedup=s.speedup, hidden_ms=s.hidden_ms,
+        estimated_overlap_efficiency=s.estimated_overlap_efficiency, cpu_launch_skew_ms=s.cpu_launch_skew_ms,
+        layout=config.layout, slowdown_ms=f.slowdown_ms, floor_slowdown_ms=f.floor_slowdown_ms,
+        excess_over_floor_ms=f.excess_over_floor_ms, net_transfer_ms=f.net_transfer_ms,
+        overlap_bound=f.overlap_bound) for s, f in zip(samples, against_floor(samples, floor))]
 
 
 def _print_row(s):
-    print(f"  {s.method:<6} compute={s.compute_median_ms:7.3f} ms  transfer={s.transfer_median_ms:7.3f} ms  "
+    print(f"  {s.method:<15} compute={s.compute_median_ms:7.3f} ms  transfer={s.transfer_median_ms:7.3f} ms  "
           f"serialized={s.serialized_median_ms:7.3f} ms  concurrent={s.concurrent_median_ms:7.3f} ms  "
-          f"speedup={s.speedup_median:5.2f}x  estimated_overlap={s.estimated_overlap_efficiency_median * 100:6.1f}%")
+          f"speedup={s.speedup_median:5.2f}x  estimated_overlap={s.estimated_overlap_efficiency_median * 100:6.1f}%  "
+          f"slowdown={s.slowdown_median_ms:6.3f} ms  excess={s.excess_over_floor_median_ms:6.3f} ms")
 
 
 def _write_rows(rows, path, names):
@@ -623,7 +631,8 @@ def _write_csv(records, path, record_type):
             writer.writerow({n: getattr(r, n) for n in names})
 
 
-def _run(torch, ferry, config, device, diagnostics=False, harness_floor=False, warm_first=False):
+def _run(torch, ferry, config, device, hooks=None, diagnostics=False):
+    """The whole experiment; `hooks` is ferry's test-hook module (phase stamps) or None."""
     torch.manual_seed(config.seed)
     torch.cuda.set_device(device)
     device = torch.device("cuda", torch.cuda.current_device())
@@ -665,18 +674,17 @@ def _run(torch, ferry, config, device, diagnostics=False, harness_floor=False, w
     created = datetime.now(timezone.utc).isoformat()
     scenarios = [(mib << 20, count) for mib in config.total_mib for count in config.num_tensors]
     random.Random(config.seed).shuffle(scenarios)
-    summaries, raw, diagnostic_rows, transfer_rows = [], [], [], []
+    summaries, raw, diagnostic_rows = [], [], []
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-d2h-benchmark") as executor:
         if diagnostics:
-            from ferry import _ferry
-
-            runner = _DiagnosticRunner(torch, device, executor, run_compute, launch, _ferry._last_phases,
-                                       warm_first)
+            runner = _DiagnosticRunner(torch, device, executor, run_compute, launch,
+                                       hooks._last_phases if hooks else None)
         else:
-            runner = _Runner(torch, device, executor, run_compute, warm_first)
+            runner = _Runner(torch, device, executor, run_compute)
         for index, (total_bytes, count) in enumerate(scenarios):
-            print(f"\n{total_bytes / (1 << 20):.0f} MiB in {count} tensor(s), {iterations} compute iteration(s)")
-            tensors = _source_tensors(torch, total_bytes, count, device)
+            print(f"\n{total_bytes / (1 << 20):.0f} MiB in {count} tensor(s) ({config.layout}), {iterations} "
+                  "compute iteration(s)")
+            tensors = _source_tensors(torch, total_bytes, count, device, config.layout)
             torch.cuda.synchronize(device)
             native_stream = torch.cuda.Stream(device=device)
 
@@ -700,84 +708,61 @@ def _run(torch, ferry, config, device, diagnostics=False, harness_floor=False, w
                     torch.testing.assert_close(got, want, rtol=0, atol=0)
                 del output
             del expected
-            if harness_floor:
-                methods[_METHOD_NOOP] = list
+            methods[_METHOD_NOOP] = list  # the harness floor: a worker that returns at once
             scenario_seed = config.seed + index * 1009
             per_method = _collect(runner, methods, num_warmup=config.num_warmup, num_runs=config.num_runs,
                                   seed=scenario_seed)
+            ferry_holds = []  # ferry's longest GIL hold in each concurrent block (diagnostic mode)
             if diagnostics:
-                diagnostic_rows.extend(_diagnostic_rows(runner.records, total_bytes, count))
-                transfer_rows.extend(_transfer_rows(runner.records, total_bytes, count))
+                rows = _diagnostic_rows(runner.records, total_bytes, count, config.layout)
                 runner.records = []
+                diagnostic_rows.extend(rows)
+                ferry_holds = [r["ferry_max_hold_us"] for r in rows
+                               if r["method"] == _METHOD_FERRY and r.get("ferry_max_hold_us") is not None]
+            floor = per_method[_METHOD_NOOP]
             for method_index, (method, samples) in enumerate(per_method.items()):
                 bootstrap_seed = scenario_seed + method_index * 17
-                summary = _summarize(torch, samples, created=created, device=device, config=config,
+                summary = _summarize(torch, samples, floor, created=created, device=device, config=config,
                                      total_bytes=total_bytes, num_tensors=count, iterations=iterations,
-                                     method=method, schedule_seed=scenario_seed, bootstrap_seed=bootstrap_seed)
+                                     method=method, schedule_seed=scenario_seed, bootstrap_seed=bootstrap_seed,
+                                     gil_max_hold_us=ferry_holds if method == _METHOD_FERRY else ())
                 summaries.append(summary)
                 _print_row(summary)
-                raw.extend(RawSampleRecord(
-                    schema_version=_SCHEMA_VERSION, created_utc=created, seed=config.seed,
-                    schedule_seed=scenario_seed, total_bytes=total_bytes, num_tensors=count, method=method,
-                    trial=s.trial, schedule_order=s.schedule_order, compute_only_ms=s.compute_only_ms,
-                    transfer_only_ms=s.transfer_only_ms, serialized_ms=s.serialized_ms,
-                    concurrent_ms=s.concurrent_ms, speedup=s.speedup, hidden_ms=s.hidden_ms,
-                    estimated_overlap_efficiency=s.estimated_overlap_efficiency,
-                    cpu_launch_skew_ms=s.cpu_launch_skew_ms) for s in samples)
+                raw.extend(_raw_records(samples, floor, created=created, config=config, schedule_seed=scenario_seed,
+                                        total_bytes=total_bytes, num_tensors=count, method=method))
             del tensors
-    return summaries, raw, diagnostic_rows, transfer_rows
+    return summaries, raw, diagnostic_rows
 
 
-def _print_harness_floor(raw):
-    """--harness-floor: what the seed's harness costs by itself, and each method's figures net of it.
-
-    The no-transfer method runs the same blocks with a worker that returns at once. Its transfer-only time is the
-    executor round trip R (two thread wake-ups), and its concurrent - compute (same block) is the harness's own
-    excess W (executor and barrier wake-ups before the compute starts). A method can hide at most T - W of its
-    transfer-only time T behind the compute in this harness, so per block: overlap net of the harness =
-    (serialized - concurrent) / (T - W), and transfer net of the harness = T - R. Medians over blocks."""
-    by_key = {}
-    for r in raw:
-        by_key.setdefault((r.total_bytes, r.num_tensors, r.trial), {})[r.method] = r
-    rows = {}
-    for (total, n, _), block in by_key.items():
-        floor = block.get(_METHOD_NOOP)
-        if floor is None:
-            continue
-        w = floor.concurrent_ms - floor.compute_only_ms
-        for method, r in block.items():
-            if method == _METHOD_NOOP:
-                continue
-            d = rows.setdefault((total, n, method), {"R": [], "W": [], "net_t": [], "net_eff": []})
-            d["R"].append(floor.transfer_only_ms)
-            d["W"].append(w)
-            d["net_t"].append(r.transfer_only_ms - floor.transfer_only_ms)
-            possible = r.transfer_only_ms - w
-            if possible > 0:
-                d["net_eff"].append((r.serialized_ms - r.concurrent_ms) / possible)
-    if not rows:
-        return
-    print("\nHarness floor (a worker that returns at once, in the same blocks): R = its transfer-only (executor round "
-          "trip), W = its concurrent - compute; net of the harness: transfer - R, and (serialized - concurrent) / "
-          "(transfer - W). Medians over blocks, ms.")
-    print(f"{'Tensors':>7}  {'Method':<16}{'R':>7}{'W':>7}{'transfer-R':>11}{'overlap net':>12}")
-    for (total, n, method), d in sorted(rows.items()):
-        eff = f"{_median(d['net_eff']) * 100:10.1f}%" if d["net_eff"] else f"{'n/a':>11}"
-        print(f"{n:>7}  {method:<16}{_median(d['R']):7.3f}{_median(d['W']):7.3f}{_median(d['net_t']):11.3f} {eff}")
+FLOOR_EXPLANATION = textwrap.fill(
+    "How to read it: slowdown = concurrent - compute-only, what the foreground loses beside the transfer (medians "
+    "over blocks); floor = the same for the no-transfer worker in the same blocks (the harness's own thread "
+    "wake-ups, W); excess = slowdown - floor per block, with its 95% interval: what the transfer itself costs the "
+    "foreground; net xfer = transfer-only - the no-transfer worker's (the executor's round trip). The estimated "
+    "overlap, hidden / min(compute, transfer), cannot be used to rank methods in a harness with fixed costs: a "
+    "concurrent block takes at least compute + W even when the transfer hides completely, so a transfer of T ms "
+    "(shorter than the compute) hides at most T - W and scores at most (T - W) / T (the 'bound' column). W is "
+    "the same for every method, so the faster the transfer, the lower its bound: a faster transfer scores a lower "
+    "overlap for the same foreground cost. Judge by the slowdown and excess columns.", width=118)
 
 
 def _print_table(summaries):
-    print("\nTensors  Method           Compute    Transfer  Serialized  Concurrent  Paired speedup (95% CI)   "
-          "Overlap (95% CI)        Skew p95")
+    print("\nTensors  Layout  Method            Compute Transfer  Serial. Concur.  Speedup [95% CI]       "
+          "Est. overlap [95% CI]   bound  Skew p95 | Slowdown   Floor  Excess [95% CI]          Net xfer  (ms)")
     for s in sorted(summaries, key=lambda s: (s.total_bytes, s.num_tensors, s.method)):
-        print(f"{s.num_tensors:>7}  {s.method:<15} {s.compute_median_ms:7.3f} ms {s.transfer_median_ms:7.3f} ms "
-              f"{s.serialized_median_ms:8.3f} ms {s.concurrent_median_ms:8.3f} ms  "
+        print(f"{s.num_tensors:>7}  {s.layout:<6}  {s.method:<16}{s.compute_median_ms:8.3f}{s.transfer_median_ms:9.3f}"
+              f"{s.serialized_median_ms:9.3f}{s.concurrent_median_ms:8.3f}  "
               f"{s.speedup_median:5.3f}x [{s.speedup_ci_lower:5.3f}, {s.speedup_ci_upper:5.3f}]  "
-              f"{s.estimated_overlap_efficiency_median * 100:5.1f}% [{s.estimated_overlap_efficiency_ci_lower * 100:5.1f}, "
-              f"{s.estimated_overlap_efficiency_ci_upper * 100:5.1f}]  {s.cpu_launch_skew_p95_ms:6.3f} ms")
+              f"{s.estimated_overlap_efficiency_median * 100:5.1f}% "
+              f"[{s.estimated_overlap_efficiency_ci_lower * 100:5.1f}, "
+              f"{s.estimated_overlap_efficiency_ci_upper * 100:5.1f}] {s.overlap_bound_median * 100:5.1f}%"
+              f"{s.cpu_launch_skew_p95_ms:9.3f} | {s.slowdown_median_ms:8.3f}{s.floor_slowdown_median_ms:8.3f}  "
+              f"{s.excess_over_floor_median_ms:6.3f} [{s.excess_over_floor_ci_lower_ms:6.3f}, "
+              f"{s.excess_over_floor_ci_upper_ms:6.3f}]  {s.net_transfer_median_ms:8.3f}")
+    print(FLOOR_EXPLANATION)
 
 
-# ---- command line (names, defaults and validation as the seed's) ------------------------------------------------
+# ---- command line (SPDL's names, defaults and validation, then this port's options) ------------------------------
 
 
 def _positive_int(value):
@@ -810,8 +795,10 @@ def _positive_float(value):
 
 def _parse_args(argv):
     p = argparse.ArgumentParser(description="Benchmark overlap between D2H transfer and CUDA compute "
-                                            "(ferry against PyTorch to(cpu)).")
-    p.add_argument("--output", type=os.path.realpath, required=True, help="Summary CSV output path.")
+                                            "(ferry against PyTorch to(cpu), beside a worker that transfers "
+                                            "nothing).")
+    p.add_argument("--output", type=os.path.realpath, default=os.path.realpath(DEFAULT_OUTPUT),
+                   help=f"Summary CSV output path (default: {DEFAULT_OUTPUT}).")
     p.add_argument("--samples-output", type=os.path.realpath, help="Optional per-trial CSV output path.")
     p.add_argument("--device", default="cuda:0", help="CUDA device to use.")
     p.add_argument("--total-mib", type=_positive_int, nargs="+", default=[64],
@@ -830,36 +817,37 @@ def _parse_args(argv):
     p.add_argument("--bootstrap-resamples", type=_positive_int, default=2000,
                    help="Bootstrap resamples for paired median confidence intervals.")
     p.add_argument("--seed", type=int, default=0, help="Randomization seed.")
-    # Not in the seed: diagnostics and ferry's own setting, both off / at ferry's default unless given.
+    p.add_argument("--layout", choices=LAYOUTS, default="even",
+                   help="How the payload is cut: even (sizes differ by at most one byte; default) or mixed (one "
+                        "tensor of half the payload, the rest split evenly between the others).")
     p.add_argument("--diagnostics-output", type=os.path.realpath,
-                   help="Diagnostic mode: per-block timeline CSV (barrier release, launch phase, ferry's phases) "
-                        "and a table of its medians; transfer-only blocks with CPU probes go to PATH's _transfer "
-                        "sibling. Off by default.")
-    p.add_argument("--ferry-gil-handoff-us", type=_non_negative_int,
-                   help="ferry's GIL hand-off window in microseconds (0: none), for A/B runs; default: ferry's "
-                        "own. A setting of the library, not of the harness.")
-    p.add_argument("--gc-freeze", action="store_true",
-                   help="gc.freeze() once everything is imported, so that the cyclic garbage collector's full "
-                        "collections skip the modules' objects (a diagnostic; not part of the seed).")
-    p.add_argument("--warm-transfer-first", action="store_true",
-                   help="Before each transfer-only block, off its clock, run the same transfer once on the worker "
-                        "and drop it, so the timed call starts from the state a tight loop of calls leaves (a "
-                        "diagnostic A/B: whether the harness's slower calls come from the state the other blocks "
-                        "leave behind; not part of the seed).")
-    p.add_argument("--harness-floor", action="store_true",
-                   help="Also run a method whose worker returns at once, and print each method's transfer time and "
-                        "overlap net of the harness's own thread hand-offs (not part of the seed).")
+                   help="Diagnostic mode: per-block timeline CSV (barrier release, launch phase, ferry's phases, "
+                        "parts and GIL holds) and tables of its medians. Off by default.")
+    p.add_argument("--ferry-gil-slice-us", type=_non_negative_int,
+                   help="ferry's longest GIL hold between release points in microseconds (0: no release points), "
+                        "for A/B runs; default: ferry's own. Needs a build with test hooks.")
+    p.add_argument("--ferry-gil-switch-us", type=_non_negative_int,
+                   help="The switch interval ferry sets while other threads exist, in microseconds (0: leave "
+                        "CPython's), for A/B runs; default: ferry's own. Needs a build with test hooks.")
     return p.parse_args(argv)
 
 
-def _transfer_diagnostics_path(path):
-    """The transfer-only blocks' rows go beside the concurrent blocks': diag.csv -> diag_transfer.csv."""
-    root, ext = os.path.splitext(path)
-    return f"{root}_transfer{ext or '.csv'}"
+def _test_hooks():
+    """ferry's private test-hook functions (builds with FERRY_PYTHON_TEST_HOOKS), or None in a wheel."""
+    from ferry import _ferry
+
+    needed = ("_phase_timing", "_last_phases", "_gil_pacing")
+    return _ferry if all(hasattr(_ferry, name) for name in needed) else None
 
 
 def main(argv=None):
     args = _parse_args(argv)
+    hooks = _test_hooks()
+    pacing = (args.ferry_gil_slice_us, args.ferry_gil_switch_us)
+    if pacing != (None, None) and hooks is None:
+        print("overlap: --ferry-gil-slice-us and --ferry-gil-switch-us need a ferry built with its test hooks (the "
+              "project's CMake build with FERRY_PYTHON_TEST_HOOKS=ON); this ferry has none.", file=sys.stderr)
+        return 2
     found = torch_cuda_device("overlap", args.device, "the foreground work and the reference method need it")
     if found is None:
         return 0
@@ -869,46 +857,42 @@ def main(argv=None):
     config = BenchmarkConfig(
         total_mib=tuple(args.total_mib), num_tensors=tuple(args.num_tensors), matrix_size=args.matrix_size,
         compute_target_ms=args.compute_ms, compute_iterations=args.compute_iterations, num_warmup=args.num_warmup,
-        num_runs=args.num_runs, bootstrap_resamples=args.bootstrap_resamples, seed=args.seed)
-    from ferry import _ferry
-
-    if args.ferry_gil_handoff_us is not None:
-        _ferry._gil_handoff_us(args.ferry_gil_handoff_us)
+        num_runs=args.num_runs, bootstrap_resamples=args.bootstrap_resamples, seed=args.seed, layout=args.layout)
+    for mib in config.total_mib:  # a payload that cannot be cut fails before any work
+        for count in config.num_tensors:
+            layout_sizes(mib << 20, count, config.layout)
     diagnostics = args.diagnostics_output is not None
     print("D2H transfer / foreground CUDA compute overlap benchmark")
     print(f"Device: {torch.cuda.get_device_name(device)}")
-    print(f"ferry {ferry.__version__} against PyTorch to(cpu) (a naive reference); compare overlap within each "
-          "method.")
-    print(f"ferry GIL hand-off window: {_ferry._gil_handoff_us()} us"
-          + ("; diagnostic mode (timestamps on)" if diagnostics else ""))
-    if args.gc_freeze:
-        import gc
-
-        gc.collect()
-        gc.freeze()
-        print(f"gc.freeze(): {gc.get_freeze_count()} objects left out of collections")
-    old_timing = _ferry._phase_timing(diagnostics)
+    print(f"ferry {ferry.__version__} against PyTorch to(cpu) (a naive reference), beside a worker that transfers "
+          "nothing (the harness floor); compare overlap within each method.")
+    old_pacing = hooks._gil_pacing(*pacing) if hooks else None
+    old_timing = hooks._phase_timing(diagnostics) if hooks else None
+    if hooks:
+        slice_us, switch_us = hooks._gil_pacing()
+        print(f"ferry GIL pacing: slice {slice_us} us, switch interval {switch_us} us"
+              + ("; diagnostic mode (timestamps on)" if diagnostics else ""))
+    elif diagnostics:
+        print("Diagnostic mode without ferry's test hooks: the timeline only; ferry's phases and GIL holds need "
+              "the project's CMake build.")
     try:
-        summaries, raw, diagnostic_rows, transfer_rows = _run(torch, ferry, config, device, diagnostics,
-                                                               args.harness_floor, args.warm_transfer_first)
+        summaries, raw, diagnostic_rows = _run(torch, ferry, config, device, hooks, diagnostics)
     finally:
-        _ferry._phase_timing(old_timing)
+        if hooks:
+            hooks._phase_timing(old_timing)
+            hooks._gil_pacing(*old_pacing)
     _write_csv(summaries, args.output, BenchmarkSummary)
     if diagnostics:
         _write_rows(diagnostic_rows, args.diagnostics_output, DIAGNOSTIC_FIELDS)
-        _write_rows(transfer_rows, _transfer_diagnostics_path(args.diagnostics_output), TRANSFER_DIAGNOSTIC_FIELDS)
         _print_diagnostics(diagnostic_rows)
-        _print_transfer_diagnostics(transfer_rows)
+        _print_gil_holds(diagnostic_rows)
     _print_table(summaries)
-    if args.harness_floor:
-        _print_harness_floor(raw)
     print(f"\nSummary saved to: {args.output}")
     if args.samples_output:
         _write_csv(raw, args.samples_output, RawSampleRecord)
         print(f"Raw samples saved to: {args.samples_output}")
     if diagnostics:
-        transfer_path = _transfer_diagnostics_path(args.diagnostics_output)
-        print(f"Diagnostics saved to: {args.diagnostics_output} and {transfer_path}")
+        print(f"Diagnostics saved to: {args.diagnostics_output}")
     return 0
 
 

@@ -1,8 +1,9 @@
 """PNG plots from ferry's benchmark CSV files.
 
 Reads any mix of (the kind of each file is recognised from its header):
-  - overlap summaries (SPDL's schema): ``python -m ferry.bench.overlap --output`` and ``ferry bench overlap
-    --output``: paired speedup bars with their 95% CIs, and overlap efficiency bars, per tensor count and method;
+  - overlap summaries (SPDL's schema, then ferry's columns): ``python -m ferry.bench.overlap --output`` and
+    ``ferry bench overlap --output``: paired speedup bars with their 95% CIs, and overlap efficiency bars, per
+    tensor count and method;
   - overlap raw samples (SPDL's samples schema): ``--samples-output`` of either overlap benchmark: the per-block
     distributions of speedup and overlap efficiency, per tensor count and method;
   - overlap diagnostics: ``python -m ferry.bench.overlap --diagnostics-output``: the medians of where a concurrent
@@ -27,8 +28,8 @@ import os
 import sys
 from collections import defaultdict
 
-# The overlap bench's --harness-floor method: a worker that returns at once. Its transfer is the executor's round
-# trip, so its speedup and efficiency mean nothing; the bench prints what it is for (figures net of the harness).
+# The overlap benches' harness floor: a worker that returns at once. Its transfer is the executor's round trip, so
+# its speedup and efficiency mean nothing; the benches use it for their slowdown columns.
 from ferry.bench.overlap import _METHOD_NOOP as HARNESS_FLOOR_METHOD
 
 OVERLAP_COLUMNS = {"num_tensors", "method", "speedup_median", "speedup_ci_lower", "speedup_ci_upper",
