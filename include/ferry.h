@@ -316,6 +316,21 @@ FERRY_API void ferry_slab_retain(ferry_slab *slab);
  *  Safe from any thread, with or without a CUDA context current. */
 FERRY_API void ferry_slab_release(ferry_slab *slab);
 
+/** Makes the slab's memory wait for work on `stream` before it is reused: when the slab's last reference goes,
+ *  ferry marks the point `stream` (a CUstream; NULL: the legacy default stream) has then reached, and hands the
+ *  memory out again only after the work queued there up to that point has finished — what torch's
+ *  Tensor.record_stream does for its own allocator. Use it when work you queue on a stream of your own reads or
+ *  writes an output and you may drop the output before that work runs (a non-blocking .to("cuda") of a D2H
+ *  output, a kernel on a side stream reading an H2D output). Up to 8 streams per slab (FERRY_UNSUPPORTED beyond);
+ *  the stream must be in a device's primary context (FERRY_DEVICE_MISMATCH). A stream being captured into a CUDA
+ *  graph when the slab's last reference goes is not waited for: keep memory that a graph reads alive for as long
+ *  as the graph may be replayed. Thread-safe. */
+FERRY_API ferry_status ferry_slab_record_stream(ferry_slab *slab, void *stream);
+
+/** The live slab that holds `address` (a D2H output's host address, an H2D output's device address), or NULL.
+ *  Borrowed: valid while something keeps the slab alive, such as the output that holds the address. */
+FERRY_API ferry_slab *ferry_slab_find(const void *address);
+
 /** The slab's base address and size in bytes. */
 FERRY_API void *ferry_slab_data(const ferry_slab *slab);
 FERRY_API size_t ferry_slab_size(const ferry_slab *slab);

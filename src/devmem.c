@@ -61,46 +61,39 @@ ferry_status ferry__devmem_slab(int device, size_t bytes, CUstream stream, ferry
   s->device = device;
   s->data = (void *)(uintptr_t)p;
   s->size = bytes;
+  ferry__slab_register(s);
   *out = s;
   return FERRY_OK;
 }
 
-/* Frees a device slab stream-ordered on this thread's copy stream, after its own copies (the fence) and after
- * the work already queued on the legacy default stream, where frameworks run by default: a consumer that
- * dropped its last reference while a kernel on that stream still reads the memory is still safe. */
-static void devmem_slab_free(ferry_slab *s) {
-  if (ferry__ctx_enter(s->device) != FERRY_OK) return; /* context gone: the process is ending */
-  CUstream stream;
-  CUevent legacy_done = NULL;
-  if (ferry__thread_stream(s->device, &stream) == FERRY_OK) {
-    if (s->fence && !ferry__fence_done(s->fence)) (void)FERRY_CU(cuStreamWaitEvent, stream, s->fence->ev, 0);
-    if (ferry__event_get(s->device, &legacy_done) == FERRY_OK) {
-      if (FERRY_CU(cuEventRecord, legacy_done, CU_STREAM_LEGACY) == CUDA_SUCCESS)
-        (void)FERRY_CU(cuStreamWaitEvent, stream, legacy_done, 0);
-      ferry__event_put(s->device, legacy_done);
+/* Frees a device slab stream-ordered on this thread's copy stream, after its own copies (the fence), after the
+ * work recorded on other streams (slab.c), and after the work already queued on the legacy default stream, where
+ * frameworks run by default: a consumer that dropped its last reference while a kernel on that stream still
+ * reads the memory is still safe. The thread is in relaxed capture mode meanwhile, so that the legacy stream's
+ * event does not invalidate another thread's graph capture. */
+void ferry__devmem_slab_free(ferry_slab *s) {
+  if (ferry__ctx_enter(s->device) == FERRY_OK) { /* else the context is gone: the process is ending */
+    CUstream stream;
+    CUevent legacy_done = NULL;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    (void)FERRY_CU(cuThreadExchangeStreamCaptureMode, &mode);
+    if (ferry__thread_stream(s->device, &stream) == FERRY_OK) {
+      if (s->fence && !ferry__fence_done(s->fence)) (void)FERRY_CU(cuStreamWaitEvent, stream, s->fence->ev, 0);
+      for (int i = 0; i < s->n_use_fences; i++)
+        if (!ferry__fence_done(s->use_fences[i])) (void)FERRY_CU(cuStreamWaitEvent, stream, s->use_fences[i]->ev, 0);
+      if (ferry__event_get(s->device, &legacy_done) == FERRY_OK) {
+        if (FERRY_CU(cuEventRecord, legacy_done, CU_STREAM_LEGACY) == CUDA_SUCCESS)
+          (void)FERRY_CU(cuStreamWaitEvent, stream, legacy_done, 0);
+        ferry__event_put(s->device, legacy_done);
+      }
+      (void)FERRY_CU(cuMemFreeAsync, (CUdeviceptr)(uintptr_t)s->data, stream);
     }
-    (void)FERRY_CU(cuMemFreeAsync, (CUdeviceptr)(uintptr_t)s->data, stream);
+    (void)FERRY_CU(cuThreadExchangeStreamCaptureMode, &mode);
+    ferry__ctx_leave();
   }
-  ferry__ctx_leave();
+  ferry__slab_drop_fences(s);
+  free(s);
 }
-
-void ferry_slab_retain(ferry_slab *slab) {
-  if (slab) atomic_fetch_add_explicit(&slab->refs, 1, memory_order_relaxed);
-}
-
-void ferry_slab_release(ferry_slab *slab) {
-  if (!slab || atomic_fetch_sub_explicit(&slab->refs, 1, memory_order_acq_rel) != 1) return;
-  if (slab->kind == FERRY__SLAB_PINNED) {
-    ferry__pool_give(slab); /* takes over the fence reference */
-    return;
-  }
-  devmem_slab_free(slab);
-  ferry__fence_unref(slab->fence);
-  free(slab);
-}
-
-void *ferry_slab_data(const ferry_slab *slab) { return slab ? slab->data : NULL; }
-size_t ferry_slab_size(const ferry_slab *slab) { return slab ? slab->size : 0; }
 
 CUmemoryPool ferry__devmem_pool(int device) {
   pthread_mutex_lock(&pools_lock);

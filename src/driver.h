@@ -37,6 +37,8 @@ typedef CUresult (*ferry__batch_v13_fn)(CUdeviceptr *, CUdeviceptr *, size_t *, 
   X(cuStreamDestroy, (CUstream))                                                                              \
   X(cuStreamGetCtx, (CUstream, CUcontext *))                                                                  \
   X(cuStreamWaitEvent, (CUstream, CUevent, unsigned int))                                                     \
+  X(cuStreamIsCapturing, (CUstream, CUstreamCaptureStatus *))                                                 \
+  X(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode *))                                               \
   X(cuStreamSynchronize, (CUstream))                                                                          \
   X(cuEventCreate, (CUevent *, unsigned int))                                                                 \
   X(cuEventDestroy, (CUevent))                                                                                \

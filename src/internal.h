@@ -122,22 +122,39 @@ ferry_status ferry__fence_wait(ferry__fence *f);
 
 typedef enum ferry__slab_kind { FERRY__SLAB_PINNED = 1, FERRY__SLAB_DEVICE = 2 } ferry__slab_kind;
 
+#define FERRY_SLAB_MAX_USES 8 /* streams a slab can be told to wait for (ferry_slab_record_stream) */
+
 struct ferry_slab {
   atomic_int refs;
   ferry__slab_kind kind;
-  int device;       /* DEVICE slabs: the device that owns the memory */
+  int device;       /* the device whose copies fill or read it: the owner of DEVICE memory */
   void *data;       /* host address (PINNED) or device address (DEVICE) */
   size_t size;
   ferry__fence *fence; /* completion of the copies into/out of this slab; NULL when none ran */
+  /* Streams whose work may use the memory after the copies (ferry_slab_record_stream; guarded by slab.c's lock),
+   * and the fences recorded on them when the last reference went: the memory is reused after those too. */
+  struct { CUstream stream; int device; } uses[FERRY_SLAB_MAX_USES];
+  int n_uses;
+  ferry__fence *use_fences[FERRY_SLAB_MAX_USES];
+  int n_use_fences;
   /* PINNED: where the range lives in the pool */
   struct ferry__region *region;
   size_t offset;
   struct ferry_slab *next_pending;
 };
 
-/* Takes a slab of at least `bytes` from the pinned pool, pinning a new region if no free range fits. The
- * caller's context must be current (cuMemHostRegister needs one). */
-ferry_status ferry__pool_take(size_t bytes, ferry_slab **out);
+/* ---- slabs (slab.c) ---------------------------------------------------------------------------------------- */
+
+/* A new slab (refcount 1) enters the registry ferry_slab_find reads; ferry__slab_forget takes it out when it dies. */
+void ferry__slab_register(ferry_slab *slab);
+/* 1 when no copy and no recorded use can still touch the slab's memory. Needs no current context. */
+int ferry__slab_idle(ferry_slab *slab);
+/* Drops the fences of a slab about to be reused or freed. */
+void ferry__slab_drop_fences(ferry_slab *slab);
+
+/* Takes a slab of at least `bytes` from the pinned pool for copies of `device`, pinning a new region if no free
+ * range fits. The caller's context must be current (cuMemHostRegister needs one). */
+ferry_status ferry__pool_take(size_t bytes, int device, ferry_slab **out);
 /* Returns a pinned slab whose refcount reached zero. */
 void ferry__pool_give(ferry_slab *slab);
 
@@ -155,6 +172,8 @@ void ferry__prefault(void *ptr, size_t bytes);
  * transfers). Context current. */
 ferry_status ferry__devmem_alloc(int device, size_t bytes, CUstream stream, CUdeviceptr *out);
 ferry_status ferry__devmem_slab(int device, size_t bytes, CUstream stream, ferry_slab **out);
+/* Frees a device slab whose last reference went (stream-ordered after everything that may still use it). */
+void ferry__devmem_slab_free(ferry_slab *slab);
 /* ferry's memory pool of `device`, NULL until the first allocation (for tests that read its usage). */
 CUmemoryPool ferry__devmem_pool(int device);
 

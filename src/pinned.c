@@ -158,13 +158,13 @@ static void give_range(ferry_slab *s) {
 static void reap_pending(void) {
   for (ferry_slab **l = &pending; *l;) {
     ferry_slab *s = *l;
-    if (!ferry__fence_done(s->fence)) {
+    if (!ferry__slab_idle(s)) {
       l = &s->next_pending;
       continue;
     }
-    /* Done, or failed: either way no copy is running into it any more. */
+    /* Done, or failed: either way no copy or recorded use is running into it any more. */
     *l = s->next_pending;
-    ferry__fence_unref(s->fence);
+    ferry__slab_drop_fences(s);
     give_range(s);
     free(s);
   }
@@ -220,7 +220,7 @@ static ferry_status grow(size_t size) {
   return FERRY_OK;
 }
 
-ferry_status ferry__pool_take(size_t bytes, ferry_slab **out) {
+ferry_status ferry__pool_take(size_t bytes, int device, ferry_slab **out) {
   ferry_status st0 = check_pinnable(bytes);
   if (st0 != FERRY_OK) return st0;
   size_t size = round_up(bytes ? bytes : 1, GRANULE);
@@ -243,6 +243,7 @@ ferry_status ferry__pool_take(size_t bytes, ferry_slab **out) {
       memset(s, 0, sizeof *s);
       atomic_init(&s->refs, 1);
       s->kind = FERRY__SLAB_PINNED;
+      s->device = device;
       s->region = fr->r;
       s->offset = fr->offset;
       s->size = size;
@@ -258,6 +259,7 @@ ferry_status ferry__pool_take(size_t bytes, ferry_slab **out) {
       if (stats.bytes_in_use > stats.bytes_peak_in_use) stats.bytes_peak_in_use = stats.bytes_in_use;
       if (missed) stats.misses++; else stats.hits++;
       pthread_mutex_unlock(&pool_lock);
+      ferry__slab_register(s);
       *out = s;
       return FERRY_OK;
     }
@@ -285,13 +287,13 @@ ferry_status ferry__pool_take(size_t bytes, ferry_slab **out) {
 
 void ferry__pool_give(ferry_slab *s) {
   pthread_mutex_lock(&pool_lock);
-  if (s->fence && !ferry__fence_done(s->fence)) {
+  if (!ferry__slab_idle(s)) {
     s->next_pending = pending;
     pending = s;
     pthread_mutex_unlock(&pool_lock);
     return;
   }
-  ferry__fence_unref(s->fence);
+  ferry__slab_drop_fences(s);
   give_range(s);
   pthread_mutex_unlock(&pool_lock);
   free(s);

@@ -426,7 +426,7 @@ static ferry_status submit_part(ferry_transfer *t, const ferry__plan_input *pin,
   if (!t->h2d) {
     /* The pinned slab carries the gather work list in its tail, past the outputs. */
     work = worklist_bytes(plan->n_items, plan->n_items ? plan->n_layouts + PIPELINE_EXTRA_LAYOUTS : 0);
-    FERRY_TRY(ferry__pool_take((size_t)plan->total + work, &p->slab));
+    FERRY_TRY(ferry__pool_take((size_t)plan->total + work, t->device, &p->slab));
     char *slab_base = p->slab->data;
     /* Large tensors need no kernel: their DMAs go first, on the second stream, beside the gather. */
     FERRY_TRY(submit_dma(sc->entries, pin->count, slab_base, t->dma_stream, t->opts.flags, sc, false));
@@ -439,7 +439,7 @@ static ferry_status submit_part(ferry_transfer *t, const ferry__plan_input *pin,
   }
   size_t pack_bytes = (size_t)(plan->pack_end - plan->gather_bytes);
   work = worklist_bytes(plan->n_items, plan->n_layouts);
-  if (pack_bytes || work) FERRY_TRY(ferry__pool_take(pack_bytes + work, &p->staging));
+  if (pack_bytes || work) FERRY_TRY(ferry__pool_take(pack_bytes + work, t->device, &p->staging));
   FERRY_TRY(ferry__devmem_slab(t->device, (size_t)plan->total, t->stream, &p->slab));
   char *slab_base = p->slab->data;
   if (plan->n_items) {

@@ -304,10 +304,12 @@ static inline int ferry_py_pace_tick(ferry_py_pace *p) {
  * when it did not (no other Python thread, or turned off), -1 with an exception set. */
 int ferry_py_gil_share_begin(void);
 void ferry_py_gil_share_end(int began);
+/* With sharing on, steps aside for ferry_py_gil_start_yield_ns before the first hold of a call (0: not). */
+void ferry_py_gil_start_yield(int sharing);
 
 /* The pacing settings: the slice (0: no release points) and the switch interval used while sharing (0: leave
  * CPython's alone), in nanoseconds. Private switches for the benchmarks change them (test-hook builds only). */
-extern int64_t ferry_py_gil_slice_ns, ferry_py_gil_switch_ns;
+extern int64_t ferry_py_gil_slice_ns, ferry_py_gil_switch_ns, ferry_py_gil_start_yield_ns;
 
 /* Whether another Python thread exists that could want the GIL. */
 bool ferry_py_other_python_threads(void);
@@ -377,6 +379,7 @@ PyObject *ferry_py_transfer_h2d(PyObject *self, PyObject *const *args, Py_ssize_
 PyObject *ferry_py_phase_timing(PyObject *self, PyObject *flag);
 PyObject *ferry_py_last_phases(PyObject *self, PyObject *unused);
 PyObject *ferry_py_gil_pacing(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *ferry_py_gil_start_yield_us(PyObject *self, PyObject *arg);
 
 /* ---- handle.c ---------------------------------------------------------------------------------------------- */
 

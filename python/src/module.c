@@ -88,6 +88,9 @@ static PyMethodDef methods[] = {
      "_gil_pacing(slice_us=None, switch_us=None)\n--\n\nTest hook: the longest GIL hold of a transfer between\n"
      "release points (0: no release points) and the switch interval used while other threads exist (0: leave\n"
      "CPython's); None keeps a setting. Returns the previous (slice_us, switch_us). See python/src/pace.c."},
+    {"_gil_start_yield_us", ferry_py_gil_start_yield_us, METH_O,
+     "_gil_start_yield_us(us)\n--\n\nTest hook: how long a transfer steps aside before its first GIL hold when\n"
+     "other threads exist (0: not; None keeps it); returns the previous value."},
     {"_phase_timing", ferry_py_phase_timing, METH_O,
      "_phase_timing(flag)\n--\n\nTest hook: stamp the phases and GIL holds of every transfer from now on;\n"
      "returns the previous setting."},

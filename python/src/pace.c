@@ -12,11 +12,13 @@
  */
 #include "ferry_py.h"
 
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 
 int64_t ferry_py_gil_slice_ns = 50000;
 int64_t ferry_py_gil_switch_ns = 50000;
+int64_t ferry_py_gil_start_yield_ns = 0;
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -128,6 +130,15 @@ int ferry_py_gil_share_begin(void) {
   ferry_switch = switch_interval(); /* as CPython reports it back (it keeps microseconds) */
   return 1;
 #endif
+}
+
+void ferry_py_gil_start_yield(int sharing) {
+  if (sharing <= 0 || ferry_py_gil_start_yield_ns <= 0) return;
+  /* A thread released together with this one (from a barrier, an event) is waiting for the GIL with the old,
+   * long switch interval: stepping aside for about one wake-up lets it run to its next release first. */
+  PyThreadState *ts = PyEval_SaveThread();
+  for (int64_t until = now_ns() + ferry_py_gil_start_yield_ns; now_ns() < until;) sched_yield();
+  PyEval_RestoreThread(ts);
 }
 
 void ferry_py_gil_share_end(int began) {

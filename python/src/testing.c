@@ -76,6 +76,11 @@ static CUresult sim_stream_ctx(CUstream s, CUcontext *c) {
   return CUDA_SUCCESS;
 }
 static CUresult sim_stream_wait(CUstream s, CUevent e, unsigned f) { return CUDA_SUCCESS; }
+static CUresult sim_is_capturing(CUstream s, CUstreamCaptureStatus *st) {
+  *st = CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+static CUresult sim_capture_mode(CUstreamCaptureMode *m) { return CUDA_SUCCESS; }
 /* Synchronising lets the simulated device catch up: held events complete. */
 static CUresult sim_synchronize(void) {
   atomic_store(&hold_events, 0);
@@ -197,6 +202,7 @@ static ferry__driver sim_driver = {
     .cuDevicePrimaryCtxRetain = sim_ctx_retain, .cuCtxPushCurrent = sim_ctx_push, .cuCtxPopCurrent = sim_ctx_pop,
     .cuCtxGetDevice = sim_ctx_device, .cuStreamCreate = sim_stream_create, .cuStreamDestroy = sim_stream_destroy,
     .cuStreamGetCtx = sim_stream_ctx, .cuStreamWaitEvent = sim_stream_wait, .cuStreamSynchronize = sim_stream_sync,
+    .cuStreamIsCapturing = sim_is_capturing, .cuThreadExchangeStreamCaptureMode = sim_capture_mode,
     .cuEventCreate = sim_event_create, .cuEventDestroy = sim_event_destroy, .cuEventRecord = sim_event_record,
     .cuEventQuery = sim_event_query, .cuEventSynchronize = sim_event_sync, .cuMemHostRegister = sim_register,
     .cuMemHostUnregister = sim_unregister, .cuMemPoolCreate = sim_pool_create, .cuMemPoolDestroy = sim_pool_destroy,

@@ -229,6 +229,7 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *
   job->ctx.producer_event_given = a.producer_event != NULL;
 
   if ((sharing = ferry_py_gil_share_begin()) < 0) goto fail;
+  ferry_py_gil_start_yield(sharing);
   ferry_py_pace_init(&job->pace, ferry_py_gil_slice_ns, release_point, job, phase_timing);
   if (ferry_py_batch_walk(&job->tape, job->batch, &job->ctx, &job->pace) < 0) goto fail;
   if (job->tape.n_leaves == 0) {
@@ -384,6 +385,20 @@ PyObject *ferry_py_gil_pacing(PyObject *self, PyObject *const *args, Py_ssize_t 
     }
   }
   return old;
+}
+
+PyObject *ferry_py_gil_start_yield_us(PyObject *self, PyObject *arg) {
+  long long old = ferry_py_gil_start_yield_ns / 1000;
+  if (arg != Py_None) {
+    long long us = PyLong_AsLongLong(arg);
+    if (us == -1 && PyErr_Occurred()) return NULL;
+    if (us < 0 || us > 1000000) {
+      PyErr_Format(PyExc_ValueError, "_gil_start_yield_us: %lld us: expected 0 to 1000000", us);
+      return NULL;
+    }
+    ferry_py_gil_start_yield_ns = (int64_t)us * 1000;
+  }
+  return PyLong_FromLongLong(old);
 }
 
 PyObject *ferry_py_phase_timing(PyObject *self, PyObject *flag) {

@@ -246,7 +246,15 @@ const fake_launch_record *fake_exec_node(void *exec, int index) {
   return index >= 0 && index < g->n ? &g->nodes[index] : NULL;
 }
 
+static CUresult f_is_capturing(CUstream s, CUstreamCaptureStatus *st) {
+  (void)s;
+  *st = CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+static CUresult f_capture_mode(CUstreamCaptureMode *m) { (void)m; return CUDA_SUCCESS; }
+
 static void fake_ops_fill(ferry__driver *d) {
+  d->cuStreamIsCapturing = f_is_capturing; d->cuThreadExchangeStreamCaptureMode = f_capture_mode;
   d->cuDeviceGetAttribute = f_attr_ops;
   d->cuCtxGetCurrent = f_ctx_current; d->cuLibraryLoadData = f_lib_load; d->cuLibraryUnload = f_lib_unload;
   d->cuLibraryGetKernel = f_lib_kernel; d->cuKernelGetFunction = f_kernel_fn; d->cuFuncSetAttribute = f_fn_set;
