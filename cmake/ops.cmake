@@ -27,10 +27,10 @@ endif()
 if(FERRY_BUILD_TESTS)
   # The toolkit's NVRTC, when this machine has one: then the compile tests must run, not skip.
   find_library(FERRY_NVRTC_LIBRARY NAMES nvrtc HINTS ENV CUDA_HOME /usr/local/cuda PATH_SUFFIXES lib64 lib)
-  add_executable(ferry_test_ops tests/cpu/runner.c tests/cpu/fake_driver.c tests/cpu/test_ops_args.c
+  add_executable(ferry_test_ops tests/common/runner.c tests/common/fake_driver.c tests/cpu/test_ops_args.c
     tests/cpu/test_ops_find.c tests/cpu/test_ops_compile.c tests/cpu/test_ops_cache.c tests/cpu/test_ops_faults.c)
   target_compile_definitions(ferry_test_ops PRIVATE TEST_LIST_HEADER="test_list_ops.h")
-  target_include_directories(ferry_test_ops PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops tests/cpu)
+  target_include_directories(ferry_test_ops PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops tests/common tests/cpu)
   target_link_libraries(ferry_test_ops PRIVATE ferry_static)
   add_test(NAME ops COMMAND ferry_test_ops)
   if(FERRY_NVRTC_LIBRARY)
@@ -39,13 +39,13 @@ if(FERRY_BUILD_TESTS)
 
   # ferry_time_gemm: device time of every tensor-core design (wgmma too, unless FERRY_WGMMA=0) beside cuBLAS, each
   # output checked against cuBLAS's; cuBLAS through the benchmarks' dlopen wrapper.
-  add_executable(ferry_time_gemm tests/gpu/time_gemm.c bench/cublas.c)
-  target_include_directories(ferry_time_gemm PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops)
+  add_executable(ferry_time_gemm bench/time_gemm.c bench/cublas.c)
+  target_include_directories(ferry_time_gemm PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops tests/gpu)
   target_link_libraries(ferry_time_gemm PRIVATE ferry_static m ${CMAKE_DL_LIBS})
 
   add_executable(ferry_test_ops_gpu tests/gpu/test_ops_gpu.c tests/gpu/fault_ops_gpu.c tests/gpu/fault_ops_rig.c
-    tests/cpu/fake_driver.c)
-  target_include_directories(ferry_test_ops_gpu PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops)
+    tests/common/fake_driver.c)
+  target_include_directories(ferry_test_ops_gpu PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops tests/common)
   target_link_libraries(ferry_test_ops_gpu PRIVATE ferry_static m)
 endif()
 

@@ -17,7 +17,7 @@
 #include "fault_ops.h"
 #include "require.h"
 
-#include "../cpu/fake_driver.h"
+#include "fake_driver.h"
 
 #include <string.h>
 

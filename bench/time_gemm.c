@@ -6,7 +6,7 @@
  * events, rotating over distinct operand sets so that the inputs are not all in L2. Exit status 1 when a design's
  * output disagrees with cuBLAS beyond 1e-2 (bf16) / 5e-3 (fp16).
  */
-#include "../../bench/cublas.h" /* the benchmarks' dlopen wrapper, not the toolkit's header */
+#include "cublas.h" /* the benchmarks' dlopen wrapper, not the toolkit's header */
 #include "ops.h"
 #include "require.h"
 
