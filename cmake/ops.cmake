@@ -22,6 +22,11 @@ target_sources(ferry_objects PRIVATE
 
 if(FERRY_BUILD_TOOLS)
   target_sources(ferry_cli PRIVATE bench/latency.c)
+  # ferry_time_gemm: device time of every tensor-core design (wgmma too, unless FERRY_WGMMA=0) beside cuBLAS, each
+  # output checked against cuBLAS's; cuBLAS through the benchmarks' dlopen wrapper.
+  add_executable(ferry_time_gemm bench/time_gemm.c bench/common.c bench/cublas.c)
+  target_include_directories(ferry_time_gemm PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops bench)
+  target_link_libraries(ferry_time_gemm PRIVATE ferry_static m ${CMAKE_DL_LIBS})
 endif()
 
 if(FERRY_BUILD_TESTS)
@@ -37,16 +42,16 @@ if(FERRY_BUILD_TESTS)
     set_tests_properties(ops PROPERTIES ENVIRONMENT "FERRY_REQUIRE_NVRTC=1")
   endif()
 
-  # ferry_time_gemm: device time of every tensor-core design (wgmma too, unless FERRY_WGMMA=0) beside cuBLAS, each
-  # output checked against cuBLAS's; cuBLAS through the benchmarks' dlopen wrapper.
-  add_executable(ferry_time_gemm bench/time_gemm.c bench/cublas.c)
-  target_include_directories(ferry_time_gemm PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops tests/gpu)
-  target_link_libraries(ferry_time_gemm PRIVATE ferry_static m ${CMAKE_DL_LIBS})
-
-  add_executable(ferry_test_ops_gpu tests/gpu/test_ops_gpu.c tests/gpu/fault_ops_gpu.c tests/gpu/fault_ops_rig.c
-    tests/common/fake_driver.c)
-  target_include_directories(ferry_test_ops_gpu PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops tests/common)
+  # The operator runtime's GPU suite (ctest name ops_gpu, label gpu: skips without a GPU); its fault matrix also
+  # runs through the simulated driver (ops_faults_simulated).
+  add_executable(ferry_test_ops_gpu tests/common/runner.c tests/gpu/test_ops_gpu.c tests/gpu/fault_ops_gpu.c
+    tests/gpu/fault_ops_rig.c tests/common/fake_driver.c)
+  target_compile_definitions(ferry_test_ops_gpu PRIVATE TEST_LIST_HEADER="test_list_ops_gpu.h")
+  target_include_directories(ferry_test_ops_gpu PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops tests/common tests/gpu)
   target_link_libraries(ferry_test_ops_gpu PRIVATE ferry_static m)
+  add_test(NAME ops_gpu COMMAND ferry_test_ops_gpu)
+  set_tests_properties(ops_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+  add_test(NAME ops_faults_simulated COMMAND ferry_test_ops_gpu --simulate every_failing_runtime_call_is_clean)
 endif()
 
 # nvcc's view of every built-in design (registers, spills, shared memory): `cmake --build B --target

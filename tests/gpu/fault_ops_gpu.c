@@ -1,5 +1,6 @@
-/* fault_ops_gpu.c — `ferry_test_ops_gpu --faults`: the operator runtime's fault injection (tests/cpu/
- * test_ops_faults.c) against the real driver, as `ferry_stress --faults` (fault_gpu.c) does for transfers.
+/* fault_ops_gpu.c — `ferry_test_ops_gpu every_failing_runtime_call_is_clean`: the operator runtime's fault injection
+ * (tests/cpu/test_ops_faults.c) against the real driver, as ferry_stress's every_failing_driver_call_is_clean
+ * (fault_gpu.c) does for transfers.
  *
  * Each path is one operation of the runtime: a compile through NVRTC, a compile from the disk cache, a run that
  * compiles through the memo, an imported artifact's first run (which loads it), a plain run, and a graph (two runs
@@ -340,7 +341,7 @@ static int kind_open(kind_state *k, int warm_up) {
     problem_make(&k->p[i], k->in_type, 0x9e3779b9u * (uint32_t)(i + 1) + (uint32_t)k->in_type);
   k->op = pick_operator(k);
   if (!k->op) {
-    printf("ferry_test_ops_gpu --faults: no operator for the %s problem on sm_%d\n", k->name, the_rig.sm);
+    printf("ops faults: no operator for the %s problem on sm_%d\n", k->name, the_rig.sm);
     return 0;
   }
   if (!warm_up) return 1;
@@ -350,7 +351,7 @@ static int kind_open(kind_state *k, int warm_up) {
   if (st == FERRY_OK) st = ferry_op_run(k->op, &k->p[0].args, the_rig.stream, k->warm, FERRY_ASSUME_SUPPORTED);
   if (st == FERRY_OK) st = ferry_artifact_export(k->warm, k->artifact_path);
   if (st != FERRY_OK) {
-    printf("ferry_test_ops_gpu --faults: the unfaulted %s operation failed: %s: %s\n", k->name, ferry_status_name(st),
+    printf("ops faults: the unfaulted %s operation failed: %s: %s\n", k->name, ferry_status_name(st),
            ferry_last_error_message());
     return 0;
   }
@@ -358,7 +359,7 @@ static int kind_open(kind_state *k, int warm_up) {
   rig_sync();
   problem_output(&k->p[0], &sentinel, &exact);
   if (exact != ELEMENTS || leftover) {
-    printf("ferry_test_ops_gpu --faults: the unfaulted %s run is not clean (%d of %d elements exact, %d context(s) "
+    printf("ops faults: the unfaulted %s run is not clean (%d of %d elements exact, %d context(s) "
            "left current)\n", k->name, exact, ELEMENTS, leftover);
     return 0;
   }
@@ -431,7 +432,7 @@ int ops_faults_main(const char *fault_case, int simulate) {
   if (!rig_open(simulate)) return CASE_HARNESS;
   if (fault_case) return one_fresh_case(fault_case);
   if (!make_cache_home(cache_home, sizeof cache_home)) {
-    printf("ferry_test_ops_gpu --faults: cannot create a cache directory under $TMPDIR or /tmp\n");
+    printf("ops faults: cannot create a cache directory under $TMPDIR or /tmp\n");
     return CASE_HARNESS;
   }
   int ready = 1;
@@ -440,7 +441,7 @@ int ops_faults_main(const char *fault_case, int simulate) {
     remove_tree(cache_home);
     return CASE_HARNESS;
   }
-  printf("ferry_test_ops_gpu --faults on cuda:%d (%s, sm_%d)%s: each call fails at each of its uses (%s injected; "
+  printf("ops faults on cuda:%d (%s, sm_%d)%s: each call fails at each of its uses (%s injected; "
          "NVRTC calls fail with NVRTC_ERROR_INTERNAL_ERROR)\n", the_rig.dev, the_rig.device_name, the_rig.sm,
          the_rig.simulated ? " [simulated driver]" : "", ferry__cu_name(INJECTED));
   printf("  operators: f32 %s, f16 %s; %d×%d×%d, fp32 output, compared bit for bit\n",

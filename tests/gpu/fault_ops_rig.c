@@ -1,4 +1,4 @@
-/* fault_ops_rig.c — the harness of `ferry_test_ops_gpu --faults` (fault_ops_gpu.c): problems whose results are
+/* fault_ops_rig.c — the harness of the operator runtime's fault matrix (fault_ops_gpu.c): problems whose results are
  * exact, device memory and contexts handled past the fault seam, a census of the driver objects alive, and, through
  * the simulated driver, the GEMMs that driver only records and the context stack it does not keep.
  *
@@ -248,7 +248,7 @@ int rig_open(int simulated) {
   if (simulated) fake_driver_use();
   ferry_status st = ferry_init();
   if (st != FERRY_OK) {
-    printf("ferry_test_ops_gpu --faults: no GPU here (%s: %s); --simulate runs the matrix without one\n",
+    printf("ops faults: no GPU here (%s: %s); --simulate runs the matrix without one\n",
            ferry_status_name(st), ferry_last_error_message());
     return 0;
   }

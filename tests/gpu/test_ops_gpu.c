@@ -1,12 +1,12 @@
-/* test_ops_gpu.c — the operator runtime on a GPU (`build/ferry_test_ops_gpu [--quick]`): every built-in GEMM
- * design that supports a case, for fp16/bf16/fp32 operands, every major combination, odd sizes (1, 127, 128,
- * 129, padded leading dimensions, a batch of 3) and 4096³ (sampled), against a float64 reference on the host;
- * alpha/beta; CUDA graphs (ferry's capture with an in-place operand update, and a capture begun by someone else,
- * as torch.cuda.graph does); a registered kernel end to end. Outputs are poisoned with NaN before every run and
- * every element is checked. Exit status 0 only when everything passed. --quick skips 4096³ (for
- * compute-sanitizer, which slows kernels a hundredfold); --sanitize keeps one odd size per design (for racecheck).
- * --faults runs fault injection on the runtime's driver and NVRTC calls instead (fault_ops_gpu.c); with --simulate,
- * through the CPU tests' simulated driver, without a GPU.
+/* test_ops_gpu.c — the operator runtime on a GPU (`build/ferry_test_ops_gpu [--quick] [TEST...]`, the tests in
+ * test_list_ops_gpu.h): every built-in GEMM design that supports a case, for fp16/bf16/fp32 operands, every major
+ * combination, odd sizes (1, 127, 128, 129, padded leading dimensions, a batch of 3) and 4096³ (sampled), against
+ * a float64 reference on the host; alpha/beta; CUDA graphs (ferry's capture with an in-place operand update, and a
+ * capture begun by someone else, as torch.cuda.graph does); a registered kernel end to end. Outputs are poisoned
+ * with NaN before every run and every element is checked. --quick skips 4096³ (for compute-sanitizer, which slows
+ * kernels a hundredfold); --sanitize keeps one odd size per design (for racecheck). every_failing_runtime_call_is_clean
+ * injects faults into the runtime's driver and NVRTC calls (fault_ops_gpu.c); with --simulate, through the CPU
+ * tests' simulated driver, without a GPU.
  *
  * Error bound: ‖out − ref‖ / ‖ref‖ over the output, with ref from the rounded inputs in float64:
  * fp32 out from fp32 operands 1e-5; fp32 out from fp16/bf16 operands 1e-4; fp16 out 5e-3; bf16 out 1e-2; fp16
@@ -15,6 +15,7 @@
 #include "fault_ops.h"
 #include "ops.h"
 #include "require.h"
+#include "test.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -526,50 +527,59 @@ static void registered_kernel(void) {
   }
 }
 
-int main(int argc, char **argv) {
-  int quick = 0, sanitize = 0, faults = 0, simulate = 0;
+/* ---- the suite (test_list_ops_gpu.h) ------------------------------------------------------------------------ */
+
+int ops_gpu_quick, ops_gpu_sanitize, ops_gpu_simulate;
+
+int ops_gpu_option(int argc, char **argv, int i) {
+  if (!strcmp(argv[i], "--quick")) return ops_gpu_quick = 1;
+  if (!strcmp(argv[i], "--sanitize")) return ops_gpu_sanitize = 1;
+  if (!strcmp(argv[i], "--simulate")) return ops_gpu_simulate = 1;
+  return 0;
+}
+
+/* --fault-case SPEC [--simulate]: one fault case in a process of its own, which the fault matrix spawns. */
+int ops_gpu_main_hook(int argc, char **argv) {
   const char *fault_case = NULL;
+  int simulate = 0;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--quick")) quick = 1;
-    else if (!strcmp(argv[i], "--sanitize")) sanitize = 1;
-    else if (!strcmp(argv[i], "--faults")) faults = 1;
+    if (!strcmp(argv[i], "--fault-case") && i + 1 < argc) fault_case = argv[++i];
     else if (!strcmp(argv[i], "--simulate")) simulate = 1;
-    else if (!strcmp(argv[i], "--fault-case") && i + 1 < argc) fault_case = argv[++i];
-    else {
-      printf("usage: %s [--quick | --sanitize | --faults [--simulate]]\nThe operator runtime's GPU tests; --quick "
-             "skips the 4096³ cases; --sanitize runs every design on one odd size\n(129×127×65, padded), all-row and "
-             "all-column majors: for compute-sanitizer's racecheck.\n--faults: each driver and NVRTC call of compile, "
-             "disk-cache load, run and graphs fails at each of its uses;\nevery case must be reported with the call's "
-             "name, leak nothing, present no output as complete and leave the next\noperation exact (one line per "
-             "case; exit 0 all pass, 1 a case failed, 2 cannot run). --simulate: the same\nthrough the CPU tests' "
-             "simulated driver, without a GPU. (--fault-case SPEC: one case, as --faults spawns it.)\n", argv[0]);
-      return strcmp(argv[i], "--help") ? 2 : 0;
-    }
   }
-  if (faults || fault_case) return ops_faults_main(fault_case, simulate);
-  if (simulate) {
-    printf("--simulate goes with --faults: the correctness tests need a GPU\n");
-    return 2;
-  }
+  return fault_case ? ops_faults_main(fault_case, simulate) : -1;
+}
+
+/* The device, its primary context (current for the whole test) and a stream; skips without a GPU. */
+static void open_device(void) {
+  if (ops_gpu_simulate) SKIP("needs a GPU (--simulate runs only every_failing_runtime_call_is_clean)");
   ferry_status st = ferry_init();
-  if (st != FERRY_OK) {
-    printf("ferry_test_ops_gpu: no GPU here (%s: %s)\n", ferry_status_name(st), ferry_last_error_message());
-    return 1;
-  }
+  if (st == FERRY_NO_DRIVER || st == FERRY_NO_DEVICE) SKIP_NO_GPU("no GPU: %s", ferry_last_error_message());
+  REQUIRE_OK(st);
   REQUIRE_OK(ferry_device_resolve(-1, &dev));
-  REQUIRE_OK(ferry__ctx_enter(dev)); /* the primary context stays current for the whole program */
+  REQUIRE_OK(ferry__ctx_enter(dev));
   REQUIRE_CU(ferry__drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   ferry_device_info info;
   REQUIRE_OK(ferry_device_info_get(dev, &info));
   int sm = 0;
   REQUIRE_OK(ferry_target_sm(dev, &sm));
-  printf("device cuda:%d %s sm_%d, driver %d; NVRTC from the toolkit; %s\n", dev, info.name, sm, info.driver_version,
-         sanitize ? "sanitize (one size per design)" : quick ? "quick (no 4096³)" : "full");
+  printf("device cuda:%d %s sm_%d, driver %d; NVRTC from the toolkit\n", dev, info.name, sm, info.driver_version);
+}
+
+/* Releases what open_device took and fails the test when a check failed. */
+static void close_device(void) {
+  printf("%d checks, %d failed\n", checks, failures);
+  REQUIRE_CU(ferry__drv.cuStreamDestroy(stream));
+  ferry_ops_clear_memo();
+  ferry__ctx_leave();
+  if (failures) exit(1);
+}
+
+TEST(every_design_matches_the_float64_reference) {
+  open_device();
+  printf("%s\n", ops_gpu_sanitize ? "sanitize (one size per design)" : ops_gpu_quick ? "quick (no 4096³)" : "full");
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  correctness_matrix(quick, sanitize);
-  graphs();
-  registered_kernel();
+  correctness_matrix(ops_gpu_quick, ops_gpu_sanitize);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   ferry_cache_stats cs;
   ferry_cache_stats_get(&cs);
@@ -580,9 +590,26 @@ int main(int argc, char **argv) {
   printf("NVRTC compiles %llu in %.1f s, disk cache hits %llu; %.1f s in all\n", (unsigned long long)cs.compiles,
          cs.compile_seconds, (unsigned long long)cs.disk_hits,
          (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
-  printf("%d checks, %d failed\n", checks, failures);
-  REQUIRE_CU(ferry__drv.cuStreamDestroy(stream));
-  ferry_ops_clear_memo();
-  ferry__ctx_leave();
-  return failures ? 1 : 0;
+  close_device();
+}
+
+TEST(graphs_capture_replay_and_update_in_place) {
+  open_device();
+  graphs();
+  close_device();
+}
+
+TEST(registered_kernel_runs_end_to_end) {
+  open_device();
+  registered_kernel();
+  close_device();
+}
+
+TEST(every_failing_runtime_call_is_clean) {
+  if (!ops_gpu_simulate) {
+    ferry_status st = ferry_init();
+    if (st == FERRY_NO_DRIVER || st == FERRY_NO_DEVICE)
+      SKIP_NO_GPU("no GPU: %s (--simulate runs this test through the simulated driver)", ferry_last_error_message());
+  }
+  if (ops_faults_main(NULL, ops_gpu_simulate) != 0) exit(1);
 }
