@@ -1,5 +1,5 @@
 /* gemm.c — find, compile once and launch a GEMM operator with ferry (compiles for sm_90 without a GPU). */
-#include <ferry.h>
+#include <ferry/ops.h>
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -1,6 +1,6 @@
 /* ops_py.h — private: what the files of ferry.ops (the operator half of the extension ferry._ferry) share.
  *
- * ferry.ops puts the operator runtime of ferry.h (GEMM arguments, discovery, supports, compile once, run, graphs)
+ * ferry.ops puts the operator runtime of ferry/ops.h (GEMM arguments, discovery, supports, compile once, run, graphs)
  * in Python with the CUTLASS Operator API's names. The hot calls — GemmArguments(...), op.run(...), a launcher's
  * call — are vectorcalls that read tensors through the framework's DLPack exchange API (torch) and go straight to
  * the C library: no Python-level attribute access, no allocation besides the result object, no string work unless
@@ -26,6 +26,8 @@
 #define FERRY_PY_OPS_H
 
 #include "ferry_py.h"
+
+#include <ferry/ops.h>
 
 /* ---- ops_module.c: keyword parsing for the hot calls -------------------------------------------------------- */
 

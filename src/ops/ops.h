@@ -14,9 +14,10 @@
  *   sha256.c    SHA-256 for compile keys and operator digests
  *   xxh64.c     XXH64 for the artifact files' content check
  */
-#ifndef FERRY_OPS_H
-#define FERRY_OPS_H
+#ifndef FERRY_OPS_INTERNAL_H
+#define FERRY_OPS_INTERNAL_H
 
+#include "ferry/ops.h"
 #include "internal.h"
 #include "rtc.h"
 
