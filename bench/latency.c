@@ -83,10 +83,10 @@ static void call_method(method m, int s) {
     BENCH_CU(ferry__drv.cuLaunchKernel(raw[s].fn, raw[s].grid_x, 1, raw[s].grid_z, raw[s].threads, 1, 1, raw[s].smem,
                                        stream, raw[s].param_ptrs, NULL));
     break;
-  case M_ASSUME: BENCH_F(ferry_op_run(op, &sets[s].args, stream, art, FERRY_ASSUME_SUPPORTED)); break;
+  case M_ASSUME: BENCH_F(ferry_op_run(op, &sets[s].args, stream, art, FERRY_RUN_ASSUME_SUPPORTED)); break;
   case M_CHECKED: BENCH_F(ferry_op_run(op, &sets[s].args, stream, art, 0)); break;
   case M_MEMO_CHECKED: BENCH_F(ferry_op_run(op, &sets[s].args, stream, NULL, 0)); break;
-  default: BENCH_F(ferry_op_run(op, &sets[s].args, stream, NULL, FERRY_ASSUME_SUPPORTED)); break;
+  default: BENCH_F(ferry_op_run(op, &sets[s].args, stream, NULL, FERRY_RUN_ASSUME_SUPPORTED)); break;
   }
 }
 
@@ -221,13 +221,13 @@ typedef struct gemm_ctx {
 
 static void launch_ferry(int i, void *p) {
   gemm_ctx *g = p;
-  BENCH_F(ferry_op_run(g->op, &g->args[i % g->nargs], stream, g->art, FERRY_ASSUME_SUPPORTED));
+  BENCH_F(ferry_op_run(g->op, &g->args[i % g->nargs], stream, g->art, FERRY_RUN_ASSUME_SUPPORTED));
 }
 static void launch_cublas(int i, void *p) {
   gemm_ctx *g = p;
   float one = 1.0f, zero = 0.0f;
   int j = i % g->nargs;
-  int dt = g->type == FERRY_F16 ? BENCH_CUDA_R_16F : BENCH_CUDA_R_16BF;
+  int dt = g->type == FERRY_SCALAR_F16 ? BENCH_CUDA_R_16F : BENCH_CUDA_R_16BF;
   /* row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ */
   int rc = g->cb->gemm_ex(g->cb->handle, 0, 0, g->n, g->m, g->k, &one, (const void *)(uintptr_t)g->b[j], dt, g->n,
                           (const void *)(uintptr_t)g->a[j], dt, g->k, &zero, (void *)(uintptr_t)g->c[j], dt, g->n,
@@ -247,7 +247,8 @@ static int gemm_device_rows(int m, int type, int sets_n, int launches, bench_cub
   CUdeviceptr a[4], b[4], c[4];
   ferry_gemm_args args[4];
   int64_t shape[2] = {m, m};
-  ferry_dtype dt = type == FERRY_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1} : (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
+  ferry_dtype dt = type == FERRY_SCALAR_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1}
+                                            : (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
   uint16_t *host = malloc(bytes);
   bench_rng rng = {(uint64_t)m * 7919u};
   for (int s = 0; s < sets_n; s++) {
@@ -259,7 +260,7 @@ static int gemm_device_rows(int m, int type, int sets_n, int launches, bench_cub
       float f = (float)(bench_rng_uniform(&rng) * 2.0 - 1.0);
       uint32_t x;
       memcpy(&x, &f, 4);
-      host[i] = type == FERRY_BF16 ? (uint16_t)(x >> 16)
+      host[i] = type == FERRY_SCALAR_BF16 ? (uint16_t)(x >> 16)
                                    : (uint16_t)(((x >> 16) & 0x8000u) | (((x >> 23) & 0xffu) > 112 ? ((((x >> 23) & 0xffu) - 112) << 10) | ((x >> 13) & 0x3ffu) : 0));
     }
     BENCH_CU(ferry__drv.cuMemcpyHtoD(a[s], host, bytes));
@@ -268,7 +269,7 @@ static int gemm_device_rows(int m, int type, int sets_n, int launches, bench_cub
     ferry_tensor ta = {(void *)(uintptr_t)a[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
     ferry_tensor tb = {(void *)(uintptr_t)b[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
     ferry_tensor tc = {(void *)(uintptr_t)c[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
-    BENCH_F(ferry_gemm_args_init(&args[s], &ta, &tb, &tc, FERRY_F32));
+    BENCH_F(ferry_gemm_args_init(&args[s], &ta, &tb, &tc, FERRY_SCALAR_F32));
   }
   free(host);
   gemm_ctx g = {NULL, NULL, args, sets_n, cb, m, m, m, type, a, b, c};
@@ -278,12 +279,12 @@ static int gemm_device_rows(int m, int type, int sets_n, int launches, bench_cub
   BENCH_F(ferry_ops_find(&args[0], 0, NULL, NULL, ops, 32, &n));
   int count = 0;
   for (size_t i = 0; i < n && i < 32 && count < max_rows; i++) {
-    if (strcmp(ferry_op_get_info(ops[i])->instruction, "mma.sync.m16n8k16") != 0) continue;
+    if (strcmp(ferry_op_info_get(ops[i])->instruction, "mma.sync.m16n8k16") != 0) continue;
     g.op = ops[i];
     BENCH_F(ferry_op_compile(ops[i], &args[0], &g.art));
     double ms = device_ms(launch_ferry, &g, launches);
     ferry_artifact_release(g.art);
-    snprintf(rows[count].name, sizeof rows[count].name, "%s", ferry_op_get_info(ops[i])->name);
+    snprintf(rows[count].name, sizeof rows[count].name, "%s", ferry_op_info_get(ops[i])->name);
     rows[count].ferry_us = ms * 1e3;
     rows[count].cublas_us = cublas_ms * 1e3;
     count++;
@@ -301,7 +302,7 @@ static int gemm_device_rows(int m, int type, int sets_n, int launches, bench_cub
 static ferry__launch empty_launch;
 static void launch_gemm_set(int i, void *p) {
   (void)p;
-  BENCH_F(ferry_op_run(op, &sets[i % SETS].args, stream, art, FERRY_ASSUME_SUPPORTED));
+  BENCH_F(ferry_op_run(op, &sets[i % SETS].args, stream, art, FERRY_RUN_ASSUME_SUPPORTED));
 }
 
 /* ---- the program ------------------------------------------------------------------------------------------- */
@@ -369,7 +370,7 @@ int bench_latency_main(int argc, char **argv) {
     x->ta = (ferry_tensor){(void *)(uintptr_t)x->a, {FERRY_DEVICE_CUDA, dev}, 2, f16, shape128, NULL, 0};
     x->tb = (ferry_tensor){(void *)(uintptr_t)x->b, {FERRY_DEVICE_CUDA, dev}, 2, f16, shape128, NULL, 0};
     x->tout = (ferry_tensor){(void *)(uintptr_t)x->out, {FERRY_DEVICE_CUDA, dev}, 2, f16, shape128, NULL, 0};
-    BENCH_F(ferry_gemm_args_init(&x->args, &x->ta, &x->tb, &x->tout, FERRY_F32));
+    BENCH_F(ferry_gemm_args_init(&x->args, &x->ta, &x->tb, &x->tout, FERRY_SCALAR_F32));
   }
   free(host);
   const ferry_op *found[32];
@@ -452,7 +453,7 @@ int bench_latency_main(int argc, char **argv) {
   ferry_gemm_args tmp;
 #define SUPPORTS_CALL ferry_op_supports(op, &sets[i % SETS].args, NULL, 0)
 #define INIT_CALL                                                                                            \
-  ferry_gemm_args_init(&tmp, &sets[i % SETS].ta, &sets[i % SETS].tb, &sets[i % SETS].tout, FERRY_F32)
+  ferry_gemm_args_init(&tmp, &sets[i % SETS].ta, &sets[i % SETS].tb, &sets[i % SETS].tout, FERRY_SCALAR_F32)
   for (int r = 0; r < reps; r++) {
     sup_ns[r] = NS_PER_CALL(CALLS, good, SUPPORTS_CALL);
     mk_ns[r] = NS_PER_CALL(CALLS, good, INIT_CALL);
@@ -486,7 +487,8 @@ int bench_latency_main(int argc, char **argv) {
   empty_launch.param_ptrs[0] = empty_launch.params;
   ferry_graph *g = NULL;
   BENCH_F(ferry_graph_begin(stream, &g));
-  for (int i = 0; i < GRAPH_RUNS; i++) BENCH_F(ferry_graph_run(g, op, &sets[i].args, art, FERRY_ASSUME_SUPPORTED, NULL));
+  for (int i = 0; i < GRAPH_RUNS; i++)
+    BENCH_F(ferry_graph_run(g, op, &sets[i].args, art, FERRY_RUN_ASSUME_SUPPORTED, NULL));
   BENCH_F(ferry_graph_end(g));
   CUgraph eg;
   CUgraphExec ee;
@@ -505,7 +507,8 @@ int bench_latency_main(int argc, char **argv) {
     double acc_e = 0, acc_g = 0, acc_0 = 0;
     for (int it = 0; it < o.iters; it++) {
       double t0 = bench_now_ms();
-      for (int i = 0; i < GRAPH_RUNS; i++) BENCH_F(ferry_op_run(op, &sets[(it + i) % SETS].args, stream, art, FERRY_ASSUME_SUPPORTED));
+      for (int i = 0; i < GRAPH_RUNS; i++)
+        BENCH_F(ferry_op_run(op, &sets[(it + i) % SETS].args, stream, art, FERRY_RUN_ASSUME_SUPPORTED));
       BENCH_CU(ferry__drv.cuStreamSynchronize(stream));
       double t1 = bench_now_ms();
       BENCH_F(ferry_graph_replay(g, NULL));
@@ -532,8 +535,8 @@ int bench_latency_main(int argc, char **argv) {
   if (have_cublas) cb.set_stream(cb.handle, stream);
   else fprintf(stderr, "ferry: bench latency: %s; device rows without cuBLAS\n", why);
   device_row small[8], large[8];
-  int n_small = gemm_device_rows(128, FERRY_F16, 4, 500, have_cublas ? &cb : NULL, small, 8);
-  int n_large = gemm_device_rows(4096, FERRY_BF16, 2, 20, have_cublas ? &cb : NULL, large, 8);
+  int n_small = gemm_device_rows(128, FERRY_SCALAR_F16, 4, 500, have_cublas ? &cb : NULL, small, 8);
+  int n_large = gemm_device_rows(4096, FERRY_SCALAR_BF16, 2, 20, have_cublas ? &cb : NULL, large, 8);
   if (have_cublas) bench_cublas_close(&cb);
 
   /* the table */
@@ -586,7 +589,7 @@ int bench_latency_main(int argc, char **argv) {
   fclose(csv);
 
   printf("ferry bench latency: %s sm_%d%d, operator %s, %d iterations x %d repeats (medians), CSV in %s\n",
-         info.name, info.cc_major, info.cc_minor, ferry_op_get_info(op)->name, o.iters, reps, o.csv);
+         info.name, info.cc_major, info.cc_minor, ferry_op_info_get(op)->name, o.iters, reps, o.csv);
   if (n_large) {
     double tflops = 2.0 * 4096.0 * 4096.0 * 4096.0 / (best_large * 1e-6) / 1e12;
     printf("4096^3 bf16: best ferry %.1f TFLOP/s, cuBLAS %.1f TFLOP/s\n", tflops,

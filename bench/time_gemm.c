@@ -25,7 +25,7 @@ static int have_cublas_;
 
 static float half_to_float(uint16_t h, int type) {
   uint32_t x;
-  if (type == FERRY_BF16) {
+  if (type == FERRY_SCALAR_BF16) {
     x = (uint32_t)h << 16;
   } else {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, man = h & 0x3ffu;
@@ -43,7 +43,7 @@ static float half_to_float(uint16_t h, int type) {
 static uint16_t float_to_half(float f, int type) { /* operands only: values in [-1, 1), round to nearest even */
   uint32_t x;
   memcpy(&x, &f, 4);
-  if (type == FERRY_BF16) return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+  if (type == FERRY_SCALAR_BF16) return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
   uint32_t sign = (x >> 16) & 0x8000u, e = (x >> 23) & 0xffu, man = x & 0x7fffffu;
   if (e < 103) return (uint16_t)sign; /* below fp16's subnormals */
   if (e < 113) {                      /* fp16 subnormal */
@@ -58,7 +58,7 @@ static uint16_t float_to_half(float f, int type) { /* operands only: values in [
 
 static void launch_cublas(int set) {
   float one = 1.0f, zero = 0.0f;
-  int dt = type_ == FERRY_F16 ? BENCH_CUDA_R_16F : BENCH_CUDA_R_16BF;
+  int dt = type_ == FERRY_SCALAR_F16 ? BENCH_CUDA_R_16F : BENCH_CUDA_R_16BF;
   /* row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ */
   int rc = cb_.gemm_ex(cb_.handle, 0, 0, n_, n_, n_, &one, (const void *)(uintptr_t)b_[set], dt, n_,
                        (const void *)(uintptr_t)a_[set], dt, n_, &zero, (void *)(uintptr_t)c_[set], dt, n_,
@@ -71,7 +71,7 @@ static void launch_cublas(int set) {
 
 static void launch(const ferry_op *op, ferry_artifact *art, int set) {
   if (!op) launch_cublas(set);
-  else BENCH_F(ferry_op_run(op, &args_[set], stream, art, FERRY_ASSUME_SUPPORTED));
+  else BENCH_F(ferry_op_run(op, &args_[set], stream, art, FERRY_RUN_ASSUME_SUPPORTED));
 }
 
 static int cmp_double(const void *x, const void *y) {
@@ -118,12 +118,12 @@ static double compare(const uint16_t *ref, uint16_t *out) {
 
 int main(int argc, char **argv) {
   n_ = 4096;
-  type_ = FERRY_BF16;
+  type_ = FERRY_SCALAR_BF16;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--size") && i + 1 < argc) n_ = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--launches") && i + 1 < argc) launches_ = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats_ = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--fp16")) type_ = FERRY_F16;
+    else if (!strcmp(argv[i], "--fp16")) type_ = FERRY_SCALAR_F16;
     else {
       printf("usage: %s [--size N] [--fp16] [--launches L] [--repeats R]\n"
              "Device time of every tensor-core GEMM design at N³ (default 4096, bf16, row-major, fp32 accumulation)\n"
@@ -155,7 +155,8 @@ int main(int argc, char **argv) {
   uint16_t *host = malloc(bytes), *ref = malloc(bytes), *out = malloc(bytes);
   uint64_t rng = 0x9e3779b97f4a7c15ull;
   int64_t shape[2] = {n_, n_};
-  ferry_dtype dt = type_ == FERRY_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1} : (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
+  ferry_dtype dt = type_ == FERRY_SCALAR_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1}
+                                             : (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
   for (int s = 0; s < SETS; s++) {
     BENCH_CU(ferry__drv.cuMemAlloc(&a_[s], bytes));
     BENCH_CU(ferry__drv.cuMemAlloc(&b_[s], bytes));
@@ -171,7 +172,7 @@ int main(int argc, char **argv) {
     ferry_tensor ta = {(void *)(uintptr_t)a_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
     ferry_tensor tb = {(void *)(uintptr_t)b_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
     ferry_tensor tc = {(void *)(uintptr_t)c_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
-    BENCH_F(ferry_gemm_args_init(&args_[s], &ta, &tb, &tc, FERRY_F32));
+    BENCH_F(ferry_gemm_args_init(&args_[s], &ta, &tb, &tc, FERRY_SCALAR_F32));
   }
 
   const double flops = 2.0 * n_ * (double)n_ * n_;
@@ -183,7 +184,7 @@ int main(int argc, char **argv) {
     cublas_us = time_us(NULL, NULL, &spread);
   }
   printf("device sm_%d, %d³ %s, row-major, fp32 accumulation; median of %d repeats of %d launches\n", sm, n_,
-         type_ == FERRY_F16 ? "fp16" : "bf16", repeats_, launches_);
+         type_ == FERRY_SCALAR_F16 ? "fp16" : "bf16", repeats_, launches_);
   printf("%-34s %10s %9s %8s %9s %12s\n", "design", "µs", "TFLOP/s", "spread", "× cuBLAS", "vs cuBLAS");
   if (have_cublas_)
     printf("%-34s %10.1f %9.1f %7.1f%% %9s %12s\n", "cuBLAS (cublasGemmEx)", cublas_us, flops / cublas_us * 1e-6,
@@ -193,9 +194,9 @@ int main(int argc, char **argv) {
   size_t n_ops = 0;
   BENCH_F(ferry_ops_find(&args_[0], 0, NULL, NULL, ops, 32, &n_ops));
   int bad = 0;
-  const double bound = type_ == FERRY_F16 ? 5e-3 : 1e-2;
+  const double bound = type_ == FERRY_SCALAR_F16 ? 5e-3 : 1e-2;
   for (size_t i = 0; i < n_ops && i < 32; i++) {
-    const ferry_op_info *info = ferry_op_get_info(ops[i]);
+    const ferry_op_info *info = ferry_op_info_get(ops[i]);
     if (strncmp(info->instruction, "mma", 3) && strncmp(info->instruction, "wgmma", 5)) continue;
     ferry_artifact *art = NULL;
     BENCH_F(ferry_op_compile(ops[i], &args_[0], &art));

@@ -89,7 +89,7 @@ if(FERRY_NVCC)
       list(APPEND check_cmds COMMAND ${CMAKE_COMMAND} -E echo "gemm_mma_sw ${bm}x${bn}x${bk} s${st} bf16 ${majors}"
         COMMAND ${FERRY_NVCC} -arch=sm_90 -cubin -o ${CMAKE_CURRENT_BINARY_DIR}/check_mma_sw.cubin -Xptxas -v
                 -DFERRY_BM=${bm} -DFERRY_BN=${bn} -DFERRY_BK=${bk} -DFERRY_WARPS_M=${wm} -DFERRY_WARPS_N=${wn}
-                -DFERRY_STAGES=${st} -DFERRY_A_TYPE=FERRY_BF16 -DFERRY_OUT_TYPE=FERRY_BF16 ${maj}
+                -DFERRY_STAGES=${st} -DFERRY_A_TYPE=FERRY_SCALAR_BF16 -DFERRY_OUT_TYPE=FERRY_SCALAR_BF16 ${maj}
                 ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels/gemm_mma_sw.cu)
     endforeach()
   endforeach()
@@ -98,8 +98,8 @@ if(FERRY_NVCC)
     separate_arguments(maj UNIX_COMMAND "${majors}")
     list(APPEND check_cmds COMMAND ${CMAKE_COMMAND} -E echo "gemm_wgmma 128x256x64 s4 bf16 ${majors}"
       COMMAND ${FERRY_NVCC} -gencode=arch=compute_90a,code=sm_90a -cubin
-              -o ${CMAKE_CURRENT_BINARY_DIR}/check_wgmma.cubin -Xptxas -v -DFERRY_A_TYPE=FERRY_BF16
-              -DFERRY_OUT_TYPE=FERRY_BF16 ${maj} ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels/gemm_wgmma.cu)
+              -o ${CMAKE_CURRENT_BINARY_DIR}/check_wgmma.cubin -Xptxas -v -DFERRY_A_TYPE=FERRY_SCALAR_BF16
+              -DFERRY_OUT_TYPE=FERRY_SCALAR_BF16 ${maj} ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels/gemm_wgmma.cu)
   endforeach()
   add_custom_target(ferry_check_kernels ${check_cmds}
     COMMAND ${CMAKE_COMMAND} -E echo "gemm_simt"

@@ -11,7 +11,11 @@
  *     written through `out` parameters, and only on success.
  *   - On failure, ferry_last_error() describes what went wrong, on the calling thread.
  *   - Streams, events and contexts cross the API as opaque pointers: pass a CUstream as `void *`.
- *   - Destroy and release functions accept NULL.
+ *   - Destroy and release functions accept NULL; retain functions return their argument.
+ *   - Names: functions are ferry_<object>_<action> (ferry_transfer_wait); one that reads a record into the caller's
+ *     struct, or returns a pointer to one, ends in _get (ferry_pool_stats_get, ferry_op_info_get). Enum
+ *     constants carry their type's name (FERRY_DEVICE_CUDA, FERRY_DTYPE_FLOAT, FERRY_TRANSFER_BLOCKING), except
+ *     the status codes (FERRY_OK, FERRY_INVALID_ARGUMENT...).
  *   - Every function is thread-safe unless its comment says otherwise: calls may run on any threads at once, on
  *     the same ticket, slab or operator too. A struct the caller owns (options, arguments) is the caller's to
  *     share or not.
@@ -313,8 +317,8 @@ FERRY_API ferry_slab *ferry_transfer_output_slab(const ferry_transfer *transfer,
  *  ferry_transfer_end is ended first. NULL is accepted. */
 FERRY_API void ferry_transfer_release(ferry_transfer *transfer);
 
-/** Adds a reference to the slab. */
-FERRY_API void ferry_slab_retain(ferry_slab *slab);
+/** Adds a reference to the slab and returns it (NULL: nothing, returns NULL). */
+FERRY_API ferry_slab *ferry_slab_retain(ferry_slab *slab);
 
 /** Drops a reference; the last one returns pinned memory to the pool or frees device memory. NULL is accepted.
  *  Safe from any thread, with or without a CUDA context current. */

@@ -84,8 +84,9 @@ static void devmem_slab_free(ferry_slab *s) {
   ferry__ctx_leave();
 }
 
-void ferry_slab_retain(ferry_slab *slab) {
+ferry_slab *ferry_slab_retain(ferry_slab *slab) {
   if (slab) atomic_fetch_add_explicit(&slab->refs, 1, memory_order_relaxed);
+  return slab;
 }
 
 void ferry_slab_release(ferry_slab *slab) {

@@ -19,22 +19,27 @@ extern "C" {
 /* The operator runtime discovers, checks, compiles (NVRTC, once) and launches GPU operators, a GEMM family first:  */
 /*   out[l] = alpha * A[l] · B[l] + beta * out[l],  A m×k, B k×n, out m×n, for l in [0, L).                       */
 /* Typical use:                                                                                                    */
-/*   ferry_gemm_args args;  ferry_gemm_args_init(&args, &A, &B, &out, FERRY_F32);      validated once            */
+/*   ferry_gemm_args args;  ferry_gemm_args_init(&args, &A, &B, &out, FERRY_SCALAR_F32);  validated once        */
 /*   const ferry_op *ops[8]; size_t n;  ferry_ops_find(&args, 0, NULL, NULL, ops, 8, &n);                          */
 /*   ferry_artifact *art;  ferry_op_compile(ops[0], &args, &art);                       NVRTC or a cache, once    */
-/*   ferry_op_run(ops[0], &args, stream, art, FERRY_ASSUME_SUPPORTED);                  a launch, nothing else    */
+/*   ferry_op_run(ops[0], &args, stream, art, FERRY_RUN_ASSUME_SUPPORTED);                  a launch, nothing else    */
 /*   ferry_artifact_release(art);                                                                                  */
 
-/* Element types of GEMM operands and accumulators. */
-typedef enum ferry_scalar { FERRY_SCALAR_NONE = 0, FERRY_F16 = 1, FERRY_BF16 = 2, FERRY_F32 = 3 } ferry_scalar;
+/* Element types of GEMM operands and accumulators: the closed set the GEMM kinds and the operators' type masks are
+ * made of. A tensor's element type stays a ferry_dtype (DLPack's code, bits, lanes); ferry_gemm_args_init maps
+ * FLOAT 16 to FERRY_SCALAR_F16, BFLOAT 16 to FERRY_SCALAR_BF16 and FLOAT 32 to FERRY_SCALAR_F32. */
+typedef enum ferry_scalar {
+  FERRY_SCALAR_NONE = 0, FERRY_SCALAR_F16 = 1, FERRY_SCALAR_BF16 = 2, FERRY_SCALAR_F32 = 3
+} ferry_scalar;
 #define FERRY_SCALAR_BIT(s) (1u << (s))
-#define FERRY_SCALARS_FLOAT (FERRY_SCALAR_BIT(FERRY_F16) | FERRY_SCALAR_BIT(FERRY_BF16) | FERRY_SCALAR_BIT(FERRY_F32))
+#define FERRY_SCALARS_FLOAT                                                                                      \
+  (FERRY_SCALAR_BIT(FERRY_SCALAR_F16) | FERRY_SCALAR_BIT(FERRY_SCALAR_BF16) | FERRY_SCALAR_BIT(FERRY_SCALAR_F32))
 
 /* The major mode of a matrix operand: which of its two dimensions is contiguous. Row-major: the last (columns;
  * k for A, n for B and out); column-major: the first. The other dimension's stride is the leading dimension. */
-typedef enum ferry_major { FERRY_ROW_MAJOR = 0, FERRY_COL_MAJOR = 1 } ferry_major;
+typedef enum ferry_major { FERRY_MAJOR_ROW = 0, FERRY_MAJOR_COL = 1 } ferry_major;
 #define FERRY_MAJOR_BIT(m) (1u << (m))
-#define FERRY_MAJORS_ANY (FERRY_MAJOR_BIT(FERRY_ROW_MAJOR) | FERRY_MAJOR_BIT(FERRY_COL_MAJOR))
+#define FERRY_MAJORS_ANY (FERRY_MAJOR_BIT(FERRY_MAJOR_ROW) | FERRY_MAJOR_BIT(FERRY_MAJOR_COL))
 
 /* The packed `kind` of a problem: operand types and majors, the part of a problem a compiled kernel is
  * specialised on (an artifact serves every problem of its kind, whatever the sizes). */
@@ -73,11 +78,11 @@ typedef struct ferry_gemm_args {
  *  one CUDA device (FERRY_DEVICE_CUDA or CUDA_MANAGED), row- or column-major (NULL strides: compact row-major).
  *  out's elements must not overlap (leading dimension at least its contiguous extent, batches apart); A and B are
  *  only read, so stride-0 (expanded) views are accepted. A rank-2 A or B beside a rank-3 out, or a batch of 1, is
- *  broadcast over the batch. `accumulator` is FERRY_F32 or FERRY_F16 (which operators accept it is theirs to say).
- *  Fails with FERRY_INVALID_ARGUMENT naming the operand and the values (NULL pointers, ranks, mismatched shapes,
- *  negative sizes or strides, overlapping layouts, unsupported dtypes, devices), FERRY_OVERFLOW when an extent
- *  passes 2^31-1 or an offset passes 2^63. Nothing is dereferenced: the tensors' memory is not touched.
- *  `args` is written only on success. */
+ *  broadcast over the batch. `accumulator` is FERRY_SCALAR_F32 or FERRY_SCALAR_F16 (which operators accept it is
+ *  theirs to say). Fails with FERRY_INVALID_ARGUMENT naming the operand and the values (NULL pointers, ranks,
+ *  mismatched shapes, negative sizes or strides, overlapping layouts, unsupported dtypes, devices), FERRY_OVERFLOW
+ *  when an extent passes 2^31-1 or an offset passes 2^63. Nothing is dereferenced: the tensors' memory is not
+ *  touched. `args` is written only on success. */
 FERRY_API ferry_status ferry_gemm_args_init(ferry_gemm_args *args, const ferry_tensor *A, const ferry_tensor *B,
                                             const ferry_tensor *out, ferry_scalar accumulator);
 
@@ -124,7 +129,7 @@ typedef struct ferry_op_info {
 } ferry_op_info;
 
 /** The operator's description; valid for the life of the process. NULL for a NULL op. */
-FERRY_API const ferry_op_info *ferry_op_get_info(const ferry_op *op);
+FERRY_API const ferry_op_info *ferry_op_info_get(const ferry_op *op);
 
 /** Number of registered operators (ferry's own first, then those registered, in order), and the one at `index`
  *  (NULL past the end), also while other threads register. */
@@ -173,7 +178,7 @@ FERRY_API ferry_status ferry_op_compile(const ferry_op *op, const ferry_gemm_arg
 FERRY_API ferry_status ferry_op_compile_for(const ferry_op *op, const ferry_gemm_args *args, int target_sm,
                                             ferry_artifact **out);
 
-/** Adds a reference and returns `artifact`. */
+/** Adds a reference and returns `artifact` (NULL: nothing, returns NULL), as ferry_slab_retain does. */
 FERRY_API ferry_artifact *ferry_artifact_retain(ferry_artifact *artifact);
 
 /** Drops a reference; the last one unloads the library and frees the cubin. NULL is accepted. Runs already
@@ -230,7 +235,7 @@ FERRY_API void ferry_ops_clear_memo(void);
 enum ferry_run_flags {
   /** Skip the support check (the caller vouches that `op` supports `args` and that the artifact is of args'
    *  kind): the launch is then a parameter copy and one cuLaunchKernel. */
-  FERRY_ASSUME_SUPPORTED = 1u << 0
+  FERRY_RUN_ASSUME_SUPPORTED = 1u << 0
 };
 
 /** Launches `op` on `args` on `stream` (a CUstream of the operands' device; NULL is the legacy default stream).
@@ -238,7 +243,7 @@ enum ferry_run_flags {
  *  capability is used, compiled once on first need (never per call). The launch path allocates nothing, formats
  *  nothing and takes no lock; it makes the device's primary context current around the launch when another is.
  *  Works under stream capture (someone else's, e.g. torch.cuda.graph, or ferry_graph_begin's). An empty problem
- *  (m or n zero) launches nothing. Errors: FERRY_UNSUPPORTED with the reason (unless FERRY_ASSUME_SUPPORTED),
+ *  (m or n zero) launches nothing. Errors: FERRY_UNSUPPORTED with the reason (unless FERRY_RUN_ASSUME_SUPPORTED),
  *  FERRY_INVALID_ARGUMENT for NULLs, an artifact of another operator, kind or capability, driver errors. */
 FERRY_API ferry_status ferry_op_run(const ferry_op *op, const ferry_gemm_args *args, void *stream,
                                     ferry_artifact *artifact, uint32_t flags);

@@ -40,14 +40,14 @@ __device__ __forceinline__ u16 f32_to_bf16(float f) {
 }
 
 template <int T> __device__ __forceinline__ float to_f32(typename storage<T>::type v);
-template <> __device__ __forceinline__ float to_f32<FERRY_F16>(u16 v) { return f16_to_f32(v); }
-template <> __device__ __forceinline__ float to_f32<FERRY_BF16>(u16 v) { return bf16_to_f32(v); }
-template <> __device__ __forceinline__ float to_f32<FERRY_F32>(float v) { return v; }
+template <> __device__ __forceinline__ float to_f32<FERRY_SCALAR_F16>(u16 v) { return f16_to_f32(v); }
+template <> __device__ __forceinline__ float to_f32<FERRY_SCALAR_BF16>(u16 v) { return bf16_to_f32(v); }
+template <> __device__ __forceinline__ float to_f32<FERRY_SCALAR_F32>(float v) { return v; }
 
 template <int T> __device__ __forceinline__ typename storage<T>::type from_f32(float v);
-template <> __device__ __forceinline__ u16 from_f32<FERRY_F16>(float v) { return f32_to_f16(v); }
-template <> __device__ __forceinline__ u16 from_f32<FERRY_BF16>(float v) { return f32_to_bf16(v); }
-template <> __device__ __forceinline__ float from_f32<FERRY_F32>(float v) { return v; }
+template <> __device__ __forceinline__ u16 from_f32<FERRY_SCALAR_F16>(float v) { return f32_to_f16(v); }
+template <> __device__ __forceinline__ u16 from_f32<FERRY_SCALAR_BF16>(float v) { return f32_to_bf16(v); }
+template <> __device__ __forceinline__ float from_f32<FERRY_SCALAR_F32>(float v) { return v; }
 
 typedef storage<FERRY_A_TYPE>::type a_t;
 typedef storage<FERRY_B_TYPE>::type b_t;
@@ -96,7 +96,7 @@ __device__ __forceinline__ unsigned dynamic_smem_size() {
 
 // d += a·b for one 16×8×16 tile: a row-major 16×16, b column-major 16×8, fp32 accumulators.
 template <int IN> __device__ __forceinline__ void mma_f32(float d[4], const u32 a[4], const u32 b[2]) {
-  if (IN == FERRY_BF16)
+  if (IN == FERRY_SCALAR_BF16)
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -143,7 +143,7 @@ __device__ __forceinline__ void mma_f16(u32 d[2], const u32 a[4], const u32 b[2]
 template <int IN, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long long desc_a,
                                                  unsigned long long desc_b) {
-  if (IN == FERRY_BF16)
+  if (IN == FERRY_SCALAR_BF16)
     FERRY_WGMMA_M64N256K16("bf16");
   else
     FERRY_WGMMA_M64N256K16("f16");

@@ -12,16 +12,16 @@
 #endif
 
 #ifndef FERRY_A_TYPE
-#define FERRY_A_TYPE FERRY_F16
+#define FERRY_A_TYPE FERRY_SCALAR_F16
 #endif
 #ifndef FERRY_B_TYPE
 #define FERRY_B_TYPE FERRY_A_TYPE
 #endif
 #ifndef FERRY_OUT_TYPE
-#define FERRY_OUT_TYPE FERRY_F32
+#define FERRY_OUT_TYPE FERRY_SCALAR_F32
 #endif
 #ifndef FERRY_ACC_TYPE
-#define FERRY_ACC_TYPE FERRY_F32
+#define FERRY_ACC_TYPE FERRY_SCALAR_F32
 #endif
 #ifndef FERRY_A_ROW
 #define FERRY_A_ROW 1
@@ -41,7 +41,7 @@ typedef long long i64;
 
 // Storage type of a ferry_scalar code.
 template <int T> struct storage { typedef u16 type; };
-template <> struct storage<FERRY_F32> { typedef float type; };
+template <> struct storage<FERRY_SCALAR_F32> { typedef float type; };
 
 }  // namespace ferry
 

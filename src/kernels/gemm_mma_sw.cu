@@ -62,9 +62,10 @@ constexpr unsigned EPI_BYTES = WARPS * 16 * EPI_PITCH * 4;
 constexpr unsigned PIPE_BYTES = STAGES * STAGE_BYTES;
 constexpr unsigned SMEM_BYTES = PIPE_BYTES > EPI_BYTES ? PIPE_BYTES : EPI_BYTES; // src/ops/registry.c mirrors this
 
-static_assert(FERRY_A_TYPE == FERRY_B_TYPE && (FERRY_A_TYPE == FERRY_F16 || FERRY_A_TYPE == FERRY_BF16),
+static_assert(FERRY_A_TYPE == FERRY_B_TYPE && (FERRY_A_TYPE == FERRY_SCALAR_F16 || FERRY_A_TYPE == FERRY_SCALAR_BF16),
               "the tensor-core GEMM takes two fp16 or two bf16 operands");
-static_assert(FERRY_ACC_TYPE == FERRY_F32 || FERRY_A_TYPE == FERRY_F16, "fp16 accumulation needs fp16 operands");
+static_assert(FERRY_ACC_TYPE == FERRY_SCALAR_F32 || FERRY_A_TYPE == FERRY_SCALAR_F16,
+              "fp16 accumulation needs fp16 operands");
 static_assert(BM % 64 == 0 && BN % 64 == 0 && BK % 64 == 0,
               "swizzled tiles need rows of a multiple of 64 elements (8 chunks of 16 bytes) in either orientation");
 static_assert(WM % 64 == 0 && WN % 64 == 0, "warp pieces of whole 64-element swizzle rows (frag_base relies on it)");
@@ -158,7 +159,7 @@ __device__ __forceinline__ void load_frags(u32 af[MI][4], u32 bf[NI][2], u32 sa,
   }
 }
 
-#if FERRY_ACC_TYPE == FERRY_F16
+#if FERRY_ACC_TYPE == FERRY_SCALAR_F16
 typedef u32 acc_t[MI][NI][2];
 #else
 typedef float acc_t[MI][NI][4];
@@ -171,7 +172,7 @@ __device__ __forceinline__ void mma_all(acc_t &acc, const u32 af[MI][4], const u
     for (int j = 0; j < NI; ++j) {
       // Serpentine over j: consecutive mma share an A or B fragment.
       const int jj = (i & 1) ? NI - 1 - j : j;
-#if FERRY_ACC_TYPE == FERRY_F16
+#if FERRY_ACC_TYPE == FERRY_SCALAR_F16
       mma_f16(acc[i][jj], af[i], bf[jj]);
 #else
       mma_f32<FERRY_A_TYPE>(acc[i][jj], af[i], bf[jj]);
@@ -216,7 +217,7 @@ struct mainloop {
     for (int i = 0; i < MI; ++i)
 #pragma unroll
       for (int j = 0; j < NI; ++j) {
-#if FERRY_ACC_TYPE == FERRY_F16
+#if FERRY_ACC_TYPE == FERRY_SCALAR_F16
         acc[i][j][0] = acc[i][j][1] = 0u;
 #else
         acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;

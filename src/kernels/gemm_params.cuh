@@ -18,8 +18,8 @@ struct ferry_gemm_params {
 static_assert(sizeof(ferry_gemm_params) == 104, "ferry_gemm_params must match include/ferry/ops.h");
 
 // Element type codes (ferry_scalar) and majors, as the FERRY_*_TYPE / FERRY_*_ROW macros use them.
-#define FERRY_F16 1
-#define FERRY_BF16 2
-#define FERRY_F32 3
+#define FERRY_SCALAR_F16 1
+#define FERRY_SCALAR_BF16 2
+#define FERRY_SCALAR_F32 3
 
 #endif

@@ -54,9 +54,9 @@ constexpr unsigned PIPE_BYTES = STAGES * STAGE_BYTES;
 // +1024: the swizzle atoms must start on 1024-byte boundaries; the kernel aligns the dynamic area up itself.
 constexpr unsigned SMEM_BYTES = (PIPE_BYTES > EPI_BYTES ? PIPE_BYTES : EPI_BYTES) + 1024; // registry.c mirrors this
 
-static_assert(FERRY_A_TYPE == FERRY_B_TYPE && (FERRY_A_TYPE == FERRY_F16 || FERRY_A_TYPE == FERRY_BF16),
+static_assert(FERRY_A_TYPE == FERRY_B_TYPE && (FERRY_A_TYPE == FERRY_SCALAR_F16 || FERRY_A_TYPE == FERRY_SCALAR_BF16),
               "the tensor-core GEMM takes two fp16 or two bf16 operands");
-static_assert(FERRY_ACC_TYPE == FERRY_F32, "wgmma accumulates in fp32 here");
+static_assert(FERRY_ACC_TYPE == FERRY_SCALAR_F32, "wgmma accumulates in fp32 here");
 static_assert(BK == 64, "one 128-byte swizzle row of K per row of a K-major tile");
 static_assert(BM % 64 == 0 && BN == 256, "warpgroups of 64 rows, one m64n256k16 each");
 static_assert(STAGES >= 3, "copies run STAGES-2 k-tiles ahead of the wgmma");

@@ -245,7 +245,7 @@ typedef struct ferry__launch {
 } ferry__launch;
 
 /* The artifact to use for a run (`art` itself, or the memo's, compiled on first need), checked against args
- * unless `flags` has FERRY_ASSUME_SUPPORTED. */
+ * unless `flags` has FERRY_RUN_ASSUME_SUPPORTED. */
 ferry_status ferry__run_artifact(const ferry_op *op, const ferry_gemm_args *args, ferry_artifact *art,
                                  uint32_t flags, ferry_artifact **out);
 

@@ -34,7 +34,7 @@ uint32_t ferry__design_smem(const ferry_op *op, uint32_t kind) {
     return pipe > epi ? pipe : epi;
   }
   if (op->family != FERRY__MMA) return op->info.smem_bytes;
-  int a_row = ((kind >> 8) & 1u) == FERRY_ROW_MAJOR, b_row = ((kind >> 9) & 1u) == FERRY_ROW_MAJOR;
+  int a_row = ((kind >> 8) & 1u) == FERRY_MAJOR_ROW, b_row = ((kind >> 9) & 1u) == FERRY_MAJOR_ROW;
   /* gemm_mma.cu: tiles in the operands' orientation, rows padded by 8 elements, 2 bytes each */
   uint32_t a = a_row ? (uint32_t)(d->bm * (d->bk + 8)) : (uint32_t)(d->bk * (d->bm + 8));
   uint32_t b = b_row ? (uint32_t)(d->bk * (d->bn + 8)) : (uint32_t)(d->bn * (d->bk + 8));
@@ -87,7 +87,7 @@ static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, i
   ferry_op *op = op_alloc();
   char name[96], defines[256];
   if (!op) return;
-  const char *t = in_type == FERRY_F16 ? "f16" : "bf16";
+  const char *t = in_type == FERRY_SCALAR_F16 ? "f16" : "bf16";
   if (family == FERRY__WGMMA) snprintf(name, sizeof name, "gemm_wgmma_%s_%dx%dx%d_s%d", t, bm, bn, bk, stages);
   else if (family == FERRY__MMA_SW) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d_swz", t, bm, bn, bk, stages);
   else if (vec == 8) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d", t, bm, bn, bk, stages);
@@ -116,8 +116,8 @@ static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, i
   op->info.min_sm = family == FERRY__WGMMA ? 90 : 80; /* wgmma; cp.async and bf16 mma */
   op->info.a_types = op->info.b_types = FERRY_SCALAR_BIT(in_type);
   op->info.out_types = FERRY_SCALARS_FLOAT;
-  op->info.acc_types = FERRY_SCALAR_BIT(FERRY_F32) |
-                       (in_type == FERRY_F16 && family != FERRY__WGMMA ? FERRY_SCALAR_BIT(FERRY_F16) : 0);
+  op->info.acc_types = FERRY_SCALAR_BIT(FERRY_SCALAR_F32) |
+                       (in_type == FERRY_SCALAR_F16 && family != FERRY__WGMMA ? FERRY_SCALAR_BIT(FERRY_SCALAR_F16) : 0);
   op->info.a_majors = op->info.b_majors = op->info.out_majors = FERRY_MAJORS_ANY;
   op->info.a_align = op->info.b_align = (uint32_t)(2 * vec);
   op->info.out_align = 1;
@@ -161,7 +161,7 @@ static void add_simt(void) {
   op->info.smem_bytes = 0; /* static shared memory only */
   op->info.min_sm = 75;
   op->info.a_types = op->info.b_types = op->info.out_types = FERRY_SCALARS_FLOAT;
-  op->info.acc_types = FERRY_SCALAR_BIT(FERRY_F32);
+  op->info.acc_types = FERRY_SCALAR_BIT(FERRY_SCALAR_F32);
   op->info.a_majors = op->info.b_majors = op->info.out_majors = FERRY_MAJORS_ANY;
   op->info.a_align = op->info.b_align = op->info.out_align = 1;
   op->info.div_m = op->info.div_n = op->info.div_k = 1;
@@ -182,7 +182,7 @@ static void add_simt(void) {
 static void register_builtins(void) {
   pthread_mutex_lock(&registry_lock);
   ferry__builtin_headers_digest(builtin_headers);
-  static const int types[2] = {FERRY_F16, FERRY_BF16};
+  static const int types[2] = {FERRY_SCALAR_F16, FERRY_SCALAR_BF16};
   for (int i = 0; i < 2; i++) {
     add_mma(FERRY__MMA, types[i], 128, 256, 32, 2, 4, 3, 8, 0.663); /* large problems: 8 warps of 64×64 */
     add_mma(FERRY__MMA, types[i], 128, 128, 32, 2, 2, 4, 8, 1.0);   /* 4 warps of 64×64, two blocks per SM */
@@ -208,7 +208,7 @@ void ferry__registry_init(void) { pthread_once(&builtins_once, register_builtins
 
 /* ---- lookup ------------------------------------------------------------------------------------------------ */
 
-const ferry_op_info *ferry_op_get_info(const ferry_op *op) { return op ? &op->info : NULL; }
+const ferry_op_info *ferry_op_info_get(const ferry_op *op) { return op ? &op->info : NULL; }
 
 size_t ferry_ops_count(void) {
   ferry__registry_init();
@@ -346,7 +346,7 @@ void ferry_op_desc_init(ferry_op_desc *desc) {
   i->threads = 256;
   i->min_sm = 75;
   i->a_types = i->b_types = i->out_types = FERRY_SCALARS_FLOAT;
-  i->acc_types = FERRY_SCALAR_BIT(FERRY_F32);
+  i->acc_types = FERRY_SCALAR_BIT(FERRY_SCALAR_F32);
   i->a_majors = i->b_majors = i->out_majors = FERRY_MAJORS_ANY;
   i->a_align = i->b_align = i->out_align = 1;
   i->div_m = i->div_n = i->div_k = 1;
@@ -379,7 +379,8 @@ ferry_status ferry_op_register(const ferry_op_desc *desc, const ferry_op **out) 
   if (!desc->source || !*desc->source || !desc->entry || !*desc->entry)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: source and entry are required", name);
   if (!(in->a_types & FERRY_SCALARS_FLOAT) || !(in->b_types & FERRY_SCALARS_FLOAT) ||
-      !(in->out_types & FERRY_SCALARS_FLOAT) || !(in->acc_types & (FERRY_SCALAR_BIT(FERRY_F32) | FERRY_SCALAR_BIT(FERRY_F16))))
+      !(in->out_types & FERRY_SCALARS_FLOAT) ||
+      !(in->acc_types & (FERRY_SCALAR_BIT(FERRY_SCALAR_F32) | FERRY_SCALAR_BIT(FERRY_SCALAR_F16))))
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: every type mask must accept at least one type (a 0x%x, "
                      "b 0x%x, out 0x%x, acc 0x%x)", name, in->a_types, in->b_types, in->out_types, in->acc_types);
   if (!(in->a_majors & FERRY_MAJORS_ANY) || !(in->b_majors & FERRY_MAJORS_ANY) || !(in->out_majors & FERRY_MAJORS_ANY))

@@ -23,8 +23,8 @@ static size_t source_head(const ferry_op *op, uint32_t kind, int sm, char head[6
                    "#define FERRY_ACC_TYPE %u\n#define FERRY_A_ROW %d\n#define FERRY_B_ROW %d\n"
                    "#define FERRY_OUT_ROW %d\n#define FERRY_TARGET_SM %d\n",
                    op->info.name, kind, sm, kind & 3u, (kind >> 2) & 3u, (kind >> 4) & 3u, (kind >> 6) & 3u,
-                   ((kind >> 8) & 1u) == FERRY_ROW_MAJOR, ((kind >> 9) & 1u) == FERRY_ROW_MAJOR,
-                   ((kind >> 10) & 1u) == FERRY_ROW_MAJOR, sm);
+                   ((kind >> 8) & 1u) == FERRY_MAJOR_ROW, ((kind >> 9) & 1u) == FERRY_MAJOR_ROW,
+                   ((kind >> 10) & 1u) == FERRY_MAJOR_ROW, sm);
   return n < 0 ? 0 : (size_t)n;
 }
 

@@ -75,8 +75,8 @@ static void digest_after_head(const ferry_op *op, uint32_t kind, int sm, uint8_t
 
 TEST(compile_key_covers_the_whole_source) {
   ferry_gemm_args f16, f32;
-  test_args(&f16, FERRY_F16, FERRY_F16, 64, 64, 64);
-  test_args(&f32, FERRY_F32, FERRY_F32, 64, 64, 64);
+  test_args(&f16, FERRY_SCALAR_F16, FERRY_SCALAR_F16, 64, 64, 64);
+  test_args(&f32, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 64, 64, 64);
   const ferry_op *tiny_a = tiny_op("tiny_key_a");
   ferry_op_desc d;
   ferry_op_desc_init(&d);
@@ -114,7 +114,7 @@ TEST(compile_key_covers_the_whole_source) {
     int found = 0;
     for (size_t at = 0; !found && at + headers[h].n <= size; at++)
       found = !memcmp(source + at, headers[h].text, headers[h].n);
-    if (!found) FAIL_AT("%s is not in the source of %s", headers[h].name, ferry_op_get_info(ops[0])->name);
+    if (!found) FAIL_AT("%s is not in the source of %s", headers[h].name, ferry_op_info_get(ops[0])->name);
   }
   free(source);
   /* Every input changes the key; the same inputs give the same key. */
@@ -142,7 +142,7 @@ TEST(compile_to_cubin_for_sm80_and_sm90) {
   char home[300];
   test_cache_home(home, sizeof home, "compile");
   ferry_gemm_args args;
-  test_args(&args, FERRY_BF16, FERRY_BF16, 128, 128, 128);
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 128, 128, 128);
   const char *names[] = {"gemm_mma_bf16_64x64x32_s3", "gemm_simt_64x64x16"};
   for (int i = 0; i < 2; i++)
     for (int sm = 80; sm <= 90; sm += 10) {
@@ -175,7 +175,7 @@ TEST(compile_is_memoised) {
   test_cache_home(home, sizeof home, "memo");
   const ferry_op *op = tiny_op("tiny_memo");
   ferry_gemm_args args;
-  test_args(&args, FERRY_F32, FERRY_F32, 8, 8, 8);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 8, 8, 8);
   ferry_artifact *a = NULL, *b = NULL;
   ASSERT_OK(ferry_op_compile_for(op, &args, 90, &a));
   ASSERT_OK(ferry_op_compile_for(op, &args, 90, &b));
@@ -187,13 +187,13 @@ TEST(compile_is_memoised) {
   ferry_artifact_release(a);
   ferry_artifact_release(b);
   /* Another kind is another artifact. */
-  test_args(&args, FERRY_F16, FERRY_F32, 8, 8, 8);
+  test_args(&args, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 8, 8, 8);
   ASSERT_OK(ferry_op_compile_for(op, &args, 90, &a));
   ASSERT(a != b);
   ferry_artifact_release(a);
   /* Cleared memo: the disk serves the next compile, no NVRTC. */
   ferry_ops_clear_memo();
-  test_args(&args, FERRY_F32, FERRY_F32, 8, 8, 8);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 8, 8, 8);
   ASSERT_OK(ferry_op_compile_for(op, &args, 90, &a));
   ferry_cache_stats_get(&st);
   ASSERT_EQ(st.compiles, 2);
@@ -260,17 +260,17 @@ static void compile_every_builtin(int sm, int layouts) {
   int designs = 0;
   for (size_t i = 0; i < ferry_ops_count(); i++) {
     const ferry_op *op = ferry_ops_get(i);
-    const ferry_op_info *info = ferry_op_get_info(op);
+    const ferry_op_info *info = ferry_op_info_get(op);
     if (!info->builtin) continue;
     designs++;
     if (info->min_sm > sm) continue; /* the wgmma design is sm_90a code: not compiled for sm_80 */
-    int in = info->a_types & FERRY_SCALAR_BIT(FERRY_BF16) ? FERRY_BF16
-             : info->a_types & FERRY_SCALAR_BIT(FERRY_F16) ? FERRY_F16 : FERRY_F32;
+    int in = info->a_types & FERRY_SCALAR_BIT(FERRY_SCALAR_BF16) ? FERRY_SCALAR_BF16
+             : info->a_types & FERRY_SCALAR_BIT(FERRY_SCALAR_F16) ? FERRY_SCALAR_F16 : FERRY_SCALAR_F32;
     if (!layouts) {
-      add_build_job(op, sm, in, in, FERRY_F32, 0, 0, 0);
+      add_build_job(op, sm, in, in, FERRY_SCALAR_F32, 0, 0, 0);
     } else if (strstr(info->name, "_swz")) {
-      add_build_job(op, sm, in, FERRY_F32, FERRY_F32, 1, 1, 1);
-      add_build_job(op, sm, in, in, in == FERRY_F16 ? FERRY_F16 : FERRY_F32, 0, 1, 0);
+      add_build_job(op, sm, in, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 1, 1);
+      add_build_job(op, sm, in, in, in == FERRY_SCALAR_F16 ? FERRY_SCALAR_F16 : FERRY_SCALAR_F32, 0, 1, 0);
     }
   }
   ASSERT_EQ(designs, 19); /* 2 × (4 gemm_mma + 4 gemm_mma_sw + 1 gemm_wgmma) + SIMT */
@@ -284,7 +284,7 @@ static void compile_every_builtin(int sm, int layouts) {
   for (int j = 0; j < n_build_jobs; j++) {
     const build_job *b = &build_jobs[j];
     if (b->st != FERRY_OK) {
-      fprintf(stderr, "  %s (kind 0x%03x) for sm_%d: %s %s\n", ferry_op_get_info(b->op)->name, b->args.problem.kind,
+      fprintf(stderr, "  %s (kind 0x%03x) for sm_%d: %s %s\n", ferry_op_info_get(b->op)->name, b->args.problem.kind,
               sm, ferry_status_name(b->st), b->why);
       failed++;
     }
@@ -308,21 +308,21 @@ TEST(wgmma_design_by_default_for_sm90a_only) {
   unsetenv("FERRY_WGMMA");
   const ferry_op *op = ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4");
   ASSERT(op != NULL);
-  const ferry_op_info *info = ferry_op_get_info(op);
+  const ferry_op_info *info = ferry_op_info_get(op);
   ASSERT(!strcmp(info->instruction, "wgmma.m64n256k16"));
   ASSERT_EQ(info->min_sm, 90);
   ASSERT_EQ(info->threads, 256);
   ASSERT_EQ(info->smem_bytes, 4 * (128 + 256) * 64 * 2 + 1024);
-  ASSERT_EQ(info->acc_types, FERRY_SCALAR_BIT(FERRY_F32));
+  ASSERT_EQ(info->acc_types, FERRY_SCALAR_BIT(FERRY_SCALAR_F32));
   ferry_gemm_args args;
-  test_args(&args, FERRY_BF16, FERRY_BF16, 4096, 4096, 4096);
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 4096, 4096, 4096);
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
   ASSERT_EQ(n, 10);
   /* first (measured fastest at 4096³ on the H200); the any-alignment design and SIMT last */
   ASSERT(ops[0] == op);
-  ASSERT(!strcmp(ferry_op_get_info(ops[n - 2])->name, "gemm_mma_bf16_64x64x32_s2_align2"));
+  ASSERT(!strcmp(ferry_op_info_get(ops[n - 2])->name, "gemm_mma_bf16_64x64x32_s2_align2"));
   ASSERT_OK(ferry_ops_find(&args, 100, NULL, NULL, ops, 32, &n)); /* sm_90a code: not for sm_100 */
   for (size_t i = 0; i < n; i++) ASSERT(ops[i] != op);
   ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n));
@@ -334,10 +334,10 @@ TEST(wgmma_design_by_default_for_sm90a_only) {
   atomic_store(&next_build_job, 0);
   const ferry_op *f16 = ferry_op_by_name("gemm_wgmma_f16_128x256x64_s4");
   ASSERT(f16 != NULL);
-  add_build_job(op, 90, FERRY_BF16, FERRY_BF16, FERRY_F32, 0, 0, 0);
-  add_build_job(op, 90, FERRY_BF16, FERRY_F32, FERRY_F32, 1, 1, 1);
-  add_build_job(f16, 90, FERRY_F16, FERRY_F16, FERRY_F32, 0, 1, 0);
-  add_build_job(f16, 90, FERRY_F16, FERRY_F32, FERRY_F32, 1, 0, 0);
+  add_build_job(op, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 0, 0, 0);
+  add_build_job(op, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 1, 1);
+  add_build_job(f16, 90, FERRY_SCALAR_F16, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 0, 1, 0);
+  add_build_job(f16, 90, FERRY_SCALAR_F16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 0, 0);
   build_worker(NULL);
   for (int j = 0; j < n_build_jobs; j++) {
     if (build_jobs[j].st != FERRY_OK) fprintf(stderr, "  job %d: %s\n", j, build_jobs[j].why);
@@ -352,7 +352,7 @@ TEST(wgmma_design_by_default_for_sm90a_only) {
   ASSERT(!strcmp(arch, "--gpu-architecture=sm_90"));
   /* any other target is refused with the source's own reason */
   ferry_artifact *art = NULL;
-  test_args(&args, FERRY_BF16, FERRY_BF16, 256, 256, 256);
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 256, 256, 256);
   ASSERT_STATUS(ferry_op_compile_for(op, &args, 100, &art), FERRY_COMPILE_FAILED);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "needs the sm_90a target");
   test_rm_rf(home);
@@ -366,7 +366,7 @@ TEST(wgmma_design_absent_when_turned_off) {
 
 TEST(compile_refuses_old_targets_and_unsupported_args) {
   ferry_gemm_args args;
-  test_args(&args, FERRY_F16, FERRY_F16, 64, 64, 64);
+  test_args(&args, FERRY_SCALAR_F16, FERRY_SCALAR_F16, 64, 64, 64);
   ferry_artifact *art = NULL;
   const ferry_op *mma = ferry_op_by_name("gemm_mma_f16_64x64x32_s3");
   ASSERT_STATUS(ferry_op_compile_for(mma, &args, 75, &art), FERRY_UNSUPPORTED);
@@ -394,7 +394,7 @@ TEST(compile_error_reports_the_nvrtc_log) {
   const ferry_op *op = NULL;
   ASSERT_OK(ferry_op_register(&d, &op));
   ferry_gemm_args args;
-  test_args(&args, FERRY_F32, FERRY_F32, 8, 8, 8);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 8, 8, 8);
   ferry_artifact *art = NULL;
   ASSERT_STATUS(ferry_op_compile_for(op, &args, 90, &art), FERRY_COMPILE_FAILED);
   ASSERT(art == NULL);
@@ -408,7 +408,7 @@ TEST(compile_error_reports_the_nvrtc_log) {
 TEST(nvrtc_absent_is_a_clear_error) {
   setenv("FERRY_NVRTC", "/nonexistent/libnvrtc.so", 1);
   ferry_gemm_args args;
-  test_args(&args, FERRY_F32, FERRY_F32, 8, 8, 8);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 8, 8, 8);
   ferry_artifact *art = NULL;
   ASSERT_STATUS(ferry_op_compile_for(ferry_op_by_name("gemm_simt_64x64x16"), &args, 90, &art), FERRY_NO_COMPILER);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "/nonexistent/libnvrtc.so");
@@ -422,7 +422,7 @@ TEST(run_through_fake_driver_lays_out_the_launch) {
   unsetenv("FERRY_ARCH");
   fake_driver_use();
   ferry_gemm_args args;
-  test_args(&args, FERRY_F16, FERRY_F32, 129, 200, 72);
+  test_args(&args, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 129, 200, 72);
   args.alpha = 2.0f;
   args.beta = 0.5f;
   const ferry_op *op = ferry_op_by_name("gemm_mma_f16_64x64x32_s3");
@@ -431,7 +431,7 @@ TEST(run_through_fake_driver_lays_out_the_launch) {
   ASSERT_OK(ferry_op_compile(op, &args, &art));
   ASSERT_EQ(fake_live_libraries, 1); /* loaded at compile: the fake device is the target, sm_90 */
   void *stream = (void *)0x5100;
-  ASSERT_OK(ferry_op_run(op, &args, stream, art, FERRY_ASSUME_SUPPORTED));
+  ASSERT_OK(ferry_op_run(op, &args, stream, art, FERRY_RUN_ASSUME_SUPPORTED));
   ASSERT_EQ(fake_launches, 1);
   ASSERT_EQ(fake_last_launch.grid_x, 3 * 4); /* ceil(129/64) × ceil(200/64) */
   ASSERT_EQ(fake_last_launch.grid_z, 1);
@@ -453,7 +453,7 @@ TEST(run_through_fake_driver_lays_out_the_launch) {
   ASSERT_EQ(fake_launches, 2);
   /* an empty problem launches nothing */
   ferry_gemm_args empty;
-  test_args(&empty, FERRY_F16, FERRY_F32, 0, 200, 72);
+  test_args(&empty, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 0, 200, 72);
   ASSERT_OK(ferry_op_run(op, &empty, stream, art, 0));
   ASSERT_EQ(fake_launches, 2);
   ferry_artifact_release(art);
@@ -469,7 +469,7 @@ TEST(run_swizzled_design_lays_out_the_launch) {
   unsetenv("FERRY_ARCH");
   fake_driver_use();
   ferry_gemm_args args;
-  test_args(&args, FERRY_BF16, FERRY_BF16, 4096, 4096, 4096);
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 4096, 4096, 4096);
   const ferry_op *op = ferry_op_by_name("gemm_mma_bf16_128x256x64_s3_swz");
   ferry_artifact *art = NULL;
   ASSERT_OK(ferry_op_compile(op, &args, &art));
@@ -498,9 +498,9 @@ TEST(run_without_artifact_compiles_once) {
   fake_driver_use();
   const ferry_op *op = tiny_op("tiny_noart");
   ferry_gemm_args args;
-  test_args(&args, FERRY_F32, FERRY_F32, 100, 100, 8);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 100, 100, 8);
   for (int i = 0; i < 50; i++) ASSERT_OK(ferry_op_run(op, &args, NULL, NULL, 0));
-  for (int i = 0; i < 50; i++) ASSERT_OK(ferry_op_run(op, &args, NULL, NULL, FERRY_ASSUME_SUPPORTED));
+  for (int i = 0; i < 50; i++) ASSERT_OK(ferry_op_run(op, &args, NULL, NULL, FERRY_RUN_ASSUME_SUPPORTED));
   ASSERT_EQ(fake_launches, 100);
   ASSERT_EQ(fake_last_launch.grid_x, 4 * 7); /* tiles of 32×16 */
   ASSERT_EQ(fake_last_launch.block, 64);
@@ -520,8 +520,8 @@ TEST(run_checks_artifact_and_support) {
   fake_driver_use();
   const ferry_op *op = tiny_op("tiny_check");
   ferry_gemm_args f32, f16;
-  test_args(&f32, FERRY_F32, FERRY_F32, 16, 16, 16);
-  test_args(&f16, FERRY_F16, FERRY_F32, 16, 16, 16);
+  test_args(&f32, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 16, 16, 16);
+  test_args(&f16, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 16, 16, 16);
   ferry_artifact *art = NULL;
   ASSERT_OK(ferry_op_compile(op, &f32, &art));
   ASSERT_STATUS(ferry_op_run(op, &f16, NULL, art, 0), FERRY_INVALID_ARGUMENT);
@@ -548,7 +548,7 @@ TEST(graph_records_runs_and_updates_in_place) {
   const ferry_op *op = tiny_op("tiny_graph");
   ferry_gemm_args args[3];
   for (int i = 0; i < 3; i++) {
-    test_args(&args[i], FERRY_F32, FERRY_F32, 64, 64, 64);
+    test_args(&args[i], FERRY_SCALAR_F32, FERRY_SCALAR_F32, 64, 64, 64);
     ASSERT_OK(ferry_gemm_args_set_data(&args[i], (void *)(uintptr_t)(0x100000 * (i + 1)), NULL, NULL));
   }
   ferry_artifact *art = NULL;
@@ -558,7 +558,7 @@ TEST(graph_records_runs_and_updates_in_place) {
   ASSERT_OK(ferry_graph_begin((void *)0x5200, &g));
   size_t index = 99;
   for (int i = 0; i < 3; i++) {
-    ASSERT_OK(ferry_graph_run(g, op, &args[i], art, FERRY_ASSUME_SUPPORTED, &index));
+    ASSERT_OK(ferry_graph_run(g, op, &args[i], art, FERRY_RUN_ASSUME_SUPPORTED, &index));
     ASSERT_EQ(index, (size_t)i);
   }
   ASSERT_STATUS(ferry_graph_replay(g, NULL), FERRY_INVALID_ARGUMENT); /* not instantiated yet */
@@ -568,7 +568,7 @@ TEST(graph_records_runs_and_updates_in_place) {
   ASSERT_EQ(fake_replays, 1);
   /* Run 1 gets new operands and a new size; the others keep theirs. */
   ferry_gemm_args moved;
-  test_args(&moved, FERRY_F32, FERRY_F32, 100, 64, 64);
+  test_args(&moved, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 100, 64, 64);
   ASSERT_OK(ferry_gemm_args_set_data(&moved, (void *)0x777000, NULL, NULL));
   ASSERT_OK(ferry_graph_update(g, 1, &moved));
   const fake_launch_record *n0 = fake_exec_node(ferry__test_graph_exec(g), 0);
@@ -582,7 +582,7 @@ TEST(graph_records_runs_and_updates_in_place) {
   ASSERT_EQ(n1->grid_x, 4 * 4); /* ceil(100/32) × ceil(64/16) */
   /* Updates are checked like runs. */
   ferry_gemm_args other;
-  test_args(&other, FERRY_F16, FERRY_F32, 64, 64, 64);
+  test_args(&other, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 64, 64, 64);
   ASSERT_STATUS(ferry_graph_update(g, 1, &other), FERRY_INVALID_ARGUMENT);
   ASSERT_STATUS(ferry_graph_update(g, 7, &moved), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "run 7 does not exist");
@@ -623,7 +623,7 @@ TEST(byo_kernel_end_to_end_on_fake_driver) {
   d.info.tile_m = 128;
   d.info.tile_n = 128;
   d.info.threads = 128;
-  d.info.a_types = d.info.b_types = d.info.out_types = FERRY_SCALAR_BIT(FERRY_F32);
+  d.info.a_types = d.info.b_types = d.info.out_types = FERRY_SCALAR_BIT(FERRY_SCALAR_F32);
   d.source = "struct my_params { const float *x; float scale; int rows; };\n"
              "#ifndef BYO_UNROLL\n#error the option did not arrive\n#endif\n"
              "extern \"C\" __global__ void byo_scale(my_params p) { (void)p; }\n";
@@ -637,7 +637,7 @@ TEST(byo_kernel_end_to_end_on_fake_driver) {
   const ferry_op *op = NULL;
   ASSERT_OK(ferry_op_register(&d, &op));
   ferry_gemm_args args;
-  test_args(&args, FERRY_F32, FERRY_F32, 300, 10, 5);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 300, 10, 5);
   args.alpha = 2.0f;
   const ferry_op *ops[16];
   size_t n = 0;

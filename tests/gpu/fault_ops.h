@@ -20,7 +20,7 @@ enum { PROBLEM_M = 64, PROBLEM_N = 48, PROBLEM_K = 40 };
 
 /* One row-major matrix: its values (exact in its type), its device buffer and its tensor. */
 typedef struct operand {
-  int type; /* FERRY_F32 or FERRY_F16 */
+  int type; /* FERRY_SCALAR_F32 or FERRY_SCALAR_F16 */
   int rows, cols;
   float *val;
   CUdeviceptr dev;

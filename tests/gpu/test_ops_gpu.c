@@ -97,15 +97,15 @@ static float bf16_to_f32(uint16_t h) {
   memcpy(&f, &x, 4);
   return f;
 }
-static size_t esize(int t) { return t == FERRY_F32 ? 4 : 2; }
+static size_t esize(int t) { return t == FERRY_SCALAR_F32 ? 4 : 2; }
 static void put(void *base, size_t i, int t, double v) { /* stores v rounded to t; */
-  if (t == FERRY_F32) ((float *)base)[i] = (float)v;
-  else if (t == FERRY_F16) ((uint16_t *)base)[i] = f32_to_f16((float)v);
+  if (t == FERRY_SCALAR_F32) ((float *)base)[i] = (float)v;
+  else if (t == FERRY_SCALAR_F16) ((uint16_t *)base)[i] = f32_to_f16((float)v);
   else ((uint16_t *)base)[i] = f32_to_bf16((float)v);
 }
 static double get(const void *base, size_t i, int t) {
-  if (t == FERRY_F32) return ((const float *)base)[i];
-  if (t == FERRY_F16) return f16_to_f32(((const uint16_t *)base)[i]);
+  if (t == FERRY_SCALAR_F32) return ((const float *)base)[i];
+  if (t == FERRY_SCALAR_F16) return f16_to_f32(((const uint16_t *)base)[i]);
   return bf16_to_f32(((const uint16_t *)base)[i]);
 }
 
@@ -143,8 +143,8 @@ static void mat_make(mat *m, int type, int col, int l, int rows, int cols, int p
   m->shape[b + 1] = cols;
   m->strides[b] = col ? 1 : m->ld;
   m->strides[b + 1] = col ? m->ld : 1;
-  ferry_dtype dt = type == FERRY_F32 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 32, 1}
-                   : type == FERRY_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1}
+  ferry_dtype dt = type == FERRY_SCALAR_F32 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 32, 1}
+                   : type == FERRY_SCALAR_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1}
                                        : (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
   m->t = (ferry_tensor){(void *)(uintptr_t)m->dev, {FERRY_DEVICE_CUDA, dev}, 2 + b, dt, m->shape, m->strides, 0};
 }
@@ -209,10 +209,10 @@ static verdict check(const mat *a, const mat *b, const mat *out, const double *c
 }
 
 static double bound_of(int in, int out, int acc, int k) {
-  if (acc == FERRY_F16) return k <= 129 ? 1e-2 : 5e-2;
-  if (out == FERRY_BF16) return 1e-2;
-  if (out == FERRY_F16) return 5e-3;
-  return in == FERRY_F32 ? 1e-5 : 1e-4;
+  if (acc == FERRY_SCALAR_F16) return k <= 129 ? 1e-2 : 5e-2;
+  if (out == FERRY_SCALAR_BF16) return 1e-2;
+  if (out == FERRY_SCALAR_F16) return 5e-3;
+  return in == FERRY_SCALAR_F32 ? 1e-5 : 1e-4;
 }
 
 /* ---- the correctness matrix -------------------------------------------------------------------------------- */
@@ -272,7 +272,7 @@ static void run_case(int ta, int tb, int tout, int tacc, int ca, int cb, int cc,
     ferry_artifact_release(art);
     op_tally *t = tally_of(ops[o]);
     t->runs++;
-    const char *name = ferry_op_get_info(ops[o])->name;
+    const char *name = ferry_op_info_get(ops[o])->name;
     if (st != FERRY_OK) {
       t->fails++;
       EXPECT(0, "%s on %s %d×%d×%d: %s: %s", name, major_name(ca, cb, cc), m, n, k, ferry_status_name(st),
@@ -324,7 +324,7 @@ static void *compile_worker(void *unused) {
     ferry_artifact *art = NULL;
     ferry_status st = ferry_op_compile(jobs[j].op, &jobs[j].args, &art);
     if (st != FERRY_OK)
-      printf("FAIL compiling %s: %s\n", ferry_op_get_info(jobs[j].op)->name, ferry_last_error_message());
+      printf("FAIL compiling %s: %s\n", ferry_op_info_get(jobs[j].op)->name, ferry_last_error_message());
     ferry_artifact_release(art); /* the memo keeps it */
   }
   return NULL;
@@ -351,22 +351,25 @@ static const size_case sizes[] = {{1, 1, 1, 1, 0},     {127, 127, 127, 1, 0}, {1
                                   {129, 129, 129, 1, 0}, {129, 127, 65, 1, 8}, {127, 129, 129, 3, 8},
                                   {264, 392, 328, 1, 8}};
 
+/* The element types, short, for the tables below. */
+enum { F16 = FERRY_SCALAR_F16, BF16 = FERRY_SCALAR_BF16, F32 = FERRY_SCALAR_F32 };
+
 /* sanitize: one size with partial tiles and padded leading dimensions, and only the all-row/all-column majors, so
  * that racecheck (hundreds of times slower per launch) still sees every design within minutes. */
 static void correctness_matrix(int quick, int sanitize) {
   typedef struct kind { int a, b, out, acc, all_majors; } kind;
   static const kind kinds[] = {
-      {FERRY_F16, FERRY_F16, FERRY_F16, FERRY_F32, 1},  {FERRY_F16, FERRY_F16, FERRY_F32, FERRY_F32, 0},
-      {FERRY_F16, FERRY_F16, FERRY_F16, FERRY_F16, 0},  {FERRY_BF16, FERRY_BF16, FERRY_BF16, FERRY_F32, 1},
-      {FERRY_BF16, FERRY_BF16, FERRY_F32, FERRY_F32, 0}, {FERRY_F32, FERRY_F32, FERRY_F32, FERRY_F32, 1},
-      {FERRY_F16, FERRY_BF16, FERRY_F32, FERRY_F32, 0}};
+      {F16, F16, F16, F32, 1},  {F16, F16, F32, F32, 0},
+      {F16, F16, F16, F16, 0},  {BF16, BF16, BF16, F32, 1},
+      {BF16, BF16, F32, F32, 0}, {F32, F32, F32, F32, 1},
+      {F16, BF16, F32, F32, 0}};
   for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
     for (int majors = 0; majors < 8; majors++)
       if (kinds[k].all_majors || majors == 0 || majors == 7 || majors == 3)
         add_jobs(kinds[k].a, kinds[k].b, kinds[k].out, kinds[k].acc, majors & 1, (majors >> 1) & 1, (majors >> 2) & 1);
-  add_jobs(FERRY_BF16, FERRY_BF16, FERRY_BF16, FERRY_F32, 1, 0, 1);
-  add_jobs(FERRY_F32, FERRY_F32, FERRY_F32, FERRY_F32, 1, 1, 0);
-  add_jobs(FERRY_BF16, FERRY_BF16, FERRY_F32, FERRY_F32, 0, 1, 0);
+  add_jobs(BF16, BF16, BF16, F32, 1, 0, 1);
+  add_jobs(F32, F32, F32, F32, 1, 1, 0);
+  add_jobs(BF16, BF16, F32, F32, 0, 1, 0);
   precompile();
   for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
     for (int majors = 0; majors < 8; majors++) {
@@ -380,15 +383,15 @@ static void correctness_matrix(int quick, int sanitize) {
       }
     }
   /* alpha and beta read and scale the old output */
-  run_case(FERRY_F16, FERRY_F16, FERRY_F32, FERRY_F32, 0, 0, 0, 129, 127, 65, 1, 8, 0.5f, 2.0f);
-  run_case(FERRY_BF16, FERRY_BF16, FERRY_BF16, FERRY_F32, 1, 0, 1, 127, 129, 129, 3, 8, -1.5f, 0.25f);
-  run_case(FERRY_F32, FERRY_F32, FERRY_F32, FERRY_F32, 1, 1, 0, 129, 129, 129, 1, 0, 2.0f, -1.0f);
+  run_case(F16, F16, F32, F32, 0, 0, 0, 129, 127, 65, 1, 8, 0.5f, 2.0f);
+  run_case(BF16, BF16, BF16, F32, 1, 0, 1, 127, 129, 129, 3, 8, -1.5f, 0.25f);
+  run_case(F32, F32, F32, F32, 1, 1, 0, 129, 129, 129, 1, 0, 2.0f, -1.0f);
   /* empty k: out = beta*out */
-  run_case(FERRY_F16, FERRY_F16, FERRY_F32, FERRY_F32, 0, 0, 0, 64, 64, 0, 1, 8, 1.0f, 0.5f);
+  run_case(F16, F16, F32, F32, 0, 0, 0, 64, 64, 0, 1, 8, 1.0f, 0.5f);
   if (!quick && !sanitize) {
-    run_case(FERRY_F16, FERRY_F16, FERRY_F16, FERRY_F32, 0, 0, 0, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
-    run_case(FERRY_BF16, FERRY_BF16, FERRY_BF16, FERRY_F32, 1, 1, 1, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
-    run_case(FERRY_BF16, FERRY_BF16, FERRY_F32, FERRY_F32, 0, 1, 0, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
+    run_case(F16, F16, F16, F32, 0, 0, 0, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
+    run_case(BF16, BF16, BF16, F32, 1, 1, 1, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
+    run_case(BF16, BF16, F32, F32, 0, 1, 0, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
   }
 }
 
@@ -399,13 +402,13 @@ static void graphs(void) {
   mat a[RUNS + 1], b[RUNS + 1], out[RUNS + 1];
   ferry_gemm_args args[RUNS + 1];
   for (int i = 0; i <= RUNS; i++) {
-    mat_make(&a[i], FERRY_F16, 0, 1, M, M, 0);
-    mat_make(&b[i], FERRY_F16, 0, 1, M, M, 0);
-    mat_make(&out[i], FERRY_F16, 0, 1, M, M, 0);
+    mat_make(&a[i], FERRY_SCALAR_F16, 0, 1, M, M, 0);
+    mat_make(&b[i], FERRY_SCALAR_F16, 0, 1, M, M, 0);
+    mat_make(&out[i], FERRY_SCALAR_F16, 0, 1, M, M, 0);
     mat_random(&a[i]);
     mat_random(&b[i]);
     mat_poison(&out[i]);
-    REQUIRE_OK(ferry_gemm_args_init(&args[i], &a[i].t, &b[i].t, &out[i].t, FERRY_F32));
+    REQUIRE_OK(ferry_gemm_args_init(&args[i], &a[i].t, &b[i].t, &out[i].t, FERRY_SCALAR_F32));
   }
   const ferry_op *op = NULL;
   size_t n = 0;
@@ -415,7 +418,7 @@ static void graphs(void) {
   /* ferry's own capture, with the runs recorded */
   ferry_graph *g = NULL;
   REQUIRE_OK(ferry_graph_begin(stream, &g));
-  for (int i = 0; i < RUNS; i++) REQUIRE_OK(ferry_graph_run(g, op, &args[i], art, FERRY_ASSUME_SUPPORTED, NULL));
+  for (int i = 0; i < RUNS; i++) REQUIRE_OK(ferry_graph_run(g, op, &args[i], art, FERRY_RUN_ASSUME_SUPPORTED, NULL));
   REQUIRE_OK(ferry_graph_end(g));
   REQUIRE_OK(ferry_graph_replay(g, NULL));
   REQUIRE_CU(ferry__drv.cuStreamSynchronize(stream));
@@ -449,7 +452,7 @@ static void graphs(void) {
   CUgraph cg = NULL;
   CUgraphExec ce = NULL;
   REQUIRE_CU(ferry__drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  for (int i = 0; i < 3; i++) REQUIRE_OK(ferry_op_run(op, &args[i], stream, art, FERRY_ASSUME_SUPPORTED));
+  for (int i = 0; i < 3; i++) REQUIRE_OK(ferry_op_run(op, &args[i], stream, art, FERRY_RUN_ASSUME_SUPPORTED));
   REQUIRE_CU(ferry__drv.cuStreamEndCapture(stream, &cg));
   REQUIRE_CU(ferry__drv.cuGraphInstantiateWithFlags(&ce, cg, 0));
   REQUIRE_CU(ferry__drv.cuGraphLaunch(ce, stream));
@@ -493,21 +496,21 @@ static void registered_kernel(void) {
   d.info.instruction = "simt.naive";
   d.info.tile_m = d.info.tile_n = 16;
   d.info.threads = 256;
-  d.info.a_types = d.info.b_types = d.info.out_types = FERRY_SCALAR_BIT(FERRY_F32);
+  d.info.a_types = d.info.b_types = d.info.out_types = FERRY_SCALAR_BIT(FERRY_SCALAR_F32);
   d.source = byo_source;
   d.entry = "byo_naive";
   const ferry_op *op = NULL;
   REQUIRE_OK(ferry_op_register(&d, &op));
   for (int majors = 0; majors < 8; majors += 7) {
     mat a, b, out;
-    mat_make(&a, FERRY_F32, majors & 1, 2, 129, 65, 0);
-    mat_make(&b, FERRY_F32, majors & 1, 2, 65, 127, 0);
-    mat_make(&out, FERRY_F32, majors & 1, 2, 129, 127, 0);
+    mat_make(&a, FERRY_SCALAR_F32, majors & 1, 2, 129, 65, 0);
+    mat_make(&b, FERRY_SCALAR_F32, majors & 1, 2, 65, 127, 0);
+    mat_make(&out, FERRY_SCALAR_F32, majors & 1, 2, 129, 127, 0);
     mat_random(&a);
     mat_random(&b);
     mat_poison(&out);
     ferry_gemm_args args;
-    REQUIRE_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &out.t, FERRY_F32));
+    REQUIRE_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &out.t, FERRY_SCALAR_F32));
     const ferry_op *ops[32];
     size_t n = 0;
     REQUIRE_OK(ferry_ops_find(&args, 0, NULL, NULL, ops, 32, &n));
@@ -585,7 +588,7 @@ TEST(every_design_matches_the_float64_reference) {
   ferry_cache_stats_get(&cs);
   printf("\n%-34s %6s %6s %12s\n", "operator", "runs", "fails", "worst err");
   for (int i = 0; i < n_tallies; i++)
-    printf("%-34s %6d %6d %12.2e\n", ferry_op_get_info(tallies[i].op)->name, tallies[i].runs, tallies[i].fails,
+    printf("%-34s %6d %6d %12.2e\n", ferry_op_info_get(tallies[i].op)->name, tallies[i].runs, tallies[i].fails,
            tallies[i].worst);
   printf("NVRTC compiles %llu in %.1f s, disk cache hits %llu; %.1f s in all\n", (unsigned long long)cs.compiles,
          cs.compile_seconds, (unsigned long long)cs.disk_hits,

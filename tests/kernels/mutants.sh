@@ -53,7 +53,7 @@ run_mutants() {
     fi
     # shellcheck disable=SC2086
     $cxx -std=c++17 -O2 -Wno-unknown-pragmas -I "$root/src/kernels" -I "$here" -I "$out" \
-      -DEMU_KERNEL="\"${entry}_$name.cu\"" -DEMU_ENTRY="$entry" -DFERRY_A_TYPE=FERRY_BF16 -DFERRY_OUT_TYPE=FERRY_BF16 \
+      -DEMU_KERNEL="\"${entry}_$name.cu\"" -DEMU_ENTRY="$entry" -DFERRY_A_TYPE=FERRY_SCALAR_BF16 -DFERRY_OUT_TYPE=FERRY_SCALAR_BF16 \
       $flags "$here/emulate_gemm.cpp" -o "$out/${entry}_$name"
     # shellcheck disable=SC2086
     if "$out/${entry}_$name" $cases > "$out/${entry}_$name.log" 2>&1; then
