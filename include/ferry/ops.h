@@ -8,6 +8,7 @@
 #define FERRY_OPS_H
 
 #include <ferry.h>
+#include <ferry/gemm_params.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -288,24 +289,14 @@ FERRY_API void ferry_graph_destroy(ferry_graph *graph);
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Operators: bring your own kernel                                                                                */
 
-/* The kernel parameter of every built-in GEMM, and of a registered operator that brings no params callback:
- * ferry prepends the same struct (named ferry_gemm_params, 104 bytes) to every operator's CUDA source, with the
- * problem's kind as macros (FERRY_A_TYPE, FERRY_B_TYPE, FERRY_OUT_TYPE, FERRY_ACC_TYPE: 1 fp16, 2 bf16, 3 fp32;
- * FERRY_A_ROW, FERRY_B_ROW, FERRY_OUT_ROW: 1 row-major, 0 column-major), so a kernel declared
+/* The kernel parameter of every built-in GEMM, and of a registered operator that brings no params callback, is
+ * ferry_gemm_params (ferry/gemm_params.h, included above): ferry prepends that header's text to every operator's
+ * CUDA source, with the problem's kind as macros (FERRY_A_TYPE, FERRY_B_TYPE, FERRY_OUT_TYPE, FERRY_ACC_TYPE:
+ * FERRY_SCALAR_F16 1, FERRY_SCALAR_BF16 2, FERRY_SCALAR_F32 3, defined there too; FERRY_A_ROW, FERRY_B_ROW,
+ * FERRY_OUT_ROW: 1 row-major, 0 column-major), so a kernel declared
  *   extern "C" __global__ void my_gemm(ferry_gemm_params p)
  * can read it. The grid is (ceil(m/tile_m) * ceil(n/tile_n), 1, l) blocks of `threads`, with `smem_bytes` of
- * dynamic shared memory. Element (i, j) of batch z of A is at a + z*batch_a + (row-major ? i*lda + j : i + j*lda),
- * in elements; likewise B (k×n) and out (m×n). */
-typedef struct ferry_gemm_params {
-  const void *a, *b;
-  void *out;
-  int64_t lda, ldb, ldc;
-  int64_t batch_a, batch_b, batch_c;
-  int32_t m, n, k, l;
-  float alpha, beta;
-  uint32_t kind;                 /* FERRY_GEMM_KIND of the problem */
-  uint32_t reserved;             /* 0 */
-} ferry_gemm_params;
+ * dynamic shared memory. */
 
 /** A registered operator's own support check: return 1 to accept; else 0 after writing a reason into `reason`
  *  (capacity reason_size, may be 0). Called after the metadata checks passed; must be fast and thread-safe. */

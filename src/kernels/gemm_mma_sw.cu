@@ -186,6 +186,9 @@ __device__ __forceinline__ void mma_all(acc_t &acc, const u32 af[MI][4], const u
 struct mainloop {
   typedef tile_copy<A_ROW ? BM : BK, A_COLS> copy_a;
   typedef tile_copy<B_ROW ? BK : BN, B_COLS> copy_b;
+  static constexpr bool a_row = A_ROW, b_row = B_ROW; // what load_stage (gemm_common.cuh) reads of the design
+  static constexpr int bk = BK;
+  static constexpr unsigned stage_bytes = STAGE_BYTES;
 
   const ferry_gemm_params &p;
   const elem *A, *B;               // the batch's operands
@@ -225,30 +228,11 @@ struct mainloop {
       }
   }
 
-  // Stage `s` gets k-tile `kt`; called for kt = 0, 1, 2, ... in order.
-  template <bool FULL> __device__ __forceinline__ void load_stage(int s, int kt) {
-    const int k0 = kt * BK;
-    const u32 stage = smem + s * STAGE_BYTES;
-    if (FULL || (inside_mn && k0 + BK <= p.k)) {
-      copy_a::full(stage + a_dst, a_next, p.lda);
-      copy_b::full(stage + b_dst, b_next, p.ldb);
-    } else {
-      // Empty copies point at the batch's first element, which exists whenever there is a k-tile to load.
-      const int m_left = p.m - m0, n_left = p.n - n0, k_left = p.k - k0;
-      copy_a::edge(stage + a_dst, a_next, A, p.lda, (A_ROW ? m_left : k_left) - copy_a::row0(),
-                   (A_ROW ? k_left : m_left) - copy_a::col0());
-      copy_b::edge(stage + b_dst, b_next, B, p.ldb, (B_ROW ? k_left : n_left) - copy_b::row0(),
-                   (B_ROW ? n_left : k_left) - copy_b::col0());
-    }
-    a_next += a_kstep;
-    b_next += b_kstep;
-  }
-
   // Fills stages 0..STAGES-2 and the fragments of k-tile 0's first k16 step.
   __device__ __forceinline__ void prologue() {
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < ktiles) load_stage<false>(s, s);
+      if (s < ktiles) load_stage<false>(*this, s, s);
       cp_async_commit(); // empty groups keep the count of groups in flight the same for every iteration
     }
     cp_async_wait<STAGES - 2>();
@@ -271,7 +255,7 @@ struct mainloop {
       load_frags(af[(ks + 1) & 1], bf[(ks + 1) & 1], sa, sa + A_BYTES, (ks + 1) % KS, fb);
       if (ks == 0) {
         // Into the stage of k-tile kt-1, released by the barrier of the previous iteration.
-        if (FULL || kt + STAGES - 1 < ktiles) load_stage<FULL>(write_stage, kt + STAGES - 1);
+        if (FULL || kt + STAGES - 1 < ktiles) load_stage<FULL>(*this, write_stage, kt + STAGES - 1);
         cp_async_commit();
         write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
       }

@@ -128,7 +128,7 @@ void ferry__compile_key(const ferry_op *op, uint32_t kind, int sm, const char *c
  * tests and the benchmark's account of a process's first lookup of an operator. */
 void ferry__op_body_digest(const ferry_op *op, uint8_t out[32]);
 
-/* The SHA-256 of the headers a built-in operator's source holds besides its own kernel (gemm_params.cuh and the
+/* The SHA-256 of the headers a built-in operator's source holds besides its own kernel (ferry/gemm_params.h and the
  * headers only ferry's kernels are given), for the operator digests of registry.c. */
 void ferry__builtin_headers_digest(uint8_t out[32]);
 

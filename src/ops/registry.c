@@ -47,7 +47,7 @@ static uint8_t builtin_headers[32];
 /* What an artifact was made from (an imported or cached one must match it): the operator's text, macros, entry and
  * options and, for a built-in operator, the shared headers its source holds too (source.c) — so that moving code
  * from a kernel file into a shared header, or changing one, is not mistaken for the same source. A registered
- * operator's digest is what it always was (gemm_params.cuh, the public parameter layout, is all it is given), so
+ * operator's digest is what it always was (ferry/gemm_params.h, the public parameter layout, is all it is given), so
  * artifacts exported for it keep importing. */
 static void op_digest(ferry_op *op) {
   ferry__sha256 s;
@@ -176,30 +176,33 @@ static void add_simt(void) {
   append(op);
 }
 
-/* The built-in designs. `speed` (ferry__design) orders them in ferry_ops_find together with the tile/wave model
- * of cost_of(): it is fitted to each design's measured device time, speed = (cost without speed / 262144) × 456 µs
- * / time, so that designs of one tile shape rank as 1 / time (the times: docs/gemm-kernels.md). */
+/* The built-in designs (gemm_designs.def): every design for fp16 and bf16 operands, the wgmma ones last, then the
+ * SIMT fallback. */
+static const struct builtin_design {
+  ferry__family family;
+  int bm, bn, bk, warps_m, warps_n, stages, vec;
+  double speed;
+} builtin_designs[] = {
+#define FERRY_GEMM_DESIGN(family, bm, bn, bk, warps_m, warps_n, stages, vec, speed) \
+  {FERRY__##family, bm, bn, bk, warps_m, warps_n, stages, vec, speed},
+#include "gemm_designs.def"
+#undef FERRY_GEMM_DESIGN
+};
+
 static void register_builtins(void) {
   pthread_mutex_lock(&registry_lock);
   ferry__builtin_headers_digest(builtin_headers);
   static const int types[2] = {FERRY_SCALAR_F16, FERRY_SCALAR_BF16};
-  for (int i = 0; i < 2; i++) {
-    add_mma(FERRY__MMA, types[i], 128, 256, 32, 2, 4, 3, 8, 0.663); /* large problems: 8 warps of 64×64 */
-    add_mma(FERRY__MMA, types[i], 128, 128, 32, 2, 2, 4, 8, 1.0);   /* 4 warps of 64×64, two blocks per SM */
-    add_mma(FERRY__MMA, types[i], 64, 64, 32, 2, 2, 3, 8, 0.861);   /* small problems: more blocks */
-    add_mma(FERRY__MMA, types[i], 64, 64, 32, 2, 2, 2, 1, 0.297);   /* any alignment: element loads */
-    /* gemm_mma_sw.cu: swizzled, BK 64, double-buffered fragments; 96 KB (two blocks per SM) to 192 KB */
-    add_mma(FERRY__MMA_SW, types[i], 128, 128, 64, 2, 2, 3, 8, 1.574); /* 4 warps of 64×64, two blocks per SM */
-    add_mma(FERRY__MMA_SW, types[i], 128, 256, 64, 2, 4, 3, 8, 1.423); /* 8 warps of 64×64 */
-    add_mma(FERRY__MMA_SW, types[i], 256, 128, 64, 4, 2, 3, 8, 1.410);
-    add_mma(FERRY__MMA_SW, types[i], 128, 256, 64, 2, 4, 4, 8, 1.436); /* deeper pipeline: sm_90's 227 KB only */
-  }
-  /* gemm_wgmma.cu (sm_90a): two warpgroups of m64n256k16, 4 stages of 48 KB; found for sm_90 targets only, and
-   * ranked first there (the fastest design measured). FERRY_WGMMA=0 leaves it out (for comparing, or for a driver
-   * that cannot load sm_90a code). */
-  const char *wgmma = getenv("FERRY_WGMMA");
-  if (!wgmma || strcmp(wgmma, "0") != 0)
-    for (int i = 0; i < 2; i++) add_mma(FERRY__WGMMA, types[i], 128, 256, 64, 2, 4, 4, 8, 1.973);
+  /* FERRY_WGMMA=0 leaves the wgmma designs out (for comparing, or for a driver that cannot load sm_90a code). */
+  const char *env = getenv("FERRY_WGMMA");
+  int wgmma = !env || strcmp(env, "0") != 0;
+  for (int last = 0; last < 2; last++) /* pass 0: every design but wgmma; pass 1: wgmma */
+    for (int i = 0; i < 2; i++)
+      for (size_t k = 0; k < sizeof builtin_designs / sizeof builtin_designs[0]; k++) {
+        const struct builtin_design *d = &builtin_designs[k];
+        if ((d->family == FERRY__WGMMA) != last || (d->family == FERRY__WGMMA && !wgmma)) continue;
+        add_mma(d->family, types[i], d->bm, d->bn, d->bk, d->warps_m, d->warps_n, d->stages, d->vec, d->speed);
+      }
   add_simt();
   pthread_mutex_unlock(&registry_lock);
 }

@@ -25,6 +25,7 @@
   X(register_validates_and_rejects_duplicates)            \
   X(sha256_matches_the_standard_vectors)                  \
   X(xxh64_matches_the_published_values)                   \
+  X(kernel_type_code_defaults_are_ferry_scalar)           \
   X(compile_key_covers_the_whole_source)                  \
   X(compile_to_cubin_for_sm80_and_sm90)                   \
   X(compile_is_memoised)                                  \

@@ -73,6 +73,25 @@ static void digest_after_head(const ferry_op *op, uint32_t kind, int sm, uint8_t
   free(source);
 }
 
+/* The value `name` is #defined to in `text` (the first such line), -1 when there is none. */
+static int defined_value(const unsigned char *text, size_t size, const char *name) {
+  char line[64];
+  int n = snprintf(line, sizeof line, "#define %s ", name);
+  for (size_t at = 0; at + (size_t)n < size; at++)
+    if (!memcmp(text + at, line, (size_t)n)) return atoi((const char *)text + at + n);
+  return -1;
+}
+
+/* ferry gives NVRTC the element type codes from ferry_scalar (source.c); the defaults in gemm_kind.cuh, which the
+ * nvcc checks and the CPU emulation compile with, must be the same values. */
+TEST(kernel_type_code_defaults_are_ferry_scalar) {
+  const unsigned char *kind = ferry__kernel_gemm_kind;
+  size_t size = ferry__kernel_gemm_kind_size;
+  ASSERT_EQ(defined_value(kind, size, "FERRY_SCALAR_F16"), FERRY_SCALAR_F16);
+  ASSERT_EQ(defined_value(kind, size, "FERRY_SCALAR_BF16"), FERRY_SCALAR_BF16);
+  ASSERT_EQ(defined_value(kind, size, "FERRY_SCALAR_F32"), FERRY_SCALAR_F32);
+}
+
 TEST(compile_key_covers_the_whole_source) {
   ferry_gemm_args f16, f32;
   test_args(&f16, FERRY_SCALAR_F16, FERRY_SCALAR_F16, 64, 64, 64);
@@ -105,7 +124,7 @@ TEST(compile_key_covers_the_whole_source) {
   size_t size = 0;
   ASSERT_OK(ferry__op_source(ops[0], f16.problem.kind, 90, &source, &size));
   const struct { const unsigned char *text; size_t n; const char *name; } headers[] = {
-      {ferry__kernel_gemm_params, ferry__kernel_gemm_params_size, "gemm_params.cuh"},
+      {ferry__kernel_gemm_params, ferry__kernel_gemm_params_size, "ferry/gemm_params.h"},
       {ferry__kernel_gemm_kind, ferry__kernel_gemm_kind_size, "gemm_kind.cuh"},
       {ferry__kernel_gemm_common, ferry__kernel_gemm_common_size, "gemm_common.cuh"},
       {ferry__kernel_gemm_output, ferry__kernel_gemm_output_size, "gemm_output.cuh"},

@@ -11,9 +11,9 @@
 // has not landed for every thread). Shared memory starts as 0xff bytes (NaN in 16-bit and fp32), every
 // shared access and every cp.async source is bounds-checked, and a kernel must leave no copy in flight.
 //
-// This header replaces gemm_common.cuh (whose helpers are inline PTX): it provides the same names, with the same
-// semantics, in plain C++. What the kernels share that is plain C++ already (gemm_kind.cuh, gemm_output.cuh) it
-// includes as it is, and the kernel file is included unchanged.
+// This header replaces the device part of gemm_common.cuh (its helpers are inline PTX): it provides the same
+// names, with the same semantics, in plain C++. What the kernels share that is plain C++ already (gemm_kind.cuh,
+// gemm_common.cuh's stage copy, gemm_output.cuh) it includes as it is, and the kernel file is included unchanged.
 #ifndef FERRY_EMULATE_CUDA_H
 #define FERRY_EMULATE_CUDA_H
 
@@ -260,9 +260,9 @@ inline void __syncthreads() { emu::block_barrier(); }
 inline void __syncwarp() { emu::warp_arrive([] {}); }
 [[noreturn]] inline void __trap() { emu::fail("__trap()"); }
 
-// ---- gemm_common.cuh in plain C++ ----------------------------------------------------------------------------
+// ---- gemm_common.cuh's device part in plain C++ -------------------------------------------------------------
 
-#define FERRY_GEMM_COMMON_INCLUDED
+#define FERRY_GEMM_EMULATED // gemm_common.cuh, included below, then gives only its plain C++ part (the stage copy)
 #include "gemm_kind.cuh"
 
 namespace ferry {
@@ -530,7 +530,8 @@ inline void fence_proxy_async_shared() {}
 
 } // namespace ferry
 
-// The output side as the kernels have it: it needs only what is above.
+// The rest of the shared headers as the kernels have them: they need only what is above.
+#include "gemm_common.cuh"
 #include "gemm_output.cuh"
 
 #endif
