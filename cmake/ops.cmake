@@ -34,11 +34,16 @@ endif()
 if(FERRY_BUILD_TESTS)
   # The toolkit's NVRTC, when this machine has one: then the compile tests must run, not skip.
   find_library(FERRY_NVRTC_LIBRARY NAMES nvrtc HINTS ENV CUDA_HOME /usr/local/cuda PATH_SUFFIXES lib64 lib)
-  add_executable(ferry_test_ops tests/common/runner.c tests/common/fake_driver.c tests/cpu/test_ops_args.c
-    tests/cpu/test_ops_find.c tests/cpu/test_ops_compile.c tests/cpu/test_ops_cache.c tests/cpu/test_ops_faults.c)
+  add_executable(ferry_test_ops tests/common/runner.c tests/common/fake_driver.c tests/common/failing_alloc.c
+    tests/cpu/test_ops_args.c tests/cpu/test_ops_find.c tests/cpu/test_ops_registry.c tests/cpu/test_ops_compile.c
+    tests/cpu/test_ops_cache.c tests/cpu/test_ops_faults.c)
   target_compile_definitions(ferry_test_ops PRIVATE TEST_LIST_HEADER="test_list_ops.h")
   target_include_directories(ferry_test_ops PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops tests/common tests/cpu)
   target_link_libraries(ferry_test_ops PRIVATE ferry_static)
+  # The allocation-failure seam (tests/common/failing_alloc.h): the program's and libferry's allocations go
+  # through its wrappers. Link-time only: the library itself has no hook.
+  target_link_options(ferry_test_ops PRIVATE
+    -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=free)
   add_test(NAME ops COMMAND ferry_test_ops)
   if(FERRY_NVRTC_LIBRARY)
     set_tests_properties(ops PROPERTIES ENVIRONMENT "FERRY_REQUIRE_NVRTC=1")

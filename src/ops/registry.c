@@ -67,6 +67,14 @@ static ferry_op *op_alloc(void) {
   return op;
 }
 
+/* Frees a built-in operator that could not be registered (what it owns: its name and its macros). */
+static void builtin_free(ferry_op *op) {
+  free((char *)op->info.name);
+  free(op->defines);
+  pthread_mutex_destroy(&op->lock);
+  free(op);
+}
+
 /* Appends under the registry lock; fails only for lack of memory. */
 static int append(ferry_op *op) {
   if (n_ops == cap_ops) {
@@ -141,9 +149,13 @@ static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, i
     uint32_t bytes = ferry__design_smem(op, kind << 8);
     if (bytes > op->info.smem_bytes) op->info.smem_bytes = bytes;
   }
-  if (!op->info.name || !op->defines) return; /* out of memory at start-up: the operator is simply absent */
+  /* Out of memory at start-up: the operator is simply absent. */
+  if (!op->info.name || !op->defines) {
+    builtin_free(op);
+    return;
+  }
   op_digest(op);
-  append(op);
+  if (!append(op)) builtin_free(op);
 }
 
 static void add_simt(void) {
@@ -151,7 +163,7 @@ static void add_simt(void) {
   if (!op) return;
   op->family = FERRY__SIMT;
   op->design = (ferry__design){64, 64, 16, 0, 0, 1, 1, 0.0};
-  op->info.name = "gemm_simt_64x64x16";
+  op->info.name = strdup("gemm_simt_64x64x16");
   op->info.instruction = "simt.fma";
   op->info.tile_m = 64;
   op->info.tile_n = 64;
@@ -171,9 +183,12 @@ static void add_simt(void) {
   op->kernel_size = ferry__kernel_gemm_simt_size;
   op->entry = "ferry_gemm_simt";
   op->params_size = sizeof(ferry_gemm_params);
-  if (!op->defines) return;
+  if (!op->info.name || !op->defines) {
+    builtin_free(op);
+    return;
+  }
   op_digest(op);
-  append(op);
+  if (!append(op)) builtin_free(op);
 }
 
 /* The built-in designs (gemm_designs.def): every design for fp16 and bf16 operands, the wgmma ones last, then the
@@ -312,21 +327,23 @@ ferry_status ferry_ops_find(const ferry_gemm_args *args, int target_sm, ferry_op
   if (target_sm == 0) FERRY_TRY(ferry_target_sm(args->problem.device, &target_sm));
   if (target_sm < 0) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_ops_find: target_sm %d is negative", target_sm);
   ferry__registry_init();
+  /* The operators as registered now, copied under the lock; the checks run after it, since a registered
+   * operator's supports callback and the filter are the caller's code, which may call back into the registry.
+   * Operators are never freed, so the pointers stay valid. */
   pthread_mutex_lock(&registry_lock);
   size_t n = n_ops, found = 0;
   c = malloc((n ? n : 1) * sizeof *c);
-  if (c) {
-    for (size_t i = 0; i < n; i++) {
-      const ferry_op *op = ops[i];
-      if (op->info.min_sm > target_sm || (op->info.builtin && op->info.smem_bytes > smem_limit_of(target_sm)) ||
-          (op->family == FERRY__WGMMA && target_sm != 90) || !ferry__supports_fast(op, args))
-        continue; /* sm_90a code runs on sm_90 alone */
-      if (filter && !filter(&op->info, filter_user)) continue;
-      c[found++] = (candidate){op, rank_of(op), cost_of(op, &args->problem, target_sm), i};
-    }
-  }
+  for (size_t i = 0; c && i < n; i++) c[i].op = ops[i];
   pthread_mutex_unlock(&registry_lock);
   if (!c) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "ferry_ops_find: no memory for %zu candidates", n);
+  for (size_t i = 0; i < n; i++) {
+    const ferry_op *op = c[i].op;
+    if (op->info.min_sm > target_sm || (op->info.builtin && op->info.smem_bytes > smem_limit_of(target_sm)) ||
+        (op->family == FERRY__WGMMA && target_sm != 90) || !ferry__supports_fast(op, args))
+      continue; /* sm_90a code runs on sm_90 alone */
+    if (filter && !filter(&op->info, filter_user)) continue;
+    c[found++] = (candidate){op, rank_of(op), cost_of(op, &args->problem, target_sm), i};
+  }
   qsort(c, found, sizeof *c, cmp_candidate);
   for (size_t i = 0; i < found && i < capacity; i++) out_ops[i] = c[i].op;
   *out_count = found;
@@ -402,6 +419,8 @@ ferry_status ferry_op_register(const ferry_op_desc *desc, const ferry_op **out) 
   if (desc->n_options < 0 || (desc->n_options > 0 && !desc->options) || desc->n_options > 64)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: %d options (at most 64, with an array)", name,
                      (int)desc->n_options);
+  for (int i = 0; i < desc->n_options; i++)
+    if (!desc->options[i]) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: option %d is NULL", name, i);
   op = op_alloc();
   if (!op) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "registering operator %s", name);
   op->info = *in;
@@ -417,11 +436,11 @@ ferry_status ferry_op_register(const ferry_op_desc *desc, const ferry_op **out) 
   int ok = op->info.name && op->info.instruction && op->kernel_text && op->entry && op->defines &&
            (!desc->n_options || op->options);
   for (int i = 0; ok && i < desc->n_options; i++) {
-    ok = desc->options[i] && (op->options[i] = strdup(desc->options[i])) != NULL;
+    ok = (op->options[i] = strdup(desc->options[i])) != NULL;
     op->n_options = i + 1;
   }
   if (!ok) {
-    st = FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: out of memory, or a NULL option", name);
+    st = FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "registering operator %s: copying its description", name);
     goto cleanup;
   }
   op->supports = desc->supports;
