@@ -29,7 +29,9 @@
   X(find_out_of_memory_is_reported_as_such)               \
   X(builtins_lost_to_out_of_memory_leak_nothing)          \
   X(sha256_matches_the_standard_vectors)                  \
+  X(sha256_matches_across_the_padding_boundaries)         \
   X(xxh64_matches_the_published_values)                   \
+  X(xxh64_matches_the_reference_sanity_vectors)           \
   X(kernel_type_code_defaults_are_ferry_scalar)           \
   X(compile_key_covers_the_whole_source)                  \
   X(compile_to_cubin_for_sm80_and_sm90)                   \

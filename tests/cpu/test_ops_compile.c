@@ -4,6 +4,8 @@
 
 #include <pthread.h>
 
+/* The examples published with the standard (NIST's "abc", the two-block 448-bit message, a million 'a') and the
+ * empty message; each checked against Python's hashlib. */
 TEST(sha256_matches_the_standard_vectors) {
   uint8_t out[32];
   char hex[65];
@@ -33,8 +35,59 @@ TEST(sha256_matches_the_standard_vectors) {
   ASSERT(!strcmp(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"));
 }
 
+/* The pseudo-random buffer of xxHash's sanity check (its reference test program): byte i is the top byte of
+ * PRIME32 * PRIME64^i (mod 2^64). */
+static void xxhash_sanity_buffer(unsigned char *buf, size_t n) {
+  uint64_t gen = 2654435761u;
+  for (size_t i = 0; i < n; i++) {
+    buf[i] = (unsigned char)(gen >> 56);
+    gen *= 11400714785074694797ull;
+  }
+}
+
+/* SHA-256 across the padding boundaries (55 bytes: the length fits the last block; 56 to 64: it needs another),
+ * values from Python's hashlib. */
+TEST(sha256_matches_across_the_padding_boundaries) {
+  unsigned char buf[65];
+  xxhash_sanity_buffer(buf, sizeof buf);
+  const struct { size_t n; const char *hex; } cases[] = {
+      {55, "5b39a58741c0585914865dce2e4d3a36464014c084fbd725976ed33cbb482f0f"},
+      {56, "0882d13811deba21bbb6c5176d22da6db6672fba8c92db7672870d3e0497631d"},
+      {63, "1d26aea8a98b18978a7f73ba1da20b383d4c7fe481acac9e08307f57dfc40788"},
+      {64, "151818c81c5d18649d637e2c3ad20e393d590a9fe65c6c72eb89f62b1738f940"},
+      {65, "faec206ffcbf1a972b4b7fe39b3bcedaac1223c2327f83ec43d6ca0f070dbfd6"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint8_t out[32];
+    char hex[65];
+    ferry__sha256_of(buf, cases[i].n, out);
+    ferry__hex(out, 32, hex);
+    if (strcmp(hex, cases[i].hex)) FAIL_AT("SHA-256 of %zu bytes: %s, expected %s", cases[i].n, hex, cases[i].hex);
+  }
+}
+
+/* XXH64 of xxHash's sanity-check buffer, seeds 0 and PRIME32, over lengths that take each path (empty, the 1-, 4-
+ * and 8-byte tails, one stripe, many stripes); values from the xxhash package (4.1.0, the reference library). */
+TEST(xxh64_matches_the_reference_sanity_vectors) {
+  static unsigned char buf[4161];
+  xxhash_sanity_buffer(buf, sizeof buf);
+  const struct { size_t n; uint64_t seed0, seed_prime32; } cases[] = {
+      {0, 0xef46db3751d8e999ull, 0xac75fda2929b17efull},    {1, 0xe934a84adb052768ull, 0x5014607643a9b4c3ull},
+      {4, 0x9136a0dca57457eeull, 0xcaab286bd8e9fdb5ull},    {8, 0xcdbcf538e71d1348ull, 0xfe0c047a5353cdacull},
+      {14, 0x8282dcc4994e35c8ull, 0xc3bd6bf63deb6df0ull},   {32, 0x18b216492bb44b70ull, 0xb3f33bdf93ade409ull},
+      {222, 0xb641ae8cb691c174ull, 0x20cb8ab7ae10c14aull},  {4161, 0xcd3d6df2db509a75ull, 0x2394cb79e97368d1ull},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint64_t h0 = ferry__xxh64(buf, cases[i].n, 0), h1 = ferry__xxh64(buf, cases[i].n, 2654435761u);
+    if (h0 != cases[i].seed0 || h1 != cases[i].seed_prime32)
+      FAIL_AT("XXH64 of %zu bytes: %016llx/%016llx, expected %016llx/%016llx", cases[i].n, (unsigned long long)h0,
+              (unsigned long long)h1, (unsigned long long)cases[i].seed0, (unsigned long long)cases[i].seed_prime32);
+  }
+}
+
 TEST(xxh64_matches_the_published_values) {
-  /* The values of the xxHash reference implementation (XXH64, seeds 0 and 0x9e3779b97f4a7c15). */
+  /* The values of the xxHash reference implementation (XXH64, seeds 0 and 0x9e3779b97f4a7c15; checked against the
+   * xxhash package 4.1.0). */
   unsigned char ramp[1027];
   for (int i = 0; i < 1024; i++) ramp[i] = (unsigned char)i;
   memcpy(ramp + 1024, "xyz", 3);
