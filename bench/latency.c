@@ -83,10 +83,10 @@ static void call_method(method m, int s) {
     BENCH_CU(ferry__drv.cuLaunchKernel(raw[s].fn, raw[s].grid_x, 1, raw[s].grid_z, raw[s].threads, 1, 1, raw[s].smem,
                                        stream, raw[s].param_ptrs, NULL));
     break;
-  case M_ASSUME: BENCH_F(ferry_op_run(op, &sets[s].args, stream, art, FERRY_ASSUME_SUPPORTED)); break;
+  case M_ASSUME: BENCH_F(ferry_op_run(op, &sets[s].args, stream, art, FERRY_RUN_ASSUME_SUPPORTED)); break;
   case M_CHECKED: BENCH_F(ferry_op_run(op, &sets[s].args, stream, art, 0)); break;
   case M_MEMO_CHECKED: BENCH_F(ferry_op_run(op, &sets[s].args, stream, NULL, 0)); break;
-  default: BENCH_F(ferry_op_run(op, &sets[s].args, stream, NULL, FERRY_ASSUME_SUPPORTED)); break;
+  default: BENCH_F(ferry_op_run(op, &sets[s].args, stream, NULL, FERRY_RUN_ASSUME_SUPPORTED)); break;
   }
 }
 
@@ -221,13 +221,13 @@ typedef struct gemm_ctx {
 
 static void launch_ferry(int i, void *p) {
   gemm_ctx *g = p;
-  BENCH_F(ferry_op_run(g->op, &g->args[i % g->nargs], stream, g->art, FERRY_ASSUME_SUPPORTED));
+  BENCH_F(ferry_op_run(g->op, &g->args[i % g->nargs], stream, g->art, FERRY_RUN_ASSUME_SUPPORTED));
 }
 static void launch_cublas(int i, void *p) {
   gemm_ctx *g = p;
   float one = 1.0f, zero = 0.0f;
   int j = i % g->nargs;
-  int dt = g->type == FERRY_F16 ? BENCH_CUDA_R_16F : BENCH_CUDA_R_16BF;
+  int dt = g->type == FERRY_SCALAR_F16 ? BENCH_CUDA_R_16F : BENCH_CUDA_R_16BF;
   /* row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ */
   int rc = g->cb->gemm_ex(g->cb->handle, 0, 0, g->n, g->m, g->k, &one, (const void *)(uintptr_t)g->b[j], dt, g->n,
                           (const void *)(uintptr_t)g->a[j], dt, g->k, &zero, (void *)(uintptr_t)g->c[j], dt, g->n,
@@ -247,7 +247,8 @@ static int gemm_device_rows(int m, int type, int sets_n, int launches, bench_cub
   CUdeviceptr a[4], b[4], c[4];
   ferry_gemm_args args[4];
   int64_t shape[2] = {m, m};
-  ferry_dtype dt = type == FERRY_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1} : (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
+  ferry_dtype dt = type == FERRY_SCALAR_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1}
+                                            : (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
   uint16_t *host = malloc(bytes);
   bench_rng rng = {(uint64_t)m * 7919u};
   for (int s = 0; s < sets_n; s++) {
@@ -259,7 +260,7 @@ static int gemm_device_rows(int m, int type, int sets_n, int launches, bench_cub
       float f = (float)(bench_rng_uniform(&rng) * 2.0 - 1.0);
       uint32_t x;
       memcpy(&x, &f, 4);
-      host[i] = type == FERRY_BF16 ? (uint16_t)(x >> 16)
+      host[i] = type == FERRY_SCALAR_BF16 ? (uint16_t)(x >> 16)
                                    : (uint16_t)(((x >> 16) & 0x8000u) | (((x >> 23) & 0xffu) > 112 ? ((((x >> 23) & 0xffu) - 112) << 10) | ((x >> 13) & 0x3ffu) : 0));
     }
     BENCH_CU(ferry__drv.cuMemcpyHtoD(a[s], host, bytes));
@@ -268,7 +269,7 @@ static int gemm_device_rows(int m, int type, int sets_n, int launches, bench_cub
     ferry_tensor ta = {(void *)(uintptr_t)a[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
     ferry_tensor tb = {(void *)(uintptr_t)b[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
     ferry_tensor tc = {(void *)(uintptr_t)c[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
-    BENCH_F(ferry_gemm_args_init(&args[s], &ta, &tb, &tc, FERRY_F32));
+    BENCH_F(ferry_gemm_args_init(&args[s], &ta, &tb, &tc, FERRY_SCALAR_F32));
   }
   free(host);
   gemm_ctx g = {NULL, NULL, args, sets_n, cb, m, m, m, type, a, b, c};
@@ -278,12 +279,12 @@ static int gemm_device_rows(int m, int type, int sets_n, int launches, bench_cub
   BENCH_F(ferry_ops_find(&args[0], 0, NULL, NULL, ops, 32, &n));
   int count = 0;
   for (size_t i = 0; i < n && i < 32 && count < max_rows; i++) {
-    if (strcmp(ferry_op_get_info(ops[i])->instruction, "mma.sync.m16n8k16") != 0) continue;
+    if (strcmp(ferry_op_info_get(ops[i])->instruction, "mma.sync.m16n8k16") != 0) continue;
     g.op = ops[i];
     BENCH_F(ferry_op_compile(ops[i], &args[0], &g.art));
     double ms = device_ms(launch_ferry, &g, launches);
     ferry_artifact_release(g.art);
-    snprintf(rows[count].name, sizeof rows[count].name, "%s", ferry_op_get_info(ops[i])->name);
+    snprintf(rows[count].name, sizeof rows[count].name, "%s", ferry_op_info_get(ops[i])->name);
     rows[count].ferry_us = ms * 1e3;
     rows[count].cublas_us = cublas_ms * 1e3;
     count++;
@@ -301,7 +302,7 @@ static int gemm_device_rows(int m, int type, int sets_n, int launches, bench_cub
 static ferry__launch empty_launch;
 static void launch_gemm_set(int i, void *p) {
   (void)p;
-  BENCH_F(ferry_op_run(op, &sets[i % SETS].args, stream, art, FERRY_ASSUME_SUPPORTED));
+  BENCH_F(ferry_op_run(op, &sets[i % SETS].args, stream, art, FERRY_RUN_ASSUME_SUPPORTED));
 }
 
 /* ---- the program ------------------------------------------------------------------------------------------- */
@@ -327,33 +328,45 @@ static void add_row(const char *name, double ferry, double reference, double not
 /* The option's value, or a usage error when it has none. */
 static const char *val(int argc, char **argv, int *i) { return bench_value("bench latency", argc, argv, i); }
 
-int bench_latency_main(int argc, char **argv) {
-  lat_opts o = {100, 10, 7, "ferry-latency.csv"};
+/* Everything the program measures, for the table. Host figures in µs unless named _ns. */
+typedef struct figures {
+  int reps;
+  /* compile and load (medians) */
+  double cold_ms, disk_us, import_us, digest_us;
+  /* launches: medians per method of the host time per call and of the notebook's e2e time, and paired deltas */
+  double host[M_COUNT], e2e[M_COUNT];
+  double d_assume, d_checked, d_memo, d_memo_assume;
+  /* per-call loops */
+  double supports_ns, args_init_ns;
+  /* 20 runs */
+  double eager, graph, empty_graph, kernel;
+  /* device time against cuBLAS */
+  device_row small[8], large[8];
+  int n_small, n_large;
+} figures;
+
+/* Parses the options into `o` (a usage error exits with its message): -1 to go on, 0 after --help. */
+static int parse_options(int argc, char **argv, lat_opts *o) {
+  *o = (lat_opts){100, 10, 7, "ferry-latency.csv"};
   for (int i = 0; i < argc; i++) {
     const char *f = argv[i];
     if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
       usage();
       return 0;
-    } else if (!strcmp(f, "--iters")) o.iters = (int)bench_parse_long(f, val(argc, argv, &i), 1);
-    else if (!strcmp(f, "--warmup")) o.warmup = (int)bench_parse_long(f, val(argc, argv, &i), 0);
-    else if (!strcmp(f, "--repeats")) o.repeats = (int)bench_parse_long(f, val(argc, argv, &i), 1);
-    else if (!strcmp(f, "--output")) o.csv = val(argc, argv, &i);
+    } else if (!strcmp(f, "--iters")) o->iters = (int)bench_parse_long(f, val(argc, argv, &i), 1);
+    else if (!strcmp(f, "--warmup")) o->warmup = (int)bench_parse_long(f, val(argc, argv, &i), 0);
+    else if (!strcmp(f, "--repeats")) o->repeats = (int)bench_parse_long(f, val(argc, argv, &i), 1);
+    else if (!strcmp(f, "--output")) o->csv = val(argc, argv, &i);
     else bench_usage_error("bench latency", "unknown argument '%s'", f);
   }
-  if (o.iters + o.warmup > SETS)
+  if (o->iters + o->warmup > SETS)
     bench_usage_error("bench latency", "--iters + --warmup must be at most %d (distinct operand sets)", SETS);
-  bench_check_output("--output", o.csv);
-  if (bench_no_gpu("ferry bench latency")) return 0;
-  BENCH_F(ferry_device_resolve(-1, &dev));
-  BENCH_F(ferry__ctx_enter(dev)); /* the primary context stays current, as in a PyTorch thread */
-  BENCH_CU(ferry__drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-  ferry_device_info info;
-  BENCH_F(ferry_device_info_get(dev, &info));
-  /* The first compile, cold: a fresh cache home, so it is NVRTC's time. Kept apart for the rows below. */
-  snprintf(cold_home, sizeof cold_home, "/tmp/ferry-bench-latency-%ld", (long)getpid());
-  setenv("XDG_CACHE_HOME", cold_home, 1);
+  bench_check_output("--output", o->csv);
+  return -1;
+}
 
-  /* operands: 110 distinct sets of fp16 128×128 A, B and out */
+/* The operands: SETS distinct sets of fp16 128×128 A, B and out, with their arguments. */
+static void make_operand_sets(void) {
   ferry_dtype f16 = {FERRY_DTYPE_FLOAT, 16, 1};
   uint16_t *host = malloc(N * N * 2);
   bench_rng rng = {42};
@@ -369,19 +382,14 @@ int bench_latency_main(int argc, char **argv) {
     x->ta = (ferry_tensor){(void *)(uintptr_t)x->a, {FERRY_DEVICE_CUDA, dev}, 2, f16, shape128, NULL, 0};
     x->tb = (ferry_tensor){(void *)(uintptr_t)x->b, {FERRY_DEVICE_CUDA, dev}, 2, f16, shape128, NULL, 0};
     x->tout = (ferry_tensor){(void *)(uintptr_t)x->out, {FERRY_DEVICE_CUDA, dev}, 2, f16, shape128, NULL, 0};
-    BENCH_F(ferry_gemm_args_init(&x->args, &x->ta, &x->tb, &x->tout, FERRY_F32));
+    BENCH_F(ferry_gemm_args_init(&x->args, &x->ta, &x->tb, &x->tout, FERRY_SCALAR_F32));
   }
   free(host);
-  const ferry_op *found[32];
-  size_t n_found = 0;
-  BENCH_F(ferry_ops_find(&sets[0].args, 0, NULL, NULL, found, 32, &n_found));
-  if (!n_found) {
-    fprintf(stderr, "ferry: bench latency: no operator supports the notebook's GEMM here\n");
-    return 1;
-  }
-  op = found[0];
+}
 
-  /* first compile (cold) and loads from the disk cache, medians */
+/* The first compile, cold (a fresh cache home each time, so it is NVRTC's time), then loads from the disk cache and
+ * imports of an exported file, medians; leaves `art` compiled and memoised for the launch rows. */
+static void measure_compile_and_load(figures *f) {
   double cold[5], disk[15], import_[15], digest_us[15];
   char path[320];
   for (int r = 0; r < 3; r++) {
@@ -419,40 +427,49 @@ int bench_latency_main(int argc, char **argv) {
   }
   ferry_ops_clear_memo();
   BENCH_F(ferry_op_compile(op, &sets[0].args, &art)); /* the artifact the launch rows use (memoised too) */
+  f->cold_ms = median_of(cold, 3);
+  f->disk_us = median_of(disk, 15);
+  f->import_us = median_of(import_, 15);
+  f->digest_us = median_of(digest_us, 15);
+}
+
+/* The host rows: blocks of every method back to back on the same operand sets (time_host), then the notebook's
+ * loop-plus-synchronisation for the e2e rows, the methods' order rotated from repeat to repeat. */
+static void measure_launches(const lat_opts *o, figures *f) {
   for (int s = 0; s < SETS; s++) BENCH_F(ferry__launch_prepare(art, &sets[s].args, &raw[s]));
   for (int s = 0; s < SETS; s++) raw[s].param_ptrs[0] = raw[s].params;
-
-  /* host rows: blocks of every method back to back on the same operand sets (time_host), then the notebook's
-   * loop-plus-synchronisation for the e2e rows, the methods' order rotated from repeat to repeat */
-  int reps = o.repeats > MAX_REPS ? MAX_REPS : o.repeats;
-  int blocks = time_host(o.iters, o.warmup, reps);
-  double host_us[M_COUNT][MAX_REPS], e2e_us[M_COUNT][MAX_REPS], mh[M_COUNT], me[M_COUNT];
+  int reps = f->reps;
+  int blocks = time_host(o->iters, o->warmup, reps);
+  double host_us[M_COUNT][MAX_REPS], e2e_us[M_COUNT][MAX_REPS];
   const method e2e_methods[3] = {M_RAW, M_ASSUME, M_CHECKED};
   for (int r = 0; r < reps; r++) {
-    for (int m = 0; m < M_COUNT; m++) host_us[m][r] = host_per_call(r, blocks, o.iters, (method)m);
+    for (int m = 0; m < M_COUNT; m++) host_us[m][r] = host_per_call(r, blocks, o->iters, (method)m);
     for (int k = 0; k < 3; k++) {
       method m = e2e_methods[(r + k) % 3];
-      e2e_us[m][r] = time_e2e(m, o.iters, o.warmup);
+      e2e_us[m][r] = time_e2e(m, o->iters, o->warmup);
     }
   }
   for (int m = 0; m < M_COUNT; m++) {
-    mh[m] = median_of(host_us[m], reps);
-    me[m] = (m == M_RAW || m == M_ASSUME || m == M_CHECKED) ? median_of(e2e_us[m], reps) : NAN;
+    f->host[m] = median_of(host_us[m], reps);
+    f->e2e[m] = (m == M_RAW || m == M_ASSUME || m == M_CHECKED) ? median_of(e2e_us[m], reps) : NAN;
   }
-  double d_assume = paired_delta(reps, blocks, M_ASSUME, M_RAW);
-  double d_checked = paired_delta(reps, blocks, M_CHECKED, M_ASSUME);
-  double d_memo = paired_delta(reps, blocks, M_MEMO_CHECKED, M_CHECKED);
-  double d_memo_assume = paired_delta(reps, blocks, M_MEMO_ASSUME, M_RAW);
+  f->d_assume = paired_delta(reps, blocks, M_ASSUME, M_RAW);
+  f->d_checked = paired_delta(reps, blocks, M_CHECKED, M_ASSUME);
+  f->d_memo = paired_delta(reps, blocks, M_MEMO_CHECKED, M_CHECKED);
+  f->d_memo_assume = paired_delta(reps, blocks, M_MEMO_ASSUME, M_RAW);
+}
 
-  /* supports check and argument construction, ns per call; each also timed over a tenth of the calls, which must
-   * give the same figure */
+/* The supports check and argument construction, ns per call; each also timed over a tenth of the calls, which
+ * must give the same figure. */
+static void measure_per_call_loops(figures *f) {
   enum { CALLS = 100000 };
+  int reps = f->reps;
   double sup_ns[MAX_REPS], mk_ns[MAX_REPS];
   long good = 0;
   ferry_gemm_args tmp;
 #define SUPPORTS_CALL ferry_op_supports(op, &sets[i % SETS].args, NULL, 0)
 #define INIT_CALL                                                                                            \
-  ferry_gemm_args_init(&tmp, &sets[i % SETS].ta, &sets[i % SETS].tb, &sets[i % SETS].tout, FERRY_F32)
+  ferry_gemm_args_init(&tmp, &sets[i % SETS].ta, &sets[i % SETS].tb, &sets[i % SETS].tout, FERRY_SCALAR_F32)
   for (int r = 0; r < reps; r++) {
     sup_ns[r] = NS_PER_CALL(CALLS, good, SUPPORTS_CALL);
     mk_ns[r] = NS_PER_CALL(CALLS, good, INIT_CALL);
@@ -463,14 +480,18 @@ int bench_latency_main(int argc, char **argv) {
 #undef INIT_CALL
   self_check(good == (long)reps * 2 * CALLS + 2 * (CALLS / 10), "%ld of the per-call loops' calls succeeded, "
              "expected %ld", good, (long)reps * 2 * CALLS + 2 * (CALLS / 10));
-  double m_sup_ns = median_of(sup_ns, reps), m_mk_ns = median_of(mk_ns, reps);
-  check_per_call("the supports check", m_sup_ns, CALLS, sup_short, CALLS / 10, 10000.0);
-  check_per_call("argument construction", m_mk_ns, CALLS, mk_short, CALLS / 10, 10000.0);
+  f->supports_ns = median_of(sup_ns, reps);
+  f->args_init_ns = median_of(mk_ns, reps);
+  check_per_call("the supports check", f->supports_ns, CALLS, sup_short, CALLS / 10, 10000.0);
+  check_per_call("argument construction", f->args_init_ns, CALLS, mk_short, CALLS / 10, 10000.0);
   /* The checked run makes that very check, so the check alone cannot cost more than the whole run. */
-  self_check(m_sup_ns <= mh[M_CHECKED] * 1e3, "the supports check alone (%.1f ns) costs more than a checked run "
-             "(%.1f ns)", m_sup_ns, mh[M_CHECKED] * 1e3);
+  self_check(f->supports_ns <= f->host[M_CHECKED] * 1e3, "the supports check alone (%.1f ns) costs more than a "
+             "checked run (%.1f ns)", f->supports_ns, f->host[M_CHECKED] * 1e3);
+}
 
-  /* 20 runs: eager + sync, as a ferry graph replay + sync, and the reference graph of 20 empty kernels */
+/* 20 runs: eager + sync, as a ferry graph replay + sync, and the reference graph of 20 empty kernels. */
+static void measure_graphs(const lat_opts *o, figures *f) {
+  int reps = f->reps;
   ferry_op_desc d;
   ferry_op_desc_init(&d);
   d.info.name = "bench_empty_kernel";
@@ -486,7 +507,8 @@ int bench_latency_main(int argc, char **argv) {
   empty_launch.param_ptrs[0] = empty_launch.params;
   ferry_graph *g = NULL;
   BENCH_F(ferry_graph_begin(stream, &g));
-  for (int i = 0; i < GRAPH_RUNS; i++) BENCH_F(ferry_graph_run(g, op, &sets[i].args, art, FERRY_ASSUME_SUPPORTED, NULL));
+  for (int i = 0; i < GRAPH_RUNS; i++)
+    BENCH_F(ferry_graph_run(g, op, &sets[i].args, art, FERRY_RUN_ASSUME_SUPPORTED, NULL));
   BENCH_F(ferry_graph_end(g));
   CUgraph eg;
   CUgraphExec ee;
@@ -503,9 +525,10 @@ int bench_latency_main(int argc, char **argv) {
     }
     BENCH_CU(ferry__drv.cuStreamSynchronize(stream));
     double acc_e = 0, acc_g = 0, acc_0 = 0;
-    for (int it = 0; it < o.iters; it++) {
+    for (int it = 0; it < o->iters; it++) {
       double t0 = bench_now_ms();
-      for (int i = 0; i < GRAPH_RUNS; i++) BENCH_F(ferry_op_run(op, &sets[(it + i) % SETS].args, stream, art, FERRY_ASSUME_SUPPORTED));
+      for (int i = 0; i < GRAPH_RUNS; i++)
+        BENCH_F(ferry_op_run(op, &sets[(it + i) % SETS].args, stream, art, FERRY_RUN_ASSUME_SUPPORTED));
       BENCH_CU(ferry__drv.cuStreamSynchronize(stream));
       double t1 = bench_now_ms();
       BENCH_F(ferry_graph_replay(g, NULL));
@@ -516,69 +539,78 @@ int bench_latency_main(int argc, char **argv) {
       double t3 = bench_now_ms();
       acc_e += t1 - t0, acc_g += t2 - t1, acc_0 += t3 - t2;
     }
-    eager[r] = acc_e * 1e3 / o.iters, graph[r] = acc_g * 1e3 / o.iters, empty[r] = acc_0 * 1e3 / o.iters;
+    eager[r] = acc_e * 1e3 / o->iters, graph[r] = acc_g * 1e3 / o->iters, empty[r] = acc_0 * 1e3 / o->iters;
   }
-  double kernel_us = device_ms(launch_gemm_set, NULL, 200) * 1e3;
-  double m_eager = median_of(eager, reps), m_graph = median_of(graph, reps), m_empty = median_of(empty, reps);
+  f->kernel = device_ms(launch_gemm_set, NULL, 200) * 1e3;
+  f->eager = median_of(eager, reps);
+  f->graph = median_of(graph, reps);
+  f->empty_graph = median_of(empty, reps);
   ferry_graph_destroy(g);
   BENCH_CU(ferry__drv.cuGraphExecDestroy(ee));
   BENCH_CU(ferry__drv.cuGraphDestroy(eg));
   ferry_artifact_release(empty_art);
+}
 
-  /* device time against cuBLAS */
+/* GEMM device time of every mma.sync design beside cuBLAS's, at 128³ fp16 and 4096³ bf16. */
+static void measure_device_time(figures *f) {
   bench_cublas cb;
   char why[256];
   int have_cublas = bench_cublas_open(&cb, why, sizeof why) == 0;
   if (have_cublas) cb.set_stream(cb.handle, stream);
   else fprintf(stderr, "ferry: bench latency: %s; device rows without cuBLAS\n", why);
-  device_row small[8], large[8];
-  int n_small = gemm_device_rows(128, FERRY_F16, 4, 500, have_cublas ? &cb : NULL, small, 8);
-  int n_large = gemm_device_rows(4096, FERRY_BF16, 2, 20, have_cublas ? &cb : NULL, large, 8);
+  f->n_small = gemm_device_rows(128, FERRY_SCALAR_F16, 4, 500, have_cublas ? &cb : NULL, f->small, 8);
+  f->n_large = gemm_device_rows(4096, FERRY_SCALAR_BF16, 2, 20, have_cublas ? &cb : NULL, f->large, 8);
   if (have_cublas) bench_cublas_close(&cb);
+}
 
-  /* the table */
-  double limit = mh[M_RAW];
-  add_paired_row("run: artifact, check bypassed (host/call)", mh[M_ASSUME], limit, d_assume, 5.984, "us",
-                 "<= limit + 0.3", d_assume <= 0.3);
-  add_paired_row("run: artifact, supports check (host/call)", mh[M_CHECKED], mh[M_ASSUME], d_checked, 24.18, "us",
-                 "<= bypassed + 0.2", d_checked <= 0.2);
-  add_paired_row("run: no artifact, memo hit (host/call)", mh[M_MEMO_CHECKED], mh[M_CHECKED], d_memo, 1.474e6, "us",
-                 "<= checked + 0.5", d_memo <= 0.5);
-  add_paired_row("run: no artifact, check bypassed (host/call)", mh[M_MEMO_ASSUME], limit, d_memo_assume, NAN, "us",
-                 "", 1);
-  add_row("run: artifact, bypassed, e2e/iter (notebook's way)", me[M_ASSUME], me[M_RAW], 6.518, "us", "", 1);
-  add_row("run: artifact, checked, e2e/iter (notebook's way)", me[M_CHECKED], me[M_RAW], 24.18, "us", "", 1);
-  add_row("supports check alone", m_sup_ns, NAN, 17.7e3, "ns", "<= 200", m_sup_ns <= 200);
-  add_row("argument construction (ferry_gemm_args_init)", m_mk_ns, NAN, 159.5e3, "ns", "", 1);
-  add_row("20 runs eager + sync", m_eager, NAN, 749.6, "us", "", 1);
-  double graph_ref = m_empty + GRAPH_RUNS * kernel_us;
-  add_row("20 runs as a graph, replay + sync", m_graph, graph_ref, 197.2, "us", "<= 1.2 x (empty graph + 20 kernels)",
-          m_graph <= 1.2 * graph_ref);
-  add_row("  graph of 20 empty kernels, replay + sync", m_empty, NAN, NAN, "us", "", 1);
-  add_row("  GEMM 128^3 kernel device time", kernel_us, NAN, NAN, "us", "", 1);
-  add_row("first compile, cold cache (NVRTC)", median_of(cold, 3), NAN, 1469.0, "ms", "<= 200", median_of(cold, 3) <= 200);
-  add_row("artifact load from the disk cache", median_of(disk, 15), NAN, NAN, "us", "<= 100", median_of(disk, 15) <= 100);
-  add_row("  + once per operator and process: its source digest", median_of(digest_us, 15), NAN, NAN, "us", "", 1);
-  add_row("artifact import from an exported file", median_of(import_, 15), NAN, NAN, "us", "", 1);
+/* The table's rows, each with its target where it has one, from the figures. */
+static void build_table(const figures *f) {
+  double limit = f->host[M_RAW];
+  add_paired_row("run: artifact, check bypassed (host/call)", f->host[M_ASSUME], limit, f->d_assume, 5.984, "us",
+                 "<= limit + 0.3", f->d_assume <= 0.3);
+  add_paired_row("run: artifact, supports check (host/call)", f->host[M_CHECKED], f->host[M_ASSUME], f->d_checked,
+                 24.18, "us", "<= bypassed + 0.2", f->d_checked <= 0.2);
+  add_paired_row("run: no artifact, memo hit (host/call)", f->host[M_MEMO_CHECKED], f->host[M_CHECKED], f->d_memo,
+                 1.474e6, "us", "<= checked + 0.5", f->d_memo <= 0.5);
+  add_paired_row("run: no artifact, check bypassed (host/call)", f->host[M_MEMO_ASSUME], limit, f->d_memo_assume, NAN,
+                 "us", "", 1);
+  add_row("run: artifact, bypassed, e2e/iter (notebook's way)", f->e2e[M_ASSUME], f->e2e[M_RAW], 6.518, "us", "", 1);
+  add_row("run: artifact, checked, e2e/iter (notebook's way)", f->e2e[M_CHECKED], f->e2e[M_RAW], 24.18, "us", "", 1);
+  add_row("supports check alone", f->supports_ns, NAN, 17.7e3, "ns", "<= 200", f->supports_ns <= 200);
+  add_row("argument construction (ferry_gemm_args_init)", f->args_init_ns, NAN, 159.5e3, "ns", "", 1);
+  add_row("20 runs eager + sync", f->eager, NAN, 749.6, "us", "", 1);
+  double graph_ref = f->empty_graph + GRAPH_RUNS * f->kernel;
+  add_row("20 runs as a graph, replay + sync", f->graph, graph_ref, 197.2, "us", "<= 1.2 x (empty graph + 20 kernels)",
+          f->graph <= 1.2 * graph_ref);
+  add_row("  graph of 20 empty kernels, replay + sync", f->empty_graph, NAN, NAN, "us", "", 1);
+  add_row("  GEMM 128^3 kernel device time", f->kernel, NAN, NAN, "us", "", 1);
+  add_row("first compile, cold cache (NVRTC)", f->cold_ms, NAN, 1469.0, "ms", "<= 200", f->cold_ms <= 200);
+  add_row("artifact load from the disk cache", f->disk_us, NAN, NAN, "us", "<= 100", f->disk_us <= 100);
+  add_row("  + once per operator and process: its source digest", f->digest_us, NAN, NAN, "us", "", 1);
+  add_row("artifact import from an exported file", f->import_us, NAN, NAN, "us", "", 1);
   double best_small = 1e30, best_large = 1e30;
-  for (int i = 0; i < n_small; i++) best_small = fmin(best_small, small[i].ferry_us);
-  for (int i = 0; i < n_large; i++) best_large = fmin(best_large, large[i].ferry_us);
-  for (int i = 0; i < n_small; i++) {
+  for (int i = 0; i < f->n_small; i++) best_small = fmin(best_small, f->small[i].ferry_us);
+  for (int i = 0; i < f->n_large; i++) best_large = fmin(best_large, f->large[i].ferry_us);
+  for (int i = 0; i < f->n_small; i++) {
     static char lines[8][160];
-    snprintf(lines[i], sizeof lines[i], "  128^3 fp16 %.100s", small[i].name);
-    add_row(lines[i], small[i].ferry_us, small[i].cublas_us, NAN, "us", "", 1);
+    snprintf(lines[i], sizeof lines[i], "  128^3 fp16 %.100s", f->small[i].name);
+    add_row(lines[i], f->small[i].ferry_us, f->small[i].cublas_us, NAN, "us", "", 1);
   }
-  add_row("GEMM 128^3 fp16 device time, best ferry vs cuBLAS", best_small, n_small ? small[0].cublas_us : NAN, NAN,
-          "us", "<= 1.5 x cuBLAS", n_small && best_small <= 1.5 * small[0].cublas_us);
-  for (int i = 0; i < n_large; i++) {
+  add_row("GEMM 128^3 fp16 device time, best ferry vs cuBLAS", best_small, f->n_small ? f->small[0].cublas_us : NAN,
+          NAN, "us", "<= 1.5 x cuBLAS", f->n_small && best_small <= 1.5 * f->small[0].cublas_us);
+  for (int i = 0; i < f->n_large; i++) {
     static char lines[8][160];
-    snprintf(lines[i], sizeof lines[i], "  4096^3 bf16 %.100s", large[i].name);
-    add_row(lines[i], large[i].ferry_us, large[i].cublas_us, NAN, "us", "", 1);
+    snprintf(lines[i], sizeof lines[i], "  4096^3 bf16 %.100s", f->large[i].name);
+    add_row(lines[i], f->large[i].ferry_us, f->large[i].cublas_us, NAN, "us", "", 1);
   }
-  add_row("GEMM 4096^3 bf16 device time, best ferry vs cuBLAS", best_large, n_large ? large[0].cublas_us : NAN, NAN,
-          "us", "ferry <= 2 x cuBLAS (>= 0.5x speed)", n_large && best_large <= 2.0 * large[0].cublas_us);
+  add_row("GEMM 4096^3 bf16 device time, best ferry vs cuBLAS", best_large, f->n_large ? f->large[0].cublas_us : NAN,
+          NAN, "us", "ferry <= 2 x cuBLAS (>= 0.5x speed)",
+          f->n_large && best_large <= 2.0 * f->large[0].cublas_us);
+}
 
-  FILE *csv = bench_csv_open(o.csv);
+/* The CSV, then the table on stdout. */
+static void report(const lat_opts *o, const figures *f, const ferry_device_info *info) {
+  FILE *csv = bench_csv_open(o->csv);
   fprintf(csv, "metric,ferry,reference,paired_delta,unit,cutlass_notebook,target,met\n");
   for (int i = 0; i < n_rows; i++)
     fprintf(csv, "\"%s\",%.4f,%.4f,%.4f,%s,%.4g,\"%s\",%d\n", table[i].name, table[i].ferry, table[i].reference,
@@ -586,11 +618,13 @@ int bench_latency_main(int argc, char **argv) {
   fclose(csv);
 
   printf("ferry bench latency: %s sm_%d%d, operator %s, %d iterations x %d repeats (medians), CSV in %s\n",
-         info.name, info.cc_major, info.cc_minor, ferry_op_get_info(op)->name, o.iters, reps, o.csv);
-  if (n_large) {
+         info->name, info->cc_major, info->cc_minor, ferry_op_info_get(op)->name, o->iters, f->reps, o->csv);
+  if (f->n_large) {
+    double best_large = 1e30;
+    for (int i = 0; i < f->n_large; i++) best_large = fmin(best_large, f->large[i].ferry_us);
     double tflops = 2.0 * 4096.0 * 4096.0 * 4096.0 / (best_large * 1e-6) / 1e12;
     printf("4096^3 bf16: best ferry %.1f TFLOP/s, cuBLAS %.1f TFLOP/s\n", tflops,
-           2.0 * 4096.0 * 4096.0 * 4096.0 / (large[0].cublas_us * 1e-6) / 1e12);
+           2.0 * 4096.0 * 4096.0 * 4096.0 / (f->large[0].cublas_us * 1e-6) / 1e12);
   }
   printf("\n%-52s %11s %11s %8s %5s %12s  %s\n", "metric", "ferry", "reference", "delta", "unit", "CUTLASS nb",
          "target");
@@ -605,7 +639,9 @@ int bench_latency_main(int argc, char **argv) {
   printf("(reference: the limit or the row it is compared with; delta: the median of that row's and the reference's\n"
          " per-call times measured back to back on the same operands, which the host targets are checked on;\n"
          " CUTLASS nb: the notebook's published figure in the same unit, Python + CUTLASS DSL on its own machine)\n");
+}
 
+static void release_everything(void) {
   ferry_artifact_release(art);
   ferry_ops_clear_memo();
   for (int s = 0; s < SETS; s++) {
@@ -616,5 +652,39 @@ int bench_latency_main(int argc, char **argv) {
   BENCH_CU(ferry__drv.cuStreamDestroy(stream));
   ferry__ctx_leave();
   remove_cache_homes();
+}
+
+int bench_latency_main(int argc, char **argv) {
+  lat_opts o;
+  int rc = parse_options(argc, argv, &o);
+  if (rc >= 0) return rc;
+  if (bench_no_gpu("ferry bench latency")) return 0;
+  BENCH_F(ferry_device_resolve(-1, &dev));
+  BENCH_F(ferry__ctx_enter(dev)); /* the primary context stays current, as in a PyTorch thread */
+  BENCH_CU(ferry__drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  ferry_device_info info;
+  BENCH_F(ferry_device_info_get(dev, &info));
+  snprintf(cold_home, sizeof cold_home, "/tmp/ferry-bench-latency-%ld", (long)getpid());
+  setenv("XDG_CACHE_HOME", cold_home, 1);
+  make_operand_sets();
+  const ferry_op *found[32];
+  size_t n_found = 0;
+  BENCH_F(ferry_ops_find(&sets[0].args, 0, NULL, NULL, found, 32, &n_found));
+  if (!n_found) {
+    fprintf(stderr, "ferry: bench latency: no operator supports the notebook's GEMM here\n");
+    return 1;
+  }
+  op = found[0];
+
+  static figures f; /* large (the device rows): not on the stack */
+  f.reps = o.repeats > MAX_REPS ? MAX_REPS : o.repeats;
+  measure_compile_and_load(&f);
+  measure_launches(&o, &f);
+  measure_per_call_loops(&f);
+  measure_graphs(&o, &f);
+  measure_device_time(&f);
+  build_table(&f);
+  report(&o, &f, &info);
+  release_everything();
   return 0;
 }

@@ -179,26 +179,8 @@ CUmemoryPool ferry__devmem_pool(int device);
 
 /* ---- gather kernel (kernels.c, kernels/gather.cu) -------------------------------------------------------- */
 
-#define FERRY_GATHER_MAX_DIMS 8
-#define FERRY_GATHER_CONTIGUOUS 0xffffffffu
-#define FERRY_GATHER_CHUNK (64u * 1024u) /* bytes of output per thread block */
-
-/* One block's work: copy `nbytes` of output starting at element `first_elem` of layout `layout`
- * (FERRY_GATHER_CONTIGUOUS: a byte range at src). Shared with the CUDA source; keep both in step. */
-typedef struct ferry__gather_item {
-  uint64_t src;
-  uint64_t dst;
-  uint32_t nbytes;
-  uint32_t layout;
-  uint64_t first_elem;
-} ferry__gather_item;
-
-typedef struct ferry__gather_layout {
-  int32_t ndim;
-  int32_t elem_bytes;
-  int64_t shape[FERRY_GATHER_MAX_DIMS];
-  int64_t stride_bytes[FERRY_GATHER_MAX_DIMS];
-} ferry__gather_layout;
+/* ferry__gather_item, ferry__gather_layout and their limits: kernels/gather_types.h, which gather.cu reads too. */
+#include "kernels/gather_types.h"
 
 /* Loads the gather kernel for `device` (context current), once. FERRY_UNSUPPORTED when the build has no kernel. */
 ferry_status ferry__gather_function(int device, CUfunction *out);

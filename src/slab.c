@@ -161,8 +161,9 @@ void ferry__slab_drop_fences(ferry_slab *s) {
 
 /* ---- references ---------------------------------------------------------------------------------------------- */
 
-void ferry_slab_retain(ferry_slab *slab) {
+ferry_slab *ferry_slab_retain(ferry_slab *slab) {
   if (slab) atomic_fetch_add_explicit(&slab->refs, 1, memory_order_relaxed);
+  return slab;
 }
 
 void ferry_slab_release(ferry_slab *slab) {

@@ -16,8 +16,8 @@
 # passed. A toolkit without them (the pip-installed one) gets them from PyPI: nvidia-cuda-cuobjdump and
 # nvidia-cuda-nvdisasm.
 #
-# The designs are those of src/ops/registry.c (and of the ferry_check_kernels target in cmake/ops.cmake); the
-# kinds cover fp16 and bf16 operands, 16-bit and fp32 outputs, fp16 accumulators, all-row-major, all-column-major
+# The designs are those of src/ops/gemm_designs.def (which the registry and cmake/ops.cmake read too); the kinds
+# cover fp16 and bf16 operands, 16-bit and fp32 outputs, fp16 accumulators, all-row-major, all-column-major
 # and mixed majors. One list serves both versions, so a design added by the change is compiled for both too.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,33 +29,28 @@ cuobjdump=${CUOBJDUMP:-$(dirname "$nvcc")/cuobjdump}
 [ -x "$cuobjdump" ] || cuobjdump=$(command -v cuobjdump || echo cuobjdump)
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 
-# gemm_mma.cu: BM BN BK WARPS_M WARPS_N STAGES VEC, as add_mma(FERRY__MMA, ...)
-mma_designs="128 256 32 2 4 3 8
-128 128 32 2 2 4 8
-64 64 32 2 2 3 8
-64 64 32 2 2 2 1"
-# gemm_mma_sw.cu: BM BN BK WARPS_M WARPS_N STAGES, as add_mma(FERRY__MMA_SW, ...)
-sw_designs="128 128 64 2 2 3
-128 256 64 2 4 3
-256 128 64 4 2 3
-128 256 64 2 4 4"
-# gemm_wgmma.cu: BM BN BK STAGES, as add_mma(FERRY__WGMMA, ...)
-wgmma_designs="128 256 64 4"
+# The designs of src/ops/gemm_designs.def (this checkout's), one a line: FAMILY BM BN BK WARPS_M WARPS_N STAGES VEC
+designs() { sed -n 's/^FERRY_GEMM_DESIGN(\([^)]*\)).*/\1/p' "$root/src/ops/gemm_designs.def" | tr -d ' ' | tr ',' ' '; }
+mma_designs=$(designs | awk '$1 == "MMA" { print $2, $3, $4, $5, $6, $7, $8 }')
+sw_designs=$(designs | awk '$1 == "MMA_SW" { print $2, $3, $4, $5, $6, $7 }')
+wgmma_designs=$(designs | awk '$1 == "WGMMA" { print $2, $3, $4, $7 }')
 
-# name:flags of the tensor-core kinds (operand, output, accumulator types; A, B, output majors: r or c)
-tc_kinds="bf16_rrr_bf16:-DFERRY_A_TYPE=FERRY_BF16,-DFERRY_OUT_TYPE=FERRY_BF16,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
-bf16_ccc_bf16:-DFERRY_A_TYPE=FERRY_BF16,-DFERRY_OUT_TYPE=FERRY_BF16,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0
-bf16_rrr_f32:-DFERRY_A_TYPE=FERRY_BF16,-DFERRY_OUT_TYPE=FERRY_F32,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
-bf16_ccc_f32:-DFERRY_A_TYPE=FERRY_BF16,-DFERRY_OUT_TYPE=FERRY_F32,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0
-f16_rrr_f16:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F16,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
-f16_ccc_f16:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F16,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0
-f16_rrr_f32:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F32,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
-f16_ccc_f32:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F32,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0
-f16_rcr_f16:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F16,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=1
-f16_crc_f32:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F32,-DFERRY_A_ROW=0,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=0"
+# name:flags of the tensor-core kinds (operand, output, accumulator types; A, B, output majors: r or c). Types are
+# given by their codes (1 fp16, 2 bf16, 3 fp32), which every version of the sources reads the same way, whatever
+# the names of the codes' macros in it.
+tc_kinds="bf16_rrr_bf16:-DFERRY_A_TYPE=2,-DFERRY_OUT_TYPE=2,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
+bf16_ccc_bf16:-DFERRY_A_TYPE=2,-DFERRY_OUT_TYPE=2,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0
+bf16_rrr_f32:-DFERRY_A_TYPE=2,-DFERRY_OUT_TYPE=3,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
+bf16_ccc_f32:-DFERRY_A_TYPE=2,-DFERRY_OUT_TYPE=3,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0
+f16_rrr_f16:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=1,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
+f16_ccc_f16:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=1,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0
+f16_rrr_f32:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=3,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
+f16_ccc_f32:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=3,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0
+f16_rcr_f16:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=1,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=1
+f16_crc_f32:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=3,-DFERRY_A_ROW=0,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=0"
 # fp16 accumulators (gemm_mma.cu and gemm_mma_sw.cu only; wgmma accumulates in fp32)
-acc16_kinds="f16_rcr_f16_acc16:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F16,-DFERRY_ACC_TYPE=FERRY_F16,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=1
-f16_ccc_f32_acc16:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F32,-DFERRY_ACC_TYPE=FERRY_F16,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0"
+acc16_kinds="f16_rcr_f16_acc16:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=1,-DFERRY_ACC_TYPE=1,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=1
+f16_ccc_f32_acc16:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=3,-DFERRY_ACC_TYPE=1,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0"
 
 # One line per cubin: NAME|SOURCE|ARCH FLAGS|MACRO FLAGS (comma-separated).
 jobs_list() {
@@ -75,10 +70,10 @@ jobs_list() {
     done
   done
   # gemm_simt.cu: any mix of types; every operand type with every output type, both majors.
-  for in in F16 BF16 F32; do
-    for out in F16 BF16 F32; do
+  for in in F16:1 BF16:2 F32:3; do
+    for out in F16:1 BF16:2 F32:3; do
       for maj in 1 0; do
-        echo "simt_${in}_${out}_row$maj|gemm_simt.cu|-arch=sm_90|-DFERRY_A_TYPE=FERRY_$in,-DFERRY_OUT_TYPE=FERRY_$out,-DFERRY_A_ROW=$maj,-DFERRY_B_ROW=$maj,-DFERRY_OUT_ROW=$maj"
+        echo "simt_${in%:*}_${out%:*}_row$maj|gemm_simt.cu|-arch=sm_90|-DFERRY_A_TYPE=${in#*:},-DFERRY_OUT_TYPE=${out#*:},-DFERRY_A_ROW=$maj,-DFERRY_B_ROW=$maj,-DFERRY_OUT_ROW=$maj"
       done
     done
   done
@@ -152,7 +147,7 @@ case "${1:-}" in
         src=$root/src/kernels
       else
         mkdir -p "$work/src$i"
-        git -C "$root" archive "$rev" src/kernels | tar -x -C "$work/src$i"
+        git -C "$root" archive "$rev" src/kernels include | tar -x -C "$work/src$i"
         src=$work/src$i/src/kernels
       fi
       echo "${rev:-working tree}:"

@@ -1,150 +1,149 @@
 #!/usr/bin/env bash
 # h200_suite.sh — builds ferry on a GPU machine and runs the chosen parts of its GPU evidence: tests, sanitizers,
 # benchmarks. Every part logs to $RESULTS/<part>.log (CSV files beside it) and a failing part does not stop the
-# others; the exit status is non-zero when any part failed. Made for the lent H200, where one command should do
-# a whole run: `tools/h200_suite.sh all`, or name parts.
-#
-# usage: tools/h200_suite.sh [--results DIR] PART...
-#   parts: build (= compile + ctest) compile ctest tests memcheck racecheck opsracecheck synccheck overlap
-#          overlap1ms bandwidth bandwidth64 python pycall pycalltrim pycallviews pybench pybenchmany pybench4096 pybench4096arena pybench4096notrim pybench1ms pybenchnopacing pybandwidth
-#          pybandwidth64 ops
-#          opsfaults opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots all
-#   ferry_stress under compute-sanitizer: stressmemcheck stressracecheck (STRESS_BATCHES per thread)
-#   placement parts (tools/cpu_placement.sh): topology placementcall placementbench; threadab (main vs new thread) evictab idleab
-#   a soak beside other parts: soakstart (detached, setsid) ... soakwait
-# Environment also: BUILD (default ./build-h200), SOAK_SECONDS (default 30), OPS_RACECHECK_S (opsracecheck's cap, default 400).
-# Environment: RESULTS (default ./h200-results), JOBS (default nproc), PYTHON (default python3).
+# others; the exit status is non-zero when any part failed. One command does a whole run: `tools/h200_suite.sh
+# all`, or name parts. The parts are the table below; --help prints it.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 RESULTS=${RESULTS:-$here/h200-results}
 if [ "${1:-}" = "--results" ]; then RESULTS=$2; shift 2; fi
-if [ $# -eq 0 ] || [ "$1" = "--help" ]; then sed -n '2,16p' "$0"; exit 0; fi
 JOBS=${JOBS:-$(nproc)}
 PYTHON=${PYTHON:-python3}
-mkdir -p "$RESULTS"
 build=${BUILD:-$here/build-h200} # BUILD elsewhere keeps a build across device calls whose checkout is replaced
-export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
-failed=()
 
-part() { # part NAME COMMAND...: runs the command with its output in $RESULTS/NAME.log, records a failure
-  local name=$1; shift
-  local t0=$(date +%s%N)
-  echo "== $name: $*" | tee -a "$RESULTS/suite.log"
-  ( cd "$here" && eval "$@" ) > "$RESULTS/$name.log" 2>&1
-  local rc=$?
-  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-  echo "   $name: rc=$rc, ${ms} ms" | tee -a "$RESULTS/suite.log"
-  tail -n "${TAILN:-6}" "$RESULTS/$name.log" | sed 's/^/   | /' | tee -a "$RESULTS/suite.log"
-  [ $rc -eq 0 ] || failed+=("$name")
+# The operator suite's tests without its fault matrix (the sanitizer parts run these; opsfaults runs the matrix).
+ops_tests="every_design_matches_the_float64_reference graphs_capture_replay_and_update_in_place \
+registered_kernel_runs_end_to_end"
+configure="cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=\$(command -v $PYTHON) \
+-DFERRY_REQUIRE_PYTHON=ON"
+
+# ---- the parts: name, lines of its log echoed to suite.log, whether `all` runs it, what it does, its command ----
+names=()
+declare -A tail_of in_all help_of cmd_of
+def() { names+=("$1"); tail_of[$1]=$2; in_all[$1]=$3; help_of[$1]=$4; cmd_of[$1]=$5; }
+
+def compile 6 all "configure (Release) and build into \$BUILD" \
+  "$configure && cmake --build $build -j$JOBS"
+# The kernel emulation is CPU work (minutes): CI runs it, the GPU machine need not.
+def ctest 12 all "the CPU suites (ctest -LE gpu), kernel emulation left to CI" \
+  "ctest --test-dir $build --output-on-failure -LE gpu -E kernels_emulated"
+def gpu 30 all "the GPU suites, verbose (ctest -L gpu: ferry_test_gpu, ferry_test_ops_gpu, ferry_stress)" \
+  "ctest --test-dir $build -V -L gpu"
+def tests 10 - "ferry info and the GPU transfer tests alone (ferry_test_gpu)" \
+  "$build/ferry info && $build/ferry_test_gpu"
+def ops 40 - "the operator runtime's GPU tests alone (ferry_test_ops_gpu)" \
+  "$build/ferry_test_ops_gpu"
+def opsfaults 8 - "the operator runtime's fault matrix on the real driver" \
+  "$build/ferry_test_ops_gpu every_failing_runtime_call_is_clean"
+def stress 12 - "16 threads x 1000 random batches, byte-exact (ferry_stress)" \
+  "$build/ferry_stress random_batches_are_exact"
+def faults 14 - "the transfer path's fault matrix on the real driver" \
+  "$build/ferry_stress every_failing_driver_call_is_clean"
+def fork 8 - "fork after CUDA initialisation on the real driver" \
+  "$build/ferry_stress fork_after_init_is_a_clear_error"
+def soak 8 all "ferry_stress for \$SOAK_SECONDS (30) s; fails unless pinned and device bytes plateau" \
+  "$build/ferry_stress --seconds \${SOAK_SECONDS:-30} --csv $RESULTS/soak.csv random_batches_are_exact"
+# API errors off: ferry asks cuPointerGetAttribute about pageable host pointers, and INVALID_VALUE is the answer.
+def memcheck 6 all "compute-sanitizer memcheck over the transfer tests" \
+  "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 $build/ferry_test_gpu --no-fork \
+round_trips mixed_dtypes_and_pass_through producer_event_is_waited_for producer_stream_is_waited_for \
+pool_never_reuses_under_a_running_copy"
+def racecheck 6 all "compute-sanitizer racecheck over the gather kernel's tests (the operators: opsracecheck)" \
+  "compute-sanitizer --tool racecheck --error-exitcode 1 $build/ferry_test_gpu --no-fork \
+mixed_dtypes_and_pass_through producer_event_is_waited_for"
+def synccheck 6 all "compute-sanitizer synccheck over the gather kernel and the operators (--quick)" \
+  "compute-sanitizer --tool synccheck --error-exitcode 1 $build/ferry_test_gpu --no-fork \
+mixed_dtypes_and_pass_through producer_event_is_waited_for && timeout 100 compute-sanitizer --tool synccheck \
+--error-exitcode 1 $build/ferry_test_ops_gpu --no-fork --quick $ops_tests"
+def opsracecheck 6 all "racecheck over every GEMM design on one odd size (capped at \$OPS_RACECHECK_S, 400 s)" \
+  "timeout \${OPS_RACECHECK_S:-400} compute-sanitizer --tool racecheck --error-exitcode 1 \
+$build/ferry_test_ops_gpu --no-fork --sanitize $ops_tests"
+def opsmemcheck 6 all "memcheck over the operator tests (--quick)" \
+  "compute-sanitizer --tool memcheck --error-exitcode 1 $build/ferry_test_ops_gpu --no-fork --quick $ops_tests"
+def stressmemcheck 12 - "memcheck with leak check over ferry_stress (4 threads x \$STRESS_BATCHES, 30)" \
+  "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 --leak-check full \
+$build/ferry_stress --no-fork --threads 4 --batches \${STRESS_BATCHES:-30} random_batches_are_exact"
+def stressracecheck 12 - "racecheck over ferry_stress (4 threads x \$STRESS_BATCHES, 10)" \
+  "compute-sanitizer --tool racecheck --error-exitcode 1 $build/ferry_stress --no-fork --threads 4 \
+--batches \${STRESS_BATCHES:-10} random_batches_are_exact"
+def overlap 6 all "ferry bench overlap: D2H beside a foreground GEMM (1, 32, 256 tensors)" \
+  "$build/ferry bench overlap --num-tensors 1 32 256 --output $RESULTS/overlap.csv \
+--samples-output $RESULTS/overlap_samples.csv"
+def overlap1ms 6 all "the same with 1 ms of compute per step" \
+  "$build/ferry bench overlap --compute-ms 1 --num-tensors 1 32 256 --output $RESULTS/overlap_1ms.csv"
+def bandwidth 40 all "ferry bench bandwidth over its default sizes and counts" \
+  "$build/ferry bench bandwidth --output $RESULTS/bandwidth.csv"
+def bandwidth64 24 - "ferry bench bandwidth at 64 MiB in 1 to 4096 tensors, 51 repeats" \
+  "$build/ferry bench bandwidth --sizes 64M --num-tensors 1 32 256 4096 --repeats 51 \
+--output $RESULTS/bandwidth64.csv"
+def latency 45 all "ferry bench latency: operator host latency and GEMM device time" \
+  "$build/ferry bench latency --output $RESULTS/latency.csv"
+def gemm 30 all "device time of every tensor-core design beside cuBLAS, bf16 and fp16 (ferry_time_gemm)" \
+  "$build/ferry_time_gemm && $build/ferry_time_gemm --fp16"
+def wgmma 30 all "the same and the operator tests (--quick) with the wgmma design forced on" \
+  "FERRY_WGMMA=1 $build/ferry_time_gemm && FERRY_WGMMA=1 $build/ferry_test_ops_gpu --quick $ops_tests"
+def ranks 8 all "ferry bench ranks and overlap under torchrun; a LOCAL_RANK past the devices must fail" \
+  "torchrun --nproc-per-node 1 --no-python $build/ferry bench ranks --output $RESULTS/ranks.csv \
+&& torchrun --nproc-per-node 1 --no-python $build/ferry bench overlap --num-runs 10 --num-tensors 1 256 \
+--output $RESULTS/overlap_torchrun.csv && { LOCAL_RANK=1 $build/ferry bench ranks; test \$? -eq 1; }"
+def python 6 all "the pytest suite with the GPU (torch, cupy, jax where installed)" \
+  "$PYTHON -m pytest -q -rs tests/python"
+def pycall 24 all "Python call overhead: ferry vs torch" \
+  "$PYTHON -m ferry.bench.call_overhead --output $RESULTS/py_call_overhead.csv"
+def pybench 30 all "the Python overlap benchmark (1, 32, 256 tensors)" \
+  "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 --output $RESULTS/py_overlap.csv \
+--samples-output $RESULTS/py_overlap_samples.csv --diagnostics-output $RESULTS/py_overlap_diagnostics.csv"
+def pybench1ms 12 all "the same with 1 ms of compute per step" \
+  "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 --compute-ms 1 --output $RESULTS/py_overlap_1ms.csv"
+def pybenchmany 30 - "the Python overlap benchmark at 4096 and 16384 tensors, even and mixed layouts" \
+  "for layout in even mixed; do $PYTHON -m ferry.bench.overlap --num-tensors 4096 16384 --num-runs 15 \
+--layout \$layout --output $RESULTS/py_overlap_many_\$layout.csv \
+--diagnostics-output $RESULTS/py_overlap_many_\${layout}_diagnostics.csv || exit 1; done"
+def pybench4096 18 - "the Python overlap benchmark at 4096 tensors" \
+  "$PYTHON -m ferry.bench.overlap --num-tensors 4096 --num-runs 15 --output $RESULTS/py_overlap_4096.csv \
+--diagnostics-output $RESULTS/py_overlap_4096_diagnostics.csv"
+def pybandwidth 30 all "the Python bandwidth benchmark: ferry vs torch" \
+  "$PYTHON -m ferry.bench.bandwidth --output $RESULTS/py_bandwidth.csv"
+def pybandwidth64 30 - "the same at 1 and 64 MiB in 1 to 16384 tensors" \
+  "$PYTHON -m ferry.bench.bandwidth --sizes 1M 64M --num-tensors 1 256 4096 16384 \
+--output $RESULTS/py_bandwidth64.csv"
+def pylatency 30 all "ferry.ops host latency from Python, with its plot" \
+  "$PYTHON -m ferry.bench.latency --output $RESULTS/py_latency.csv --plot $RESULTS/py_latency.png"
+def plots 6 all "plots of every CSV in \$RESULTS" \
+  "$PYTHON -m ferry.bench.plot $RESULTS/*.csv --out-dir $RESULTS/plots"
+
+usage() {
+  echo "usage: tools/h200_suite.sh [--results DIR] PART...      (all: every part marked *; build: compile ctest gpu)"
+  echo "parts:"
+  for n in "${names[@]}"; do
+    printf "  %-16s %s %s\n" "$n" "$([ "${in_all[$n]}" = all ] && echo '*' || echo ' ')" "${help_of[$n]}"
+  done
+  echo "Environment: RESULTS (./h200-results), BUILD (./build-h200), JOBS (nproc), PYTHON (python3),"
+  echo "  SOAK_SECONDS (30), OPS_RACECHECK_S (400), STRESS_BATCHES (30 for memcheck, 10 for racecheck)."
 }
 
-parts=("$@")
-[ "${parts[0]}" = all ] && parts=(build tests memcheck racecheck opsracecheck synccheck overlap overlap1ms bandwidth python pycall
-                                  pybench pybench1ms pybandwidth ops opsmemcheck gemm wgmma latency pylatency stress faults fork soak ranks plots)
-for p in "${parts[@]}"; do
+if [ $# -eq 0 ] || [ "$1" = "--help" ] || [ "$1" = "-h" ]; then usage; exit 0; fi
+parts=()
+for p in "$@"; do
   case $p in
-  build) part build "cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=\$(command -v $PYTHON) \
-           -DFERRY_REQUIRE_PYTHON=ON && cmake --build $build -j$JOBS && ctest --test-dir $build --output-on-failure \
-           -E kernels_emulated" ;; # the kernel emulation is CPU work (minutes): CI runs it, the GPU machine need not
-  compile) part compile "cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=\$(command -v $PYTHON) \
-           -DFERRY_REQUIRE_PYTHON=ON && cmake --build $build -j$JOBS" ;; # build without ctest
-  ctest) part ctest "ctest --test-dir $build --output-on-failure -E kernels_emulated" ;;
-  tests) part tests "$build/ferry info && $build/ferry_test_gpu" ;;
-  memcheck) part memcheck "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 \
-           $build/ferry_test_gpu round_trips mixed_dtypes_and_pass_through producer_event_is_waited_for \
-           producer_stream_is_waited_for pool_never_reuses_under_a_running_copy" ;;
-  racecheck) part racecheck "compute-sanitizer --tool racecheck --error-exitcode 1 $build/ferry_test_gpu \
-           mixed_dtypes_and_pass_through producer_event_is_waited_for" ;; # the operators: opsracecheck
-  synccheck) part synccheck "compute-sanitizer --tool synccheck --error-exitcode 1 $build/ferry_test_gpu \
-           mixed_dtypes_and_pass_through producer_event_is_waited_for && timeout 100 compute-sanitizer --tool \
-           synccheck --error-exitcode 1 $build/ferry_test_ops_gpu --quick" ;;
-  opsracecheck) part opsracecheck "timeout \${OPS_RACECHECK_S:-400} compute-sanitizer --tool racecheck --error-exitcode 1 \
-           $build/ferry_test_ops_gpu --sanitize" ;;
-  overlap) part overlap "$build/ferry bench overlap --num-tensors 1 32 256 --output $RESULTS/overlap.csv \
-           --samples-output $RESULTS/overlap_samples.csv" ;;
-  overlap1ms) part overlap1ms "$build/ferry bench overlap --compute-ms 1 --num-tensors 1 32 256 \
-           --output $RESULTS/overlap_1ms.csv" ;;
-  bandwidth64) TAILN=24 part bandwidth64 "$build/ferry bench bandwidth --sizes 64M --num-tensors 1 32 256 4096 \
-           --repeats 51 --output $RESULTS/bandwidth64.csv" ;; # the 64 MiB targets, more repeats
-  bandwidth) TAILN=40 part bandwidth "$build/ferry bench bandwidth --output $RESULTS/bandwidth.csv" ;;
-  python) part python "$PYTHON -m pytest -q -rs tests/python" ;;
-  pycall) TAILN=24 part pycall "$PYTHON -m ferry.bench.call_overhead --output $RESULTS/py_call_overhead.csv" ;;
-  pycalltrim) TAILN=24 part pycalltrim "GLIBC_TUNABLES=glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_threshold=33554432 \
-           $PYTHON -m ferry.bench.call_overhead --num-tensors 256 4096 --small-calls 200 \
-           --output $RESULTS/py_call_overhead_notrim.csv" ;; # A/B: glibc never trims or unmaps
-  pycallviews) TAILN=24 part pycallviews "$PYTHON -m ferry.bench.call_overhead --num-tensors 256 4096 --views \
-           --device-arg --small-calls 200 --output $RESULTS/py_call_overhead_views.csv" ;; # inputs as the bandwidth bench's
-  pybench4096) TAILN=18 part pybench4096 "$PYTHON -m ferry.bench.overlap --num-tensors 4096 --num-runs 15 \
-           --output $RESULTS/py_overlap_4096.csv --diagnostics-output $RESULTS/py_overlap_4096_diagnostics.csv" ;;
-  pybench4096arena) TAILN=12 part pybench4096arena "GLIBC_TUNABLES=glibc.malloc.arena_max=1 $PYTHON -m \
-           ferry.bench.overlap --num-tensors 4096 --num-runs 15 --output $RESULTS/py_overlap_4096_arena1.csv \
-           --diagnostics-output $RESULTS/py_overlap_4096_arena1_diagnostics.csv" ;; # A/B: the worker on the main arena
-  pybench4096notrim) TAILN=12 part pybench4096notrim "GLIBC_TUNABLES=glibc.malloc.trim_threshold=1073741824 \
-           $PYTHON -m ferry.bench.overlap --num-tensors 4096 --num-runs 15 --output $RESULTS/py_overlap_4096_notrim.csv \
-           --diagnostics-output $RESULTS/py_overlap_4096_notrim_diagnostics.csv" ;; # A/B: glibc never trims
-  pybench) TAILN=30 part pybench "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 \
-           --output $RESULTS/py_overlap.csv --samples-output $RESULTS/py_overlap_samples.csv \
-           --diagnostics-output $RESULTS/py_overlap_diagnostics.csv" ;;
-  pybenchmany) TAILN=30 part pybenchmany "for layout in even mixed; do $PYTHON -m ferry.bench.overlap \
-           --num-tensors 4096 16384 --num-runs 15 --layout \$layout --output $RESULTS/py_overlap_many_\$layout.csv \
-           --diagnostics-output $RESULTS/py_overlap_many_\${layout}_diagnostics.csv || exit 1; done" ;;
-  pybenchnopacing) TAILN=20 part pybenchnopacing "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 4096 \
-           --ferry-gil-slice-us 0 --ferry-gil-switch-us 0 --output $RESULTS/py_overlap_nopacing.csv" ;; # A/B: no GIL pacing
-  pybandwidth) TAILN=30 part pybandwidth "$PYTHON -m ferry.bench.bandwidth --output $RESULTS/py_bandwidth.csv" ;;
-  pybandwidth64) TAILN=30 part pybandwidth64 "$PYTHON -m ferry.bench.bandwidth --sizes 1M 64M \
-           --num-tensors 1 256 4096 16384 --output $RESULTS/py_bandwidth64.csv" ;;
-  pybench1ms) TAILN=12 part pybench1ms "$PYTHON -m ferry.bench.overlap --num-tensors 1 32 256 --compute-ms 1 \
-           --output $RESULTS/py_overlap_1ms.csv" ;;
-  plots) part plots "$PYTHON -m ferry.bench.plot $RESULTS/*.csv --out-dir $RESULTS/plots" ;;
-  ops) TAILN=40 part ops "$build/ferry_test_ops_gpu" ;;
-  opsfaults) TAILN=8 part opsfaults "$build/ferry_test_ops_gpu --faults" ;;
-  opsmemcheck) part opsmemcheck "compute-sanitizer --tool memcheck --error-exitcode 1 $build/ferry_test_ops_gpu --quick" ;;
-  pylatency) TAILN=30 part pylatency "$PYTHON -m ferry.bench.latency --output $RESULTS/py_latency.csv \
-           --plot $RESULTS/py_latency.png" ;;
-  gemm) TAILN=30 part gemm "$build/ferry_time_gemm && $build/ferry_time_gemm --fp16" ;;
-  wgmma) TAILN=30 part wgmma "FERRY_WGMMA=1 $build/ferry_time_gemm && FERRY_WGMMA=1 $build/ferry_test_ops_gpu --quick" ;;
-  latency) TAILN=45 part latency "$build/ferry bench latency --output $RESULTS/latency.csv" ;;
-  stress) TAILN=12 part stress "$build/ferry_stress" ;;
-  # API errors off: ferry asks cuPointerGetAttribute about pageable host pointers, and INVALID_VALUE is the answer
-  stressmemcheck) TAILN=12 part stressmemcheck "compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 --leak-check full \
-           $build/ferry_stress --threads 4 --batches \${STRESS_BATCHES:-30}" ;;
-  stressracecheck) TAILN=12 part stressracecheck "compute-sanitizer --tool racecheck --error-exitcode 1 \
-           $build/ferry_stress --threads 4 --batches \${STRESS_BATCHES:-10}" ;;
-  faults) TAILN=14 part faults "$build/ferry_stress --faults" ;;
-  fork) TAILN=8 part fork "$build/ferry_stress --fork" ;;
-  soak) TAILN=8 part soak "$build/ferry_stress --seconds \${SOAK_SECONDS:-30} --csv $RESULTS/soak.csv" ;;
-  ranks) TAILN=8 part ranks "torchrun --nproc-per-node 1 --no-python $build/ferry bench ranks --output $RESULTS/ranks.csv \
-           && torchrun --nproc-per-node 1 --no-python $build/ferry bench overlap --num-runs 10 --num-tensors 1 256 \
-              --output $RESULTS/overlap_torchrun.csv && { LOCAL_RANK=1 $build/ferry bench ranks; test \$? -eq 1; }" ;;
-  threadab) TAILN=40 part threadab "for r in 1 2 3; do for where in main new; do \
-             flag=; [ \$where = new ] && flag=--in-thread; echo \"=== calls from the \$where thread, round \$r\"; \
-             $PYTHON -m ferry.bench.call_overhead --num-tensors 256 4096 --small-calls 200 \$flag \
-               --output $RESULTS/py_call_\$where.\$r.csv 2>&1 | grep -E 'ferry|torch|probe'; done; done" ;;
-             # A/B: the same calls on the main thread and on a new one (the overlap harness's worker is a thread)
-  evictab) TAILN=40 part evictab "for r in 1 2; do for mib in 0 32; do echo \"=== scratch \$mib MiB before each call, round \$r\"; \
-             $PYTHON -m ferry.bench.call_overhead --num-tensors 256 4096 --small-calls 200 --in-thread \
-               --evict-mib \$mib --output $RESULTS/py_call_evict\$mib.\$r.csv 2>&1 | grep -E 'ferry|torch|probe'; done; done" ;;
-             # A/B: warm caches (a tight loop of calls) against cold ones (a worker's call after other work)
-  topology) TAILN=40 part topology "tools/cpu_placement.sh topology" ;;
-  placementcall) TAILN=40 part placementcall "PLACEMENTS=\"unpinned fast slow\" tools/cpu_placement.sh ab 3 sh -c \"$PYTHON -m ferry.bench.call_overhead \
-           --num-tensors 256 4096 --small-calls 200 --output $RESULTS/py_call_\\\$PLACEMENT.\\\$ROUND.csv\"" ;;
-  idleab) TAILN=60 part idleab "tools/cpu_placement.sh idleab 2 sh -c \"$PYTHON -m ferry.bench.overlap \
-           --num-tensors 4096 --num-runs 15 --output $RESULTS/py_overlap_4096_spin\\\$SPIN.\\\$ROUND.csv \
-           --diagnostics-output $RESULTS/py_overlap_4096_spin\\\$SPIN.\\\$ROUND.diag.csv\" | grep -E '===|speed probe|    4096  '" ;;
-             # A/B: the harness with its vCPUs kept from halting between blocks (SCHED_IDLE busy loops)
-  placementbench) TAILN=40 part placementbench "PLACEMENTS=\"unpinned fast slow\" tools/cpu_placement.sh ab 1 sh -c \"$PYTHON -m ferry.bench.overlap \
-           --num-tensors 1 32 256 4096 --num-runs 30 --output $RESULTS/py_overlap_\\\$PLACEMENT.csv \
-           --diagnostics-output $RESULTS/py_overlap_diag_\\\$PLACEMENT.csv\"" ;;
-  soakstart) # the soak in its own session, so that it outlives this command (the device tool keeps such
-             # processes until the machine goes back); soakwait collects it
-    echo "== soakstart: ferry_stress --seconds ${SOAK_SECONDS:-30}" | tee -a "$RESULTS/suite.log"
-    setsid sh -c "'$build/ferry_stress' --seconds \${SOAK_SECONDS:-30} --csv '$RESULTS/soak.csv' > '$RESULTS/soak.log' 2>&1;
-                  echo \$? > '$RESULTS/soak.rc'" < /dev/null > /dev/null 2>&1 &
-    ;;
-  soakwait) TAILN=12 part soakwait "while [ ! -e $RESULTS/soak.rc ]; do sleep 2; done; cat $RESULTS/soak.log; \
-           exit \$(cat $RESULTS/soak.rc)" ;;
-  *) echo "unknown part '$p' (see --help)"; exit 2 ;;
+  all) for n in "${names[@]}"; do [ "${in_all[$n]}" = all ] && parts+=("$n"); done ;;
+  build) parts+=(compile ctest gpu) ;;
+  *) [ -n "${cmd_of[$p]+x}" ] || { echo "unknown part '$p' (see --help)"; exit 2; }; parts+=("$p") ;;
   esac
+done
+
+mkdir -p "$RESULTS"
+export FERRY_REQUIRE_GPU=1 # a GPU suite that finds no GPU fails here instead of skipping
+export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
+failed=()
+for p in "${parts[@]}"; do
+  t0=$(date +%s%N)
+  echo "== $p: ${cmd_of[$p]}" | tee -a "$RESULTS/suite.log"
+  ( cd "$here" && eval "${cmd_of[$p]}" ) > "$RESULTS/$p.log" 2>&1
+  rc=$?
+  echo "   $p: rc=$rc, $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$RESULTS/suite.log"
+  tail -n "${tail_of[$p]}" "$RESULTS/$p.log" | sed 's/^/   | /' | tee -a "$RESULTS/suite.log"
+  [ $rc -eq 0 ] || failed+=("$p")
 done
 echo "failed parts: ${failed[*]:-none}" | tee -a "$RESULTS/suite.log"
 [ ${#failed[@]} -eq 0 ]

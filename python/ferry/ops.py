@@ -1,6 +1,6 @@
 """ferry.ops: GEMM operators from Python with the lowest call overhead (the CUTLASS Operator API's names).
 
-Everything here is implemented in C (``ferry._ferry._ops``) over libferry's operator runtime (``ferry.h``): the
+Everything here is implemented in C (``ferry._ferry._ops``) over libferry's operator runtime (``ferry/ops.h``): the
 arguments are validated once into a compact problem, support checks are integer compares, compiling is NVRTC
 once with an in-memory memo and a verified disk cache, and a run is a parameter copy and one ``cuLaunchKernel``.
 This module only re-exports. The notebook's pattern::

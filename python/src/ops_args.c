@@ -66,8 +66,9 @@ static ferry_scalar scalar_of_text(const char *text) {
   for (; text[n] && n + 1 < sizeof t; n++) t[n] = (char)tolower((unsigned char)text[n]);
   t[n] = '\0';
   static const struct { const char *name; ferry_scalar s; } names[] = {
-      {"float32", FERRY_F32}, {"fp32", FERRY_F32}, {"f32", FERRY_F32}, {"single", FERRY_F32},
-      {"float16", FERRY_F16}, {"fp16", FERRY_F16}, {"f16", FERRY_F16}, {"half", FERRY_F16}};
+      {"float32", FERRY_SCALAR_F32}, {"fp32", FERRY_SCALAR_F32}, {"f32", FERRY_SCALAR_F32},
+      {"single", FERRY_SCALAR_F32},
+      {"float16", FERRY_SCALAR_F16}, {"fp16", FERRY_SCALAR_F16}, {"f16", FERRY_SCALAR_F16}, {"half", FERRY_SCALAR_F16}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!strcmp(t, names[i].name)) return names[i].s;
   return FERRY_SCALAR_NONE;
@@ -75,7 +76,7 @@ static ferry_scalar scalar_of_text(const char *text) {
 
 static int parse_accumulator(PyObject *obj, ferry_scalar *out) {
   if (!obj || obj == Py_None) {
-    *out = FERRY_F32;
+    *out = FERRY_SCALAR_F32;
     return 0;
   }
   for (int i = 0; i < ACC_CACHE; i++)
@@ -234,7 +235,7 @@ ferry_py_gemm_args *ferry_py_ops_args_check(PyObject *obj, const char *fn) {
   return NULL;
 }
 
-static const char *major_name(int m) { return m == FERRY_ROW_MAJOR ? "row" : "column"; }
+static const char *major_name(int m) { return m == FERRY_MAJOR_ROW ? "row" : "column"; }
 
 static PyObject *args_repr(ferry_py_gemm_args *self) {
   const ferry_gemm_problem *p = &self->args.problem;

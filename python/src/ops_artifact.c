@@ -38,7 +38,7 @@ static PyObject *artifact_repr(ferry_py_artifact *self) {
   size_t size = 0;
   (void)ferry_artifact_cubin(self->art, &size);
   return PyUnicode_FromFormat("<ferry.ops.CompiledArtifact of %s for sm_%d, kind 0x%03x, %zu-byte cubin>",
-                              ferry_op_get_info(ferry_artifact_op(self->art))->name,
+                              ferry_op_info_get(ferry_artifact_op(self->art))->name,
                               ferry_artifact_target_sm(self->art), (unsigned)ferry_artifact_kind(self->art), size);
 }
 

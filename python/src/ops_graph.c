@@ -128,7 +128,7 @@ static PyObject *graph_run(graph_object *g, PyObject *const *args, Py_ssize_t na
   int assume = ferry_py_ops_truth(a[3]);
   if (assume < 0 || need_state(g, GRAPH_CAPTURING, "run") < 0) return NULL;
   size_t index = 0;
-  ferry_status st = ferry_graph_run(g->graph, op->op, &ga->args, art, assume ? FERRY_ASSUME_SUPPORTED : 0, &index);
+  ferry_status st = ferry_graph_run(g->graph, op->op, &ga->args, art, assume ? FERRY_RUN_ASSUME_SUPPORTED : 0, &index);
   if (st != FERRY_OK) return ferry_py_raise(st);
   if (PyList_Append(g->runs, a[1]) < 0) return NULL;
   if (g->device < 0) g->device = ga->args.problem.device;

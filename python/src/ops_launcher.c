@@ -30,7 +30,7 @@ typedef struct {
   ferry_gemm_args args;           /* the bound problem; a call copies it and sets the pointers */
   ferry_py_operand bound[3];      /* layouts; `type` references are strong here */
   uint8_t need_align[3];          /* the operator's required alignment of A, B, out in bytes */
-  uint32_t flags;                 /* FERRY_ASSUME_SUPPORTED or 0 */
+  uint32_t flags;                 /* FERRY_RUN_ASSUME_SUPPORTED or 0 */
   const DLPackExchangeAPI *api;   /* for stream=None, as GemmArguments.api */
 } launcher_object;
 
@@ -160,7 +160,7 @@ static PyObject *launcher_call(launcher_object *L, PyObject *const *args, size_t
   }
   ferry_gemm_args run = L->args;
   ferry_gemm_args_set_data(&run, data[0], data[1], data[2]); /* recomputes the three alignments */
-  if (L->flags & FERRY_ASSUME_SUPPORTED) {
+  if (L->flags & FERRY_RUN_ASSUME_SUPPORTED) {
     const ferry_gemm_problem *p = &run.problem;
     if (__builtin_expect(p->a_align < L->need_align[0] || p->b_align < L->need_align[1] ||
                              p->out_align < L->need_align[2], 0) &&
@@ -202,8 +202,8 @@ PyObject *ferry_py_ops_launcher_new(ferry_py_operator *op, PyObject *const *args
     if (ferry_artifact_op(given) != op->op || ferry_artifact_kind(given) != ga->args.problem.kind) {
       PyErr_Format(PyExc_ValueError, "Operator.launcher: the artifact is of operator %s and kind 0x%03x; the "
                    "launcher is for %s and these arguments' kind 0x%03x (compile them with this operator)",
-                   ferry_op_get_info(ferry_artifact_op(given))->name, (unsigned)ferry_artifact_kind(given),
-                   ferry_op_get_info(op->op)->name, (unsigned)ga->args.problem.kind);
+                   ferry_op_info_get(ferry_artifact_op(given))->name, (unsigned)ferry_artifact_kind(given),
+                   ferry_op_info_get(op->op)->name, (unsigned)ga->args.problem.kind);
       return NULL;
     }
     artifact = Py_NewRef(a[1]);
@@ -224,8 +224,8 @@ PyObject *ferry_py_ops_launcher_new(ferry_py_operator *op, PyObject *const *args
   L->artifact = (ferry_py_artifact *)artifact;
   L->args = ga->args;
   L->api = ga->api;
-  L->flags = assume ? FERRY_ASSUME_SUPPORTED : 0;
-  const ferry_op_info *in = ferry_op_get_info(op->op);
+  L->flags = assume ? FERRY_RUN_ASSUME_SUPPORTED : 0;
+  const ferry_op_info *in = ferry_op_info_get(op->op);
   L->need_align[0] = (uint8_t)in->a_align;
   L->need_align[1] = (uint8_t)in->b_align;
   L->need_align[2] = (uint8_t)in->out_align;
@@ -246,7 +246,7 @@ static void launcher_dealloc(launcher_object *L) {
 static PyObject *launcher_repr(launcher_object *L) {
   const ferry_gemm_problem *p = &L->args.problem;
   return PyUnicode_FromFormat("<ferry.ops.Launcher of %s: m=%d n=%d k=%d l=%d on cuda:%d, %s>",
-                              ferry_op_get_info(L->op->op)->name, (int)p->m, (int)p->n, (int)p->k, (int)p->l,
+                              ferry_op_info_get(L->op->op)->name, (int)p->m, (int)p->n, (int)p->k, (int)p->l,
                               (int)p->device, L->flags ? "support check bypassed" : "support check on");
 }
 

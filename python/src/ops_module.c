@@ -258,8 +258,10 @@ static PyMethodDef ops_methods[] = {
     {"device_supports", device_supports, METH_O, device_supports_doc},
     {"clear_memo", clear_memo, METH_NOARGS, clear_memo_doc},
     {"cache_stats", cache_stats, METH_NOARGS, cache_stats_doc},
+#ifdef FERRY_PYTHON_TEST_HOOKS /* ops_raw.c loads libcuda itself: built for the project's tests and benches only */
     {"_raw_launch_time", (PyCFunction)(void (*)(void))ferry_py_ops_raw_launch_time, METH_FASTCALL | METH_KEYWORDS,
      "Private (ferry.bench.latency): host time of raw cuLaunchKernel of an artifact's kernel, timed in C."},
+#endif
     {NULL, NULL, 0, NULL}};
 
 static void ops_free(void *unused) { ferry_py_ops_stream_clear(); }

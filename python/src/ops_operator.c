@@ -123,10 +123,10 @@ int ferry_py_ops_metadata_init(PyObject *ops_module) {
 
 static PyObject *scalar_names(uint32_t mask) {
   Py_ssize_t n = 0;
-  for (int s = FERRY_F16; s <= FERRY_F32; s++) n += !!(mask & FERRY_SCALAR_BIT(s));
+  for (int s = FERRY_SCALAR_F16; s <= FERRY_SCALAR_F32; s++) n += !!(mask & FERRY_SCALAR_BIT(s));
   PyObject *t = PyTuple_New(n);
   n = 0;
-  for (int s = FERRY_F16; t && s <= FERRY_F32; s++) {
+  for (int s = FERRY_SCALAR_F16; t && s <= FERRY_SCALAR_F32; s++) {
     if (!(mask & FERRY_SCALAR_BIT(s))) continue;
     PyObject *name = PyUnicode_FromString(ferry_scalar_name((ferry_scalar)s));
     if (!name) Py_CLEAR(t);
@@ -136,7 +136,7 @@ static PyObject *scalar_names(uint32_t mask) {
 }
 
 static PyObject *major_names(uint32_t mask) {
-  int row = !!(mask & FERRY_MAJOR_BIT(FERRY_ROW_MAJOR)), col = !!(mask & FERRY_MAJOR_BIT(FERRY_COL_MAJOR));
+  int row = !!(mask & FERRY_MAJOR_BIT(FERRY_MAJOR_ROW)), col = !!(mask & FERRY_MAJOR_BIT(FERRY_MAJOR_COL));
   if (row && col) return Py_BuildValue("(ss)", "row", "column");
   if (row) return Py_BuildValue("(s)", "row");
   if (col) return Py_BuildValue("(s)", "column");
@@ -208,7 +208,7 @@ static void operator_dealloc(ferry_py_operator *self) {
   PyObject_Free(self);
 }
 
-static const ferry_op_info *info_of(ferry_py_operator *self) { return ferry_op_get_info(self->op); }
+static const ferry_op_info *info_of(ferry_py_operator *self) { return ferry_op_info_get(self->op); }
 
 static PyObject *operator_repr(ferry_py_operator *self) {
   const ferry_op_info *in = info_of(self);
@@ -349,7 +349,7 @@ static PyObject *op_run(ferry_py_operator *self, PyObject *const *args, Py_ssize
   void *stream;
   if (ferry_py_ops_stream(a[1], ga->api, ga->args.problem.device, &stream) < 0) return NULL;
   if (!art && ferry_py_ops_warm(self, &ga->args) < 0) return NULL;
-  ferry_status st = ferry_op_run(self->op, &ga->args, stream, art, assume ? FERRY_ASSUME_SUPPORTED : 0);
+  ferry_status st = ferry_op_run(self->op, &ga->args, stream, art, assume ? FERRY_RUN_ASSUME_SUPPORTED : 0);
   if (__builtin_expect(st != FERRY_OK, 0)) return ferry_py_raise(st);
   Py_RETURN_NONE;
 }

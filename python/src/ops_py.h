@@ -1,6 +1,6 @@
 /* ops_py.h — private: what the files of ferry.ops (the operator half of the extension ferry._ferry) share.
  *
- * ferry.ops puts the operator runtime of ferry.h (GEMM arguments, discovery, supports, compile once, run, graphs)
+ * ferry.ops puts the operator runtime of ferry/ops.h (GEMM arguments, discovery, supports, compile once, run, graphs)
  * in Python with the CUTLASS Operator API's names. The hot calls — GemmArguments(...), op.run(...), a launcher's
  * call — are vectorcalls that read tensors through the framework's DLPack exchange API (torch) and go straight to
  * the C library: no Python-level attribute access, no allocation besides the result object, no string work unless
@@ -16,6 +16,7 @@
  *   ops_launcher.c  ferry.ops.Launcher: the fast call form, launcher(A, B, out, stream=None)
  *   ops_graph.c     ferry.ops.Graph: ferry's own capture / replay / in-place update
  *   ops_raw.c       private, for the latency benchmark: raw cuLaunchKernel of an artifact's kernel, timed in C
+ *                   (FERRY_PYTHON_TEST_HOOKS only: it resolves libcuda's entries itself, which a wheel must not)
  *   ops_testing.c   private test hooks (FERRY_PYTHON_TEST_HOOKS only): the operator entry points of the simulated
  *                   driver, GEMM launches computed on the CPU
  *
@@ -26,6 +27,8 @@
 #define FERRY_PY_OPS_H
 
 #include "ferry_py.h"
+
+#include <ferry/ops.h>
 
 /* ---- ops_module.c: keyword parsing for the hot calls -------------------------------------------------------- */
 
@@ -163,8 +166,10 @@ extern PyTypeObject ferry_py_Graph_Type;
 PyObject *ferry_py_ops_launcher_new(ferry_py_operator *op, PyObject *const *args, Py_ssize_t nargs,
                                     PyObject *kwnames);
 
+#ifdef FERRY_PYTHON_TEST_HOOKS
 /* _ops._raw_launch_time(artifact, args_list, stream, iters, warmup) -> (host_us, e2e_us, node) */
 PyObject *ferry_py_ops_raw_launch_time(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+#endif
 
 #ifdef FERRY_PYTHON_TEST_HOOKS
 int ferry_py_ops_testing_init(PyObject *module);

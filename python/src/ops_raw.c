@@ -96,7 +96,7 @@ PyObject *ferry_py_ops_raw_launch_time(PyObject *self, PyObject *const *args, Py
     return NULL;
   }
   const ferry_op *op = ferry_artifact_op(art);
-  if (!ferry_op_get_info(op)->builtin) {
+  if (!ferry_op_info_get(op)->builtin) {
     PyErr_SetString(PyExc_ValueError, "_raw_launch_time(): only ferry's own operators (kernel parameter "
                     "ferry_gemm_params) can be timed raw");
     return NULL;
@@ -144,7 +144,7 @@ PyObject *ferry_py_ops_raw_launch_time(PyObject *self, PyObject *const *args, Py
 
   /* The launch ferry makes, read back from a capture of one run. */
   if (cu_check(cu.begin((CUstream)stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")) goto done;
-  ferry_status st = ferry_op_run(op, &first->args, stream, art, FERRY_ASSUME_SUPPORTED);
+  ferry_status st = ferry_op_run(op, &first->args, stream, art, FERRY_RUN_ASSUME_SUPPORTED);
   CUresult ended = cu.end((CUstream)stream, &graph);
   if (st != FERRY_OK) {
     ferry_py_raise(st);

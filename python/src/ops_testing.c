@@ -77,9 +77,9 @@ static uint16_t double_to_half(double d) { /* round to nearest even through floa
 }
 
 static double load(const void *base, int type, int64_t i) {
-  if (type == FERRY_F32) return ((const float *)base)[i];
+  if (type == FERRY_SCALAR_F32) return ((const float *)base)[i];
   uint16_t h = ((const uint16_t *)base)[i];
-  if (type == FERRY_F16) return half_to_double(h);
+  if (type == FERRY_SCALAR_F16) return half_to_double(h);
   uint32_t x = (uint32_t)h << 16;
   float f;
   memcpy(&f, &x, 4);
@@ -87,9 +87,9 @@ static double load(const void *base, int type, int64_t i) {
 }
 
 static void store(void *base, int type, int64_t i, double v) {
-  if (type == FERRY_F32) {
+  if (type == FERRY_SCALAR_F32) {
     ((float *)base)[i] = (float)v;
-  } else if (type == FERRY_F16) {
+  } else if (type == FERRY_SCALAR_F16) {
     ((uint16_t *)base)[i] = double_to_half(v);
   } else {
     float f = (float)v;

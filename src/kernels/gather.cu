@@ -6,31 +6,13 @@
 // into the tensor's (collapsed) dimensions. The source may be device memory (D2H) or mapped pinned host memory
 // read over PCIe (H2D), which is why loads are independent and wide: many requests in flight hide the latency.
 //
-// Built by nvcc at build time into a fatbin (sm_80, sm_90 and PTX) embedded in libferry; keep the structs in step
-// with ferry__gather_item and ferry__gather_layout in src/internal.h (their sizes are checked below).
+// Built by nvcc at build time into a fatbin (sm_80, sm_90 and PTX) embedded in libferry. The work items and
+// layouts are the host's own structs (gather_types.h).
 
-#include <stdint.h>
+#include "gather_types.h"
 
-#define GATHER_MAX_DIMS 8
-#define GATHER_CONTIGUOUS 0xffffffffu
-
-struct gather_item {
-  uint64_t src;
-  uint64_t dst;
-  uint32_t nbytes;
-  uint32_t layout;
-  uint64_t first_elem;
-};
-
-struct gather_layout {
-  int32_t ndim;
-  int32_t elem_bytes;
-  int64_t shape[GATHER_MAX_DIMS];
-  int64_t stride_bytes[GATHER_MAX_DIMS];
-};
-
-static_assert(sizeof(gather_item) == 32, "gather_item must match ferry__gather_item");
-static_assert(sizeof(gather_layout) == 136, "gather_layout must match ferry__gather_layout");
+typedef ferry__gather_item gather_item;
+typedef ferry__gather_layout gather_layout;
 
 // ---------------------------------------------------------------------------------------------------------------
 
@@ -101,7 +83,7 @@ __device__ __forceinline__ void copy_strided_bytes(const gather_item &it, const 
 extern "C" __global__ void __launch_bounds__(256) ferry_gather_kernel(const gather_item *__restrict__ items,
                                                                       const gather_layout *__restrict__ layouts) {
   const gather_item it = items[blockIdx.x];
-  if (it.layout == GATHER_CONTIGUOUS) {
+  if (it.layout == FERRY_GATHER_CONTIGUOUS) {
     copy_contiguous(it);
     return;
   }

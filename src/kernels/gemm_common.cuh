@@ -1,11 +1,12 @@
-// gemm_common.cuh — what ferry's GEMM kernels share that needs the device: element conversions, cp.async /
-// ldmatrix / mma / wgmma wrappers.
+// gemm_common.cuh — what ferry's GEMM kernels share: element conversions, cp.async / ldmatrix / mma / wgmma
+// wrappers, and the copy of one k-tile into a pipeline stage.
 //
 // Compiled by NVRTC at run time, so it includes no system header at all: fp16 and bf16 travel as raw 16-bit patterns
-// and are converted with PTX cvt instructions. ferry puts the FERRY_* macros of the problem's kind, gemm_params.cuh
+// and are converted with PTX cvt instructions. ferry puts the FERRY_* macros of the problem's kind, gemm_params.h
 // and gemm_kind.cuh ahead of this text and gemm_output.cuh after it (src/ops/source.c); the includes below only
-// serve checking the kernel files with nvcc (see cmake/ops.cmake, ferry_check_kernels). The CPU emulation replaces
-// this file (tests/kernels/emulate_cuda.h): its inline PTX has no C++ meaning there.
+// serve checking the kernel files with nvcc (see cmake/ops.cmake, ferry_check_kernels). The CPU emulation
+// (tests/kernels/emulate_cuda.h) defines FERRY_GEMM_EMULATED and its own plain C++ for everything up to the stage
+// copy, whose inline PTX has no C++ meaning there, and then includes this file for the stage copy.
 #ifndef FERRY_GEMM_COMMON_INCLUDED
 #define FERRY_GEMM_COMMON_INCLUDED
 
@@ -14,6 +15,8 @@
 #endif
 
 namespace ferry {
+
+#ifndef FERRY_GEMM_EMULATED
 
 __device__ __forceinline__ float f16_to_f32(u16 h) {
   float f;
@@ -40,14 +43,14 @@ __device__ __forceinline__ u16 f32_to_bf16(float f) {
 }
 
 template <int T> __device__ __forceinline__ float to_f32(typename storage<T>::type v);
-template <> __device__ __forceinline__ float to_f32<FERRY_F16>(u16 v) { return f16_to_f32(v); }
-template <> __device__ __forceinline__ float to_f32<FERRY_BF16>(u16 v) { return bf16_to_f32(v); }
-template <> __device__ __forceinline__ float to_f32<FERRY_F32>(float v) { return v; }
+template <> __device__ __forceinline__ float to_f32<FERRY_SCALAR_F16>(u16 v) { return f16_to_f32(v); }
+template <> __device__ __forceinline__ float to_f32<FERRY_SCALAR_BF16>(u16 v) { return bf16_to_f32(v); }
+template <> __device__ __forceinline__ float to_f32<FERRY_SCALAR_F32>(float v) { return v; }
 
 template <int T> __device__ __forceinline__ typename storage<T>::type from_f32(float v);
-template <> __device__ __forceinline__ u16 from_f32<FERRY_F16>(float v) { return f32_to_f16(v); }
-template <> __device__ __forceinline__ u16 from_f32<FERRY_BF16>(float v) { return f32_to_bf16(v); }
-template <> __device__ __forceinline__ float from_f32<FERRY_F32>(float v) { return v; }
+template <> __device__ __forceinline__ u16 from_f32<FERRY_SCALAR_F16>(float v) { return f32_to_f16(v); }
+template <> __device__ __forceinline__ u16 from_f32<FERRY_SCALAR_BF16>(float v) { return f32_to_bf16(v); }
+template <> __device__ __forceinline__ float from_f32<FERRY_SCALAR_F32>(float v) { return v; }
 
 typedef storage<FERRY_A_TYPE>::type a_t;
 typedef storage<FERRY_B_TYPE>::type b_t;
@@ -96,7 +99,7 @@ __device__ __forceinline__ unsigned dynamic_smem_size() {
 
 // d += a·b for one 16×8×16 tile: a row-major 16×16, b column-major 16×8, fp32 accumulators.
 template <int IN> __device__ __forceinline__ void mma_f32(float d[4], const u32 a[4], const u32 b[2]) {
-  if (IN == FERRY_BF16)
+  if (IN == FERRY_SCALAR_BF16)
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -143,7 +146,7 @@ __device__ __forceinline__ void mma_f16(u32 d[2], const u32 a[4], const u32 b[2]
 template <int IN, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long long desc_a,
                                                  unsigned long long desc_b) {
-  if (IN == FERRY_BF16)
+  if (IN == FERRY_SCALAR_BF16)
     FERRY_WGMMA_M64N256K16("bf16");
   else
     FERRY_WGMMA_M64N256K16("f16");
@@ -159,6 +162,35 @@ __device__ __forceinline__ void wgmma_fence_operand(float &r) { asm volatile("" 
 // Orders this thread's generic-proxy shared-memory writes (cp.async included) before async-proxy reads (wgmma).
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 #endif
+
+#endif // FERRY_GEMM_EMULATED
+
+// ---- the stage copy (plain C++: the emulation runs this text) ------------------------------------------------
+
+// Copies k-tile `kt` of A and B into pipeline stage `s` and moves the copy pointers on by one k-tile; called for
+// kt = 0, 1, 2, ... in order. FULL: the k-tile is known to exist and to lie inside the operands, so its copies need
+// no predicates; otherwise they are full copies still when the block's tile and the k-tile lie inside, edge copies
+// (predicated, zero-filled) when not. ML is the main loop of gemm_mma_sw.cu or gemm_wgmma.cu: its tile copies
+// (copy_a, copy_b), the operands' majors, BK and the stage's bytes, and the copy state it keeps.
+template <bool FULL, class ML> __device__ __forceinline__ void load_stage(ML &ml, int s, int kt) {
+  typedef typename ML::copy_a copy_a;
+  typedef typename ML::copy_b copy_b;
+  const int k0 = kt * ML::bk;
+  const u32 stage = ml.smem + s * ML::stage_bytes;
+  if (FULL || (ml.inside_mn && k0 + ML::bk <= ml.p.k)) {
+    copy_a::full(stage + ml.a_dst, ml.a_next, ml.p.lda);
+    copy_b::full(stage + ml.b_dst, ml.b_next, ml.p.ldb);
+  } else {
+    // Empty copies point at the batch's first element, which exists whenever there is a k-tile to load.
+    const int m_left = ml.p.m - ml.m0, n_left = ml.p.n - ml.n0, k_left = ml.p.k - k0;
+    copy_a::edge(stage + ml.a_dst, ml.a_next, ml.A, ml.p.lda, (ML::a_row ? m_left : k_left) - copy_a::row0(),
+                 (ML::a_row ? k_left : m_left) - copy_a::col0());
+    copy_b::edge(stage + ml.b_dst, ml.b_next, ml.B, ml.p.ldb, (ML::b_row ? k_left : n_left) - copy_b::row0(),
+                 (ML::b_row ? n_left : k_left) - copy_b::col0());
+  }
+  ml.a_next += ml.a_kstep;
+  ml.b_next += ml.b_kstep;
+}
 
 }  // namespace ferry
 

@@ -45,9 +45,10 @@ constexpr int B_ELEMS = (B_ROW ? BK : BN) * B_PITCH;
 constexpr int STAGE_ELEMS = A_ELEMS + B_ELEMS;
 constexpr unsigned SMEM_BYTES = STAGES * STAGE_ELEMS * 2;
 
-static_assert(FERRY_A_TYPE == FERRY_B_TYPE && (FERRY_A_TYPE == FERRY_F16 || FERRY_A_TYPE == FERRY_BF16),
+static_assert(FERRY_A_TYPE == FERRY_B_TYPE && (FERRY_A_TYPE == FERRY_SCALAR_F16 || FERRY_A_TYPE == FERRY_SCALAR_BF16),
               "the tensor-core GEMM takes two fp16 or two bf16 operands");
-static_assert(FERRY_ACC_TYPE == FERRY_F32 || FERRY_A_TYPE == FERRY_F16, "fp16 accumulation needs fp16 operands");
+static_assert(FERRY_ACC_TYPE == FERRY_SCALAR_F32 || FERRY_A_TYPE == FERRY_SCALAR_F16,
+              "fp16 accumulation needs fp16 operands");
 static_assert(BM % (16 * WARPS_M) == 0 && BN % (16 * WARPS_N) == 0 && NI % 2 == 0, "warp tiles of 16×16 pieces");
 static_assert(BK % 16 == 0 && STAGES >= 2, "k in steps of 16, at least double buffering");
 static_assert(VEC == 8 || VEC == 4 || VEC == 2 || VEC == 1, "load width");
@@ -99,7 +100,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) ferry_gemm_mma(const ferry
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm0 = warp / WARPS_N * WM, wn0 = warp % WARPS_N * WN;
 
-#if FERRY_ACC_TYPE == FERRY_F16
+#if FERRY_ACC_TYPE == FERRY_SCALAR_F16
   u32 acc[MI][NI][2];
 #pragma unroll
   for (int i = 0; i < MI; ++i)
@@ -174,7 +175,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) ferry_gemm_mma(const ferry
       for (int i = 0; i < MI; ++i)
 #pragma unroll
         for (int j = 0; j < NI; ++j) {
-#if FERRY_ACC_TYPE == FERRY_F16
+#if FERRY_ACC_TYPE == FERRY_SCALAR_F16
           mma_f16(acc[i][j], af[i], bf[j]);
 #else
           mma_f32<FERRY_A_TYPE>(acc[i][j], af[i], bf[j]);

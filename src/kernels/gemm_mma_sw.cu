@@ -62,9 +62,10 @@ constexpr unsigned EPI_BYTES = WARPS * 16 * EPI_PITCH * 4;
 constexpr unsigned PIPE_BYTES = STAGES * STAGE_BYTES;
 constexpr unsigned SMEM_BYTES = PIPE_BYTES > EPI_BYTES ? PIPE_BYTES : EPI_BYTES; // src/ops/registry.c mirrors this
 
-static_assert(FERRY_A_TYPE == FERRY_B_TYPE && (FERRY_A_TYPE == FERRY_F16 || FERRY_A_TYPE == FERRY_BF16),
+static_assert(FERRY_A_TYPE == FERRY_B_TYPE && (FERRY_A_TYPE == FERRY_SCALAR_F16 || FERRY_A_TYPE == FERRY_SCALAR_BF16),
               "the tensor-core GEMM takes two fp16 or two bf16 operands");
-static_assert(FERRY_ACC_TYPE == FERRY_F32 || FERRY_A_TYPE == FERRY_F16, "fp16 accumulation needs fp16 operands");
+static_assert(FERRY_ACC_TYPE == FERRY_SCALAR_F32 || FERRY_A_TYPE == FERRY_SCALAR_F16,
+              "fp16 accumulation needs fp16 operands");
 static_assert(BM % 64 == 0 && BN % 64 == 0 && BK % 64 == 0,
               "swizzled tiles need rows of a multiple of 64 elements (8 chunks of 16 bytes) in either orientation");
 static_assert(WM % 64 == 0 && WN % 64 == 0, "warp pieces of whole 64-element swizzle rows (frag_base relies on it)");
@@ -158,7 +159,7 @@ __device__ __forceinline__ void load_frags(u32 af[MI][4], u32 bf[NI][2], u32 sa,
   }
 }
 
-#if FERRY_ACC_TYPE == FERRY_F16
+#if FERRY_ACC_TYPE == FERRY_SCALAR_F16
 typedef u32 acc_t[MI][NI][2];
 #else
 typedef float acc_t[MI][NI][4];
@@ -171,7 +172,7 @@ __device__ __forceinline__ void mma_all(acc_t &acc, const u32 af[MI][4], const u
     for (int j = 0; j < NI; ++j) {
       // Serpentine over j: consecutive mma share an A or B fragment.
       const int jj = (i & 1) ? NI - 1 - j : j;
-#if FERRY_ACC_TYPE == FERRY_F16
+#if FERRY_ACC_TYPE == FERRY_SCALAR_F16
       mma_f16(acc[i][jj], af[i], bf[jj]);
 #else
       mma_f32<FERRY_A_TYPE>(acc[i][jj], af[i], bf[jj]);
@@ -185,6 +186,9 @@ __device__ __forceinline__ void mma_all(acc_t &acc, const u32 af[MI][4], const u
 struct mainloop {
   typedef tile_copy<A_ROW ? BM : BK, A_COLS> copy_a;
   typedef tile_copy<B_ROW ? BK : BN, B_COLS> copy_b;
+  static constexpr bool a_row = A_ROW, b_row = B_ROW; // what load_stage (gemm_common.cuh) reads of the design
+  static constexpr int bk = BK;
+  static constexpr unsigned stage_bytes = STAGE_BYTES;
 
   const ferry_gemm_params &p;
   const elem *A, *B;               // the batch's operands
@@ -216,7 +220,7 @@ struct mainloop {
     for (int i = 0; i < MI; ++i)
 #pragma unroll
       for (int j = 0; j < NI; ++j) {
-#if FERRY_ACC_TYPE == FERRY_F16
+#if FERRY_ACC_TYPE == FERRY_SCALAR_F16
         acc[i][j][0] = acc[i][j][1] = 0u;
 #else
         acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
@@ -224,30 +228,11 @@ struct mainloop {
       }
   }
 
-  // Stage `s` gets k-tile `kt`; called for kt = 0, 1, 2, ... in order.
-  template <bool FULL> __device__ __forceinline__ void load_stage(int s, int kt) {
-    const int k0 = kt * BK;
-    const u32 stage = smem + s * STAGE_BYTES;
-    if (FULL || (inside_mn && k0 + BK <= p.k)) {
-      copy_a::full(stage + a_dst, a_next, p.lda);
-      copy_b::full(stage + b_dst, b_next, p.ldb);
-    } else {
-      // Empty copies point at the batch's first element, which exists whenever there is a k-tile to load.
-      const int m_left = p.m - m0, n_left = p.n - n0, k_left = p.k - k0;
-      copy_a::edge(stage + a_dst, a_next, A, p.lda, (A_ROW ? m_left : k_left) - copy_a::row0(),
-                   (A_ROW ? k_left : m_left) - copy_a::col0());
-      copy_b::edge(stage + b_dst, b_next, B, p.ldb, (B_ROW ? k_left : n_left) - copy_b::row0(),
-                   (B_ROW ? n_left : k_left) - copy_b::col0());
-    }
-    a_next += a_kstep;
-    b_next += b_kstep;
-  }
-
   // Fills stages 0..STAGES-2 and the fragments of k-tile 0's first k16 step.
   __device__ __forceinline__ void prologue() {
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < ktiles) load_stage<false>(s, s);
+      if (s < ktiles) load_stage<false>(*this, s, s);
       cp_async_commit(); // empty groups keep the count of groups in flight the same for every iteration
     }
     cp_async_wait<STAGES - 2>();
@@ -270,7 +255,7 @@ struct mainloop {
       load_frags(af[(ks + 1) & 1], bf[(ks + 1) & 1], sa, sa + A_BYTES, (ks + 1) % KS, fb);
       if (ks == 0) {
         // Into the stage of k-tile kt-1, released by the barrier of the previous iteration.
-        if (FULL || kt + STAGES - 1 < ktiles) load_stage<FULL>(write_stage, kt + STAGES - 1);
+        if (FULL || kt + STAGES - 1 < ktiles) load_stage<FULL>(*this, write_stage, kt + STAGES - 1);
         cp_async_commit();
         write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
       }

@@ -75,7 +75,7 @@ __device__ __forceinline__ void store_tile(out_t *out, long long ldc, int m, int
 // (16-bit types) load and store; the caller has checked that they are in range and aligned for it.
 __device__ __forceinline__ void store4(out_t *at, const float a[4], float alpha, float beta) {
   float v[4] = {alpha * a[0], alpha * a[1], alpha * a[2], alpha * a[3]};
-#if FERRY_OUT_TYPE == FERRY_F32
+#if FERRY_OUT_TYPE == FERRY_SCALAR_F32
   if (beta != 0.0f) {
     const f32x4 old = *reinterpret_cast<const f32x4 *>(at);
     v[0] += beta * old.x, v[1] += beta * old.y, v[2] += beta * old.z, v[3] += beta * old.w;

@@ -54,9 +54,9 @@ constexpr unsigned PIPE_BYTES = STAGES * STAGE_BYTES;
 // +1024: the swizzle atoms must start on 1024-byte boundaries; the kernel aligns the dynamic area up itself.
 constexpr unsigned SMEM_BYTES = (PIPE_BYTES > EPI_BYTES ? PIPE_BYTES : EPI_BYTES) + 1024; // registry.c mirrors this
 
-static_assert(FERRY_A_TYPE == FERRY_B_TYPE && (FERRY_A_TYPE == FERRY_F16 || FERRY_A_TYPE == FERRY_BF16),
+static_assert(FERRY_A_TYPE == FERRY_B_TYPE && (FERRY_A_TYPE == FERRY_SCALAR_F16 || FERRY_A_TYPE == FERRY_SCALAR_BF16),
               "the tensor-core GEMM takes two fp16 or two bf16 operands");
-static_assert(FERRY_ACC_TYPE == FERRY_F32, "wgmma accumulates in fp32 here");
+static_assert(FERRY_ACC_TYPE == FERRY_SCALAR_F32, "wgmma accumulates in fp32 here");
 static_assert(BK == 64, "one 128-byte swizzle row of K per row of a K-major tile");
 static_assert(BM % 64 == 0 && BN == 256, "warpgroups of 64 rows, one m64n256k16 each");
 static_assert(STAGES >= 3, "copies run STAGES-2 k-tiles ahead of the wgmma");
@@ -113,6 +113,9 @@ __device__ __forceinline__ unsigned long long desc_b(u32 sb, int ks) {
 struct mainloop {
   typedef tile_copy<A_ROW ? BM : BK, A_ROW ? BK : BM> copy_a;
   typedef tile_copy<B_ROW ? BK : BN, B_ROW ? BN : BK> copy_b;
+  static constexpr bool a_row = A_ROW, b_row = B_ROW; // what load_stage (gemm_common.cuh) reads of the design
+  static constexpr int bk = BK;
+  static constexpr unsigned stage_bytes = STAGE_BYTES;
 
   const ferry_gemm_params &p;
   const elem *A, *B;
@@ -142,29 +145,12 @@ struct mainloop {
     for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
   }
 
-  template <bool FULL> __device__ __forceinline__ void load_stage(int s, int kt) {
-    const int k0 = kt * BK;
-    const u32 stage = smem + s * STAGE_BYTES;
-    if (FULL || (inside_mn && k0 + BK <= p.k)) {
-      copy_a::full(stage + a_dst, a_next, p.lda);
-      copy_b::full(stage + b_dst, b_next, p.ldb);
-    } else {
-      const int m_left = p.m - m0, n_left = p.n - n0, k_left = p.k - k0;
-      copy_a::edge(stage + a_dst, a_next, A, p.lda, (A_ROW ? m_left : k_left) - copy_a::row0(),
-                   (A_ROW ? k_left : m_left) - copy_a::col0());
-      copy_b::edge(stage + b_dst, b_next, B, p.ldb, (B_ROW ? k_left : n_left) - copy_b::row0(),
-                   (B_ROW ? n_left : k_left) - copy_b::col0());
-    }
-    a_next += a_kstep;
-    b_next += b_kstep;
-  }
-
   // k-tile kt. FULL: the k-tile it copies (kt+STAGES-2) exists and lies inside the operands.
   template <bool FULL> __device__ __forceinline__ void k_tile(int kt) {
     cp_async_wait<STAGES - 3>(); // this thread's copies of k-tile kt have landed
     fence_proxy_async_shared();  // ... and are visible to the tensor cores' (async) proxy
     __syncthreads();             // everyone's are; every warpgroup is done with k-tile kt-2's stage
-    if (FULL || kt + STAGES - 2 < ktiles) load_stage<FULL>(write_stage, kt + STAGES - 2);
+    if (FULL || kt + STAGES - 2 < ktiles) load_stage<FULL>(*this, write_stage, kt + STAGES - 2);
     cp_async_commit();
     write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
 
@@ -184,7 +170,7 @@ struct mainloop {
   __device__ __forceinline__ void run() {
 #pragma unroll
     for (int s = 0; s < STAGES - 2; ++s) {
-      if (s < ktiles) load_stage<false>(s, s);
+      if (s < ktiles) load_stage<false>(*this, s, s);
       cp_async_commit(); // empty groups keep the count of groups in flight the same for every iteration
     }
     const int full_until = inside_mn ? p.k / BK - (STAGES - 2) : 0;

@@ -11,14 +11,14 @@
 
 const char *ferry_scalar_name(ferry_scalar scalar) {
   switch (scalar) {
-  case FERRY_F16: return "fp16";
-  case FERRY_BF16: return "bf16";
-  case FERRY_F32: return "fp32";
+  case FERRY_SCALAR_F16: return "fp16";
+  case FERRY_SCALAR_BF16: return "bf16";
+  case FERRY_SCALAR_F32: return "fp32";
   default: return "?";
   }
 }
 
-static int scalar_bytes(int s) { return s == FERRY_F32 ? 4 : 2; }
+static int scalar_bytes(int s) { return s == FERRY_SCALAR_F32 ? 4 : 2; }
 
 /* The largest power of two, up to 16, dividing every value (0 divides by anything). */
 static uint8_t align_of(uint64_t a, uint64_t b, uint64_t c) {
@@ -55,9 +55,9 @@ static ferry_status read_operand(const char *name, const ferry_tensor *t, const 
                      (int)t->ndim, rn, cn, rn, cn);
   if (!t->shape) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: shape is NULL", name);
   if (t->dtype.lanes != 1) goto bad_type;
-  if (t->dtype.code == FERRY_DTYPE_FLOAT && t->dtype.bits == 16) o->type = FERRY_F16;
-  else if (t->dtype.code == FERRY_DTYPE_FLOAT && t->dtype.bits == 32) o->type = FERRY_F32;
-  else if (t->dtype.code == FERRY_DTYPE_BFLOAT && t->dtype.bits == 16) o->type = FERRY_BF16;
+  if (t->dtype.code == FERRY_DTYPE_FLOAT && t->dtype.bits == 16) o->type = FERRY_SCALAR_F16;
+  else if (t->dtype.code == FERRY_DTYPE_FLOAT && t->dtype.bits == 32) o->type = FERRY_SCALAR_F32;
+  else if (t->dtype.code == FERRY_DTYPE_BFLOAT && t->dtype.bits == 16) o->type = FERRY_SCALAR_BF16;
   else goto bad_type;
   if (t->device.device_type != FERRY_DEVICE_CUDA && t->device.device_type != FERRY_DEVICE_CUDA_MANAGED)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s is in memory of device type %d, not on a CUDA device "
@@ -94,10 +94,10 @@ static ferry_status read_operand(const char *name, const ferry_tensor *t, const 
   int row_ok = o->cols <= 1 || sc == 1;
   int col_ok = o->rows <= 1 || sr == 1;
   if (row_ok && (o->cols > 1 || o->rows <= 1 || !col_ok)) {
-    o->major = FERRY_ROW_MAJOR;
+    o->major = FERRY_MAJOR_ROW;
     o->ld = o->rows <= 1 ? (o->cols > 1 ? o->cols : 1) : sr;
   } else if (col_ok) {
-    o->major = FERRY_COL_MAJOR;
+    o->major = FERRY_MAJOR_COL;
     o->ld = o->cols <= 1 ? (o->rows > 1 ? o->rows : 1) : sc;
   } else {
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s (%lld×%lld) has strides (%lld, %lld): neither row-major "
@@ -105,12 +105,12 @@ static ferry_status read_operand(const char *name, const ferry_tensor *t, const 
                      name, (long long)o->rows, (long long)o->cols, (long long)sr, (long long)sc);
   }
   if (is_out) {
-    int64_t inner = o->major == FERRY_ROW_MAJOR ? o->cols : o->rows;
-    int64_t outer = o->major == FERRY_ROW_MAJOR ? o->rows : o->cols;
+    int64_t inner = o->major == FERRY_MAJOR_ROW ? o->cols : o->rows;
+    int64_t outer = o->major == FERRY_MAJOR_ROW ? o->rows : o->cols;
     if (outer > 1 && o->ld < inner)
       return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s (%lld×%lld, %s-major) has leading dimension %lld < %lld: "
                        "its elements overlap, and it is written", name, (long long)o->rows, (long long)o->cols,
-                       o->major == FERRY_ROW_MAJOR ? "row" : "column", (long long)o->ld, (long long)inner);
+                       o->major == FERRY_MAJOR_ROW ? "row" : "column", (long long)o->ld, (long long)inner);
     __int128 footprint = (__int128)o->ld * (outer > 1 ? outer - 1 : 0) + inner;
     if (o->batch > 1 && (__int128)sb < footprint)
       return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: batch stride %lld is smaller than one matrix (%lld "
@@ -144,9 +144,9 @@ ferry_status ferry_gemm_args_init(ferry_gemm_args *args, const ferry_tensor *A, 
   FERRY_TRY(read_operand("A", A, "m", "k", 0, &a));
   FERRY_TRY(read_operand("B", B, "k", "n", 0, &b));
   FERRY_TRY(read_operand("out", out, "m", "n", 1, &c));
-  if (accumulator != FERRY_F32 && accumulator != FERRY_F16)
+  if (accumulator != FERRY_SCALAR_F32 && accumulator != FERRY_SCALAR_F16)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "accumulator type %d is not fp32 (%d) or fp16 (%d)", (int)accumulator,
-                     FERRY_F32, FERRY_F16);
+                     FERRY_SCALAR_F32, FERRY_SCALAR_F16);
   if (a.rows != c.rows || b.cols != c.cols || a.cols != b.rows)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "shapes do not chain: A is %lld×%lld, B %lld×%lld, out %lld×%lld "
                      "(need A m×k, B k×n, out m×n)", (long long)a.rows, (long long)a.cols, (long long)b.rows,

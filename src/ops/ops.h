@@ -14,9 +14,10 @@
  *   sha256.c    SHA-256 for compile keys and operator digests
  *   xxh64.c     XXH64 for the artifact files' content check
  */
-#ifndef FERRY_OPS_H
-#define FERRY_OPS_H
+#ifndef FERRY_OPS_INTERNAL_H
+#define FERRY_OPS_INTERNAL_H
 
+#include "ferry/ops.h"
 #include "internal.h"
 #include "rtc.h"
 
@@ -127,7 +128,7 @@ void ferry__compile_key(const ferry_op *op, uint32_t kind, int sm, const char *c
  * tests and the benchmark's account of a process's first lookup of an operator. */
 void ferry__op_body_digest(const ferry_op *op, uint8_t out[32]);
 
-/* The SHA-256 of the headers a built-in operator's source holds besides its own kernel (gemm_params.cuh and the
+/* The SHA-256 of the headers a built-in operator's source holds besides its own kernel (ferry/gemm_params.h and the
  * headers only ferry's kernels are given), for the operator digests of registry.c. */
 void ferry__builtin_headers_digest(uint8_t out[32]);
 
@@ -244,7 +245,7 @@ typedef struct ferry__launch {
 } ferry__launch;
 
 /* The artifact to use for a run (`art` itself, or the memo's, compiled on first need), checked against args
- * unless `flags` has FERRY_ASSUME_SUPPORTED. */
+ * unless `flags` has FERRY_RUN_ASSUME_SUPPORTED. */
 ferry_status ferry__run_artifact(const ferry_op *op, const ferry_gemm_args *args, ferry_artifact *art,
                                  uint32_t flags, ferry_artifact **out);
 

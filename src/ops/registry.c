@@ -34,7 +34,7 @@ uint32_t ferry__design_smem(const ferry_op *op, uint32_t kind) {
     return pipe > epi ? pipe : epi;
   }
   if (op->family != FERRY__MMA) return op->info.smem_bytes;
-  int a_row = ((kind >> 8) & 1u) == FERRY_ROW_MAJOR, b_row = ((kind >> 9) & 1u) == FERRY_ROW_MAJOR;
+  int a_row = ((kind >> 8) & 1u) == FERRY_MAJOR_ROW, b_row = ((kind >> 9) & 1u) == FERRY_MAJOR_ROW;
   /* gemm_mma.cu: tiles in the operands' orientation, rows padded by 8 elements, 2 bytes each */
   uint32_t a = a_row ? (uint32_t)(d->bm * (d->bk + 8)) : (uint32_t)(d->bk * (d->bm + 8));
   uint32_t b = b_row ? (uint32_t)(d->bk * (d->bn + 8)) : (uint32_t)(d->bn * (d->bk + 8));
@@ -47,7 +47,7 @@ static uint8_t builtin_headers[32];
 /* What an artifact was made from (an imported or cached one must match it): the operator's text, macros, entry and
  * options and, for a built-in operator, the shared headers its source holds too (source.c) — so that moving code
  * from a kernel file into a shared header, or changing one, is not mistaken for the same source. A registered
- * operator's digest is what it always was (gemm_params.cuh, the public parameter layout, is all it is given), so
+ * operator's digest is what it always was (ferry/gemm_params.h, the public parameter layout, is all it is given), so
  * artifacts exported for it keep importing. */
 static void op_digest(ferry_op *op) {
   ferry__sha256 s;
@@ -65,6 +65,14 @@ static ferry_op *op_alloc(void) {
   ferry_op *op = calloc(1, sizeof *op);
   if (op) pthread_mutex_init(&op->lock, NULL);
   return op;
+}
+
+/* Frees a built-in operator that could not be registered (what it owns: its name and its macros). */
+static void builtin_free(ferry_op *op) {
+  free((char *)op->info.name);
+  free(op->defines);
+  pthread_mutex_destroy(&op->lock);
+  free(op);
 }
 
 /* Appends under the registry lock; fails only for lack of memory. */
@@ -87,7 +95,7 @@ static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, i
   ferry_op *op = op_alloc();
   char name[96], defines[256];
   if (!op) return;
-  const char *t = in_type == FERRY_F16 ? "f16" : "bf16";
+  const char *t = in_type == FERRY_SCALAR_F16 ? "f16" : "bf16";
   if (family == FERRY__WGMMA) snprintf(name, sizeof name, "gemm_wgmma_%s_%dx%dx%d_s%d", t, bm, bn, bk, stages);
   else if (family == FERRY__MMA_SW) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d_swz", t, bm, bn, bk, stages);
   else if (vec == 8) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d", t, bm, bn, bk, stages);
@@ -116,8 +124,8 @@ static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, i
   op->info.min_sm = family == FERRY__WGMMA ? 90 : 80; /* wgmma; cp.async and bf16 mma */
   op->info.a_types = op->info.b_types = FERRY_SCALAR_BIT(in_type);
   op->info.out_types = FERRY_SCALARS_FLOAT;
-  op->info.acc_types = FERRY_SCALAR_BIT(FERRY_F32) |
-                       (in_type == FERRY_F16 && family != FERRY__WGMMA ? FERRY_SCALAR_BIT(FERRY_F16) : 0);
+  op->info.acc_types = FERRY_SCALAR_BIT(FERRY_SCALAR_F32) |
+                       (in_type == FERRY_SCALAR_F16 && family != FERRY__WGMMA ? FERRY_SCALAR_BIT(FERRY_SCALAR_F16) : 0);
   op->info.a_majors = op->info.b_majors = op->info.out_majors = FERRY_MAJORS_ANY;
   op->info.a_align = op->info.b_align = (uint32_t)(2 * vec);
   op->info.out_align = 1;
@@ -141,9 +149,13 @@ static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, i
     uint32_t bytes = ferry__design_smem(op, kind << 8);
     if (bytes > op->info.smem_bytes) op->info.smem_bytes = bytes;
   }
-  if (!op->info.name || !op->defines) return; /* out of memory at start-up: the operator is simply absent */
+  /* Out of memory at start-up: the operator is simply absent. */
+  if (!op->info.name || !op->defines) {
+    builtin_free(op);
+    return;
+  }
   op_digest(op);
-  append(op);
+  if (!append(op)) builtin_free(op);
 }
 
 static void add_simt(void) {
@@ -151,7 +163,7 @@ static void add_simt(void) {
   if (!op) return;
   op->family = FERRY__SIMT;
   op->design = (ferry__design){64, 64, 16, 0, 0, 1, 1, 0.0};
-  op->info.name = "gemm_simt_64x64x16";
+  op->info.name = strdup("gemm_simt_64x64x16");
   op->info.instruction = "simt.fma";
   op->info.tile_m = 64;
   op->info.tile_n = 64;
@@ -161,7 +173,7 @@ static void add_simt(void) {
   op->info.smem_bytes = 0; /* static shared memory only */
   op->info.min_sm = 75;
   op->info.a_types = op->info.b_types = op->info.out_types = FERRY_SCALARS_FLOAT;
-  op->info.acc_types = FERRY_SCALAR_BIT(FERRY_F32);
+  op->info.acc_types = FERRY_SCALAR_BIT(FERRY_SCALAR_F32);
   op->info.a_majors = op->info.b_majors = op->info.out_majors = FERRY_MAJORS_ANY;
   op->info.a_align = op->info.b_align = op->info.out_align = 1;
   op->info.div_m = op->info.div_n = op->info.div_k = 1;
@@ -171,35 +183,41 @@ static void add_simt(void) {
   op->kernel_size = ferry__kernel_gemm_simt_size;
   op->entry = "ferry_gemm_simt";
   op->params_size = sizeof(ferry_gemm_params);
-  if (!op->defines) return;
+  if (!op->info.name || !op->defines) {
+    builtin_free(op);
+    return;
+  }
   op_digest(op);
-  append(op);
+  if (!append(op)) builtin_free(op);
 }
 
-/* The built-in designs. `speed` (ferry__design) orders them in ferry_ops_find together with the tile/wave model
- * of cost_of(): it is fitted to each design's measured device time, speed = (cost without speed / 262144) × 456 µs
- * / time, so that designs of one tile shape rank as 1 / time (the times: docs/gemm-kernels.md). */
+/* The built-in designs (gemm_designs.def): every design for fp16 and bf16 operands, the wgmma ones last, then the
+ * SIMT fallback. */
+static const struct builtin_design {
+  ferry__family family;
+  int bm, bn, bk, warps_m, warps_n, stages, vec;
+  double speed;
+} builtin_designs[] = {
+#define FERRY_GEMM_DESIGN(family, bm, bn, bk, warps_m, warps_n, stages, vec, speed) \
+  {FERRY__##family, bm, bn, bk, warps_m, warps_n, stages, vec, speed},
+#include "gemm_designs.def"
+#undef FERRY_GEMM_DESIGN
+};
+
 static void register_builtins(void) {
   pthread_mutex_lock(&registry_lock);
   ferry__builtin_headers_digest(builtin_headers);
-  static const int types[2] = {FERRY_F16, FERRY_BF16};
-  for (int i = 0; i < 2; i++) {
-    add_mma(FERRY__MMA, types[i], 128, 256, 32, 2, 4, 3, 8, 0.663); /* large problems: 8 warps of 64×64 */
-    add_mma(FERRY__MMA, types[i], 128, 128, 32, 2, 2, 4, 8, 1.0);   /* 4 warps of 64×64, two blocks per SM */
-    add_mma(FERRY__MMA, types[i], 64, 64, 32, 2, 2, 3, 8, 0.861);   /* small problems: more blocks */
-    add_mma(FERRY__MMA, types[i], 64, 64, 32, 2, 2, 2, 1, 0.297);   /* any alignment: element loads */
-    /* gemm_mma_sw.cu: swizzled, BK 64, double-buffered fragments; 96 KB (two blocks per SM) to 192 KB */
-    add_mma(FERRY__MMA_SW, types[i], 128, 128, 64, 2, 2, 3, 8, 1.574); /* 4 warps of 64×64, two blocks per SM */
-    add_mma(FERRY__MMA_SW, types[i], 128, 256, 64, 2, 4, 3, 8, 1.423); /* 8 warps of 64×64 */
-    add_mma(FERRY__MMA_SW, types[i], 256, 128, 64, 4, 2, 3, 8, 1.410);
-    add_mma(FERRY__MMA_SW, types[i], 128, 256, 64, 2, 4, 4, 8, 1.436); /* deeper pipeline: sm_90's 227 KB only */
-  }
-  /* gemm_wgmma.cu (sm_90a): two warpgroups of m64n256k16, 4 stages of 48 KB; found for sm_90 targets only, and
-   * ranked first there (the fastest design measured). FERRY_WGMMA=0 leaves it out (for comparing, or for a driver
-   * that cannot load sm_90a code). */
-  const char *wgmma = getenv("FERRY_WGMMA");
-  if (!wgmma || strcmp(wgmma, "0") != 0)
-    for (int i = 0; i < 2; i++) add_mma(FERRY__WGMMA, types[i], 128, 256, 64, 2, 4, 4, 8, 1.973);
+  static const int types[2] = {FERRY_SCALAR_F16, FERRY_SCALAR_BF16};
+  /* FERRY_WGMMA=0 leaves the wgmma designs out (for comparing, or for a driver that cannot load sm_90a code). */
+  const char *env = getenv("FERRY_WGMMA");
+  int wgmma = !env || strcmp(env, "0") != 0;
+  for (int last = 0; last < 2; last++) /* pass 0: every design but wgmma; pass 1: wgmma */
+    for (int i = 0; i < 2; i++)
+      for (size_t k = 0; k < sizeof builtin_designs / sizeof builtin_designs[0]; k++) {
+        const struct builtin_design *d = &builtin_designs[k];
+        if ((d->family == FERRY__WGMMA) != last || (d->family == FERRY__WGMMA && !wgmma)) continue;
+        add_mma(d->family, types[i], d->bm, d->bn, d->bk, d->warps_m, d->warps_n, d->stages, d->vec, d->speed);
+      }
   add_simt();
   pthread_mutex_unlock(&registry_lock);
 }
@@ -208,7 +226,7 @@ void ferry__registry_init(void) { pthread_once(&builtins_once, register_builtins
 
 /* ---- lookup ------------------------------------------------------------------------------------------------ */
 
-const ferry_op_info *ferry_op_get_info(const ferry_op *op) { return op ? &op->info : NULL; }
+const ferry_op_info *ferry_op_info_get(const ferry_op *op) { return op ? &op->info : NULL; }
 
 size_t ferry_ops_count(void) {
   ferry__registry_init();
@@ -309,21 +327,23 @@ ferry_status ferry_ops_find(const ferry_gemm_args *args, int target_sm, ferry_op
   if (target_sm == 0) FERRY_TRY(ferry_target_sm(args->problem.device, &target_sm));
   if (target_sm < 0) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_ops_find: target_sm %d is negative", target_sm);
   ferry__registry_init();
+  /* The operators as registered now, copied under the lock; the checks run after it, since a registered
+   * operator's supports callback and the filter are the caller's code, which may call back into the registry.
+   * Operators are never freed, so the pointers stay valid. */
   pthread_mutex_lock(&registry_lock);
   size_t n = n_ops, found = 0;
   c = malloc((n ? n : 1) * sizeof *c);
-  if (c) {
-    for (size_t i = 0; i < n; i++) {
-      const ferry_op *op = ops[i];
-      if (op->info.min_sm > target_sm || (op->info.builtin && op->info.smem_bytes > smem_limit_of(target_sm)) ||
-          (op->family == FERRY__WGMMA && target_sm != 90) || !ferry__supports_fast(op, args))
-        continue; /* sm_90a code runs on sm_90 alone */
-      if (filter && !filter(&op->info, filter_user)) continue;
-      c[found++] = (candidate){op, rank_of(op), cost_of(op, &args->problem, target_sm), i};
-    }
-  }
+  for (size_t i = 0; c && i < n; i++) c[i].op = ops[i];
   pthread_mutex_unlock(&registry_lock);
   if (!c) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "ferry_ops_find: no memory for %zu candidates", n);
+  for (size_t i = 0; i < n; i++) {
+    const ferry_op *op = c[i].op;
+    if (op->info.min_sm > target_sm || (op->info.builtin && op->info.smem_bytes > smem_limit_of(target_sm)) ||
+        (op->family == FERRY__WGMMA && target_sm != 90) || !ferry__supports_fast(op, args))
+      continue; /* sm_90a code runs on sm_90 alone */
+    if (filter && !filter(&op->info, filter_user)) continue;
+    c[found++] = (candidate){op, rank_of(op), cost_of(op, &args->problem, target_sm), i};
+  }
   qsort(c, found, sizeof *c, cmp_candidate);
   for (size_t i = 0; i < found && i < capacity; i++) out_ops[i] = c[i].op;
   *out_count = found;
@@ -346,7 +366,7 @@ void ferry_op_desc_init(ferry_op_desc *desc) {
   i->threads = 256;
   i->min_sm = 75;
   i->a_types = i->b_types = i->out_types = FERRY_SCALARS_FLOAT;
-  i->acc_types = FERRY_SCALAR_BIT(FERRY_F32);
+  i->acc_types = FERRY_SCALAR_BIT(FERRY_SCALAR_F32);
   i->a_majors = i->b_majors = i->out_majors = FERRY_MAJORS_ANY;
   i->a_align = i->b_align = i->out_align = 1;
   i->div_m = i->div_n = i->div_k = 1;
@@ -379,7 +399,8 @@ ferry_status ferry_op_register(const ferry_op_desc *desc, const ferry_op **out) 
   if (!desc->source || !*desc->source || !desc->entry || !*desc->entry)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: source and entry are required", name);
   if (!(in->a_types & FERRY_SCALARS_FLOAT) || !(in->b_types & FERRY_SCALARS_FLOAT) ||
-      !(in->out_types & FERRY_SCALARS_FLOAT) || !(in->acc_types & (FERRY_SCALAR_BIT(FERRY_F32) | FERRY_SCALAR_BIT(FERRY_F16))))
+      !(in->out_types & FERRY_SCALARS_FLOAT) ||
+      !(in->acc_types & (FERRY_SCALAR_BIT(FERRY_SCALAR_F32) | FERRY_SCALAR_BIT(FERRY_SCALAR_F16))))
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: every type mask must accept at least one type (a 0x%x, "
                      "b 0x%x, out 0x%x, acc 0x%x)", name, in->a_types, in->b_types, in->out_types, in->acc_types);
   if (!(in->a_majors & FERRY_MAJORS_ANY) || !(in->b_majors & FERRY_MAJORS_ANY) || !(in->out_majors & FERRY_MAJORS_ANY))
@@ -398,6 +419,8 @@ ferry_status ferry_op_register(const ferry_op_desc *desc, const ferry_op **out) 
   if (desc->n_options < 0 || (desc->n_options > 0 && !desc->options) || desc->n_options > 64)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: %d options (at most 64, with an array)", name,
                      (int)desc->n_options);
+  for (int i = 0; i < desc->n_options; i++)
+    if (!desc->options[i]) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: option %d is NULL", name, i);
   op = op_alloc();
   if (!op) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "registering operator %s", name);
   op->info = *in;
@@ -413,11 +436,11 @@ ferry_status ferry_op_register(const ferry_op_desc *desc, const ferry_op **out) 
   int ok = op->info.name && op->info.instruction && op->kernel_text && op->entry && op->defines &&
            (!desc->n_options || op->options);
   for (int i = 0; ok && i < desc->n_options; i++) {
-    ok = desc->options[i] && (op->options[i] = strdup(desc->options[i])) != NULL;
+    ok = (op->options[i] = strdup(desc->options[i])) != NULL;
     op->n_options = i + 1;
   }
   if (!ok) {
-    st = FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: out of memory, or a NULL option", name);
+    st = FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "registering operator %s: copying its description", name);
     goto cleanup;
   }
   op->supports = desc->supports;

@@ -53,7 +53,7 @@ cleanup:
 ferry_status ferry__run_artifact(const ferry_op *op, const ferry_gemm_args *args, ferry_artifact *art,
                                  uint32_t flags, ferry_artifact **out) {
   const ferry_gemm_problem *p = &args->problem;
-  if (!(flags & FERRY_ASSUME_SUPPORTED) && !ferry__supports_fast(op, args)) return unsupported(op, args);
+  if (!(flags & FERRY_RUN_ASSUME_SUPPORTED) && !ferry__supports_fast(op, args)) return unsupported(op, args);
   if (!art) {
     /* The device's capability is cached after the first call: a load of a global and a table probe. */
     int sm = ferry__device_sm_cache[p->device];
@@ -62,7 +62,7 @@ ferry_status ferry__run_artifact(const ferry_op *op, const ferry_gemm_args *args
       ferry_status st = memo_artifact(op, args, &art);
       if (st != FERRY_OK) return st;
     }
-  } else if (!(flags & FERRY_ASSUME_SUPPORTED)) {
+  } else if (!(flags & FERRY_RUN_ASSUME_SUPPORTED)) {
     int sm = ferry__device_sm_cache[p->device];
     if (art->op != op || art->kind != p->kind || (sm && art->sm / 10 != sm / 10))
       return wrong_artifact(op, args, art, sm);
@@ -142,7 +142,7 @@ ferry_status ferry_op_run(const ferry_op *op, const ferry_gemm_args *args, void 
   ferry_status st;
   if (__builtin_expect(!op || !args || args->struct_size != sizeof *args, 0))
     return ferry__check_op_args("ferry_op_run", op, args);
-  if (!(flags & FERRY_ASSUME_SUPPORTED) || !artifact) {
+  if (!(flags & FERRY_RUN_ASSUME_SUPPORTED) || !artifact) {
     st = ferry__run_artifact(op, args, artifact, flags, &artifact);
     if (st != FERRY_OK) return st;
   }

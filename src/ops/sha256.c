@@ -4,6 +4,11 @@
  * constants K (the first 32 bits of the fractional parts of the cube roots of the first 64 primes) and the initial
  * hash H0 (square roots of the first 8 primes). Streaming, so a key can be fed piece by piece without building
  * one buffer. Not constant-time, which a cache key does not need.
+ *
+ * Why not a system library (OpenSSL's libcrypto, or another): libferry's only run-time dependencies are libc and
+ * the driver and NVRTC it loads itself, so that it installs anywhere the toolkit's headers built it; one hash over
+ * a few kilobytes per compile is not worth a new shared-library dependency. The tests check it against the
+ * standard's examples and at the padding boundaries (tests/cpu/test_ops_compile.c).
  */
 #include "ops.h"
 

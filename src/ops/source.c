@@ -15,16 +15,18 @@
 #include <string.h>
 
 /* The head: what differs between the kinds and targets of one operator (a comment naming them, the kind as
- * macros). Returns its length; `head` holds 640 bytes, more than the longest head. */
-static size_t source_head(const ferry_op *op, uint32_t kind, int sm, char head[640]) {
-  int n = snprintf(head, 640,
+ * macros), and the element type codes the kind's macros hold, from ferry_scalar itself. Returns its length; `head`
+ * holds 768 bytes, more than the longest head. */
+static size_t source_head(const ferry_op *op, uint32_t kind, int sm, char head[768]) {
+  int n = snprintf(head, 768,
                    "// ferry operator %.300s, kind 0x%03x, sm_%d\n"
+                   "#define FERRY_SCALAR_F16 %d\n#define FERRY_SCALAR_BF16 %d\n#define FERRY_SCALAR_F32 %d\n"
                    "#define FERRY_A_TYPE %u\n#define FERRY_B_TYPE %u\n#define FERRY_OUT_TYPE %u\n"
                    "#define FERRY_ACC_TYPE %u\n#define FERRY_A_ROW %d\n#define FERRY_B_ROW %d\n"
                    "#define FERRY_OUT_ROW %d\n#define FERRY_TARGET_SM %d\n",
-                   op->info.name, kind, sm, kind & 3u, (kind >> 2) & 3u, (kind >> 4) & 3u, (kind >> 6) & 3u,
-                   ((kind >> 8) & 1u) == FERRY_ROW_MAJOR, ((kind >> 9) & 1u) == FERRY_ROW_MAJOR,
-                   ((kind >> 10) & 1u) == FERRY_ROW_MAJOR, sm);
+                   op->info.name, kind, sm, FERRY_SCALAR_F16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, kind & 3u,
+                   (kind >> 2) & 3u, (kind >> 4) & 3u, (kind >> 6) & 3u, ((kind >> 8) & 1u) == FERRY_MAJOR_ROW,
+                   ((kind >> 9) & 1u) == FERRY_MAJOR_ROW, ((kind >> 10) & 1u) == FERRY_MAJOR_ROW, sm);
   return n < 0 ? 0 : (size_t)n;
 }
 
@@ -36,7 +38,7 @@ static size_t source_head(const ferry_op *op, uint32_t kind, int sm, char head[6
  * the digest and with it the cache key. */
 typedef void (*emit_fn)(void *ctx, const void *bytes, size_t n);
 
-/* The headers only ferry's own kernels are given, after gemm_params.cuh: the one list of them. */
+/* The headers only ferry's own kernels are given, after ferry/gemm_params.h: the one list of them. */
 static void builtin_headers(emit_fn emit, void *ctx) {
   emit(ctx, ferry__kernel_gemm_kind, ferry__kernel_gemm_kind_size);
   emit(ctx, "\n", 1);
@@ -67,7 +69,7 @@ static void emit_copy(void *ctx, const void *bytes, size_t n) {
 static void emit_hash(void *ctx, const void *bytes, size_t n) { ferry__sha256_update(ctx, bytes, n); }
 
 ferry_status ferry__op_source(const ferry_op *op, uint32_t kind, int sm, char **out, size_t *out_size) {
-  char head[640];
+  char head[768];
   size_t n = source_head(op, kind, sm, head);
   buffer b = {NULL, n};
   source_body(op, emit_size, &b);
@@ -122,7 +124,7 @@ int ferry__op_options(const ferry_op *op, int sm, char arch[32], const char **op
 
 void ferry__compile_key(const ferry_op *op, uint32_t kind, int sm, const char *const *opts, int n_opts,
                         int nvrtc_version, int driver_version, uint8_t key[32]) {
-  char head[640], versions[96];
+  char head[768], versions[96];
   size_t n = source_head(op, kind, sm, head);
   ferry__sha256 s;
   ferry__sha256_init(&s);

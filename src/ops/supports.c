@@ -35,7 +35,7 @@ int ferry__supports_fast(const ferry_op *op, const ferry_gemm_args *args) {
 
 /* "fp16", "fp16 or bf16", "fp16, bf16 or fp32" */
 static void types_text(uint32_t mask, char *buf, size_t size) {
-  const int order[3] = {FERRY_F16, FERRY_BF16, FERRY_F32};
+  const int order[3] = {FERRY_SCALAR_F16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32};
   int n = 0, total = 0;
   for (int k = 0; k < 3; k++) total += (mask >> order[k]) & 1u;
   buf[0] = '\0';
@@ -48,7 +48,7 @@ static void types_text(uint32_t mask, char *buf, size_t size) {
   }
 }
 
-static const char *major_text(int major) { return major == FERRY_ROW_MAJOR ? "row-major" : "column-major"; }
+static const char *major_text(int major) { return major == FERRY_MAJOR_ROW ? "row-major" : "column-major"; }
 
 static int type_reason(const char *what, uint32_t mask, int got, char *reason, size_t size) {
   char want[48];

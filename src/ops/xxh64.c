@@ -10,6 +10,10 @@
  * unless it is the user's own and writable by no one else (cache.c), and an imported file is one the user chose;
  * whoever can rewrite those files can already run code as the user, and a SHA-256 beside the content would not
  * stop them either (they would recompute it). Which file answers which compile is decided by the SHA-256 key.
+ *
+ * Why not the system's libxxhash: libferry's only run-time dependencies are libc and the driver and NVRTC it loads
+ * itself, and the artifact format fixes the algorithm, so eighty lines here are cheaper than a shared library that
+ * is often absent. The tests check it against the reference's sanity-check vectors (tests/cpu/test_ops_compile.c).
  */
 #include "ops.h"
 

@@ -22,7 +22,7 @@ static ferry_cache_stats cache_stats(void) {
 
 static ferry_artifact *compile_tiny(const ferry_op *op) {
   ferry_gemm_args args;
-  test_args(&args, FERRY_F32, FERRY_F32, 8, 8, 8);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 8, 8, 8);
   ferry_artifact *art = NULL;
   ASSERT_OK(ferry_op_compile_for(op, &args, 90, &art));
   return art;

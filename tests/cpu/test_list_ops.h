@@ -23,8 +23,16 @@
   X(target_without_gpu_or_override_says_why)              \
   X(target_from_the_fake_device)                          \
   X(register_validates_and_rejects_duplicates)            \
+  X(find_filter_may_call_the_registry)                    \
+  X(supports_callback_may_call_the_registry)              \
+  X(register_out_of_memory_is_reported_as_such_and_leaks_nothing) \
+  X(find_out_of_memory_is_reported_as_such)               \
+  X(builtins_lost_to_out_of_memory_leak_nothing)          \
   X(sha256_matches_the_standard_vectors)                  \
+  X(sha256_matches_across_the_padding_boundaries)         \
   X(xxh64_matches_the_published_values)                   \
+  X(xxh64_matches_the_reference_sanity_vectors)           \
+  X(kernel_type_code_defaults_are_ferry_scalar)           \
   X(compile_key_covers_the_whole_source)                  \
   X(compile_to_cubin_for_sm80_and_sm90)                   \
   X(compile_is_memoised)                                  \

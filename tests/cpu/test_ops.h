@@ -18,8 +18,8 @@ typedef struct test_matrix {
 } test_matrix;
 
 static inline ferry_dtype test_dtype(int type) {
-  return type == FERRY_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1}
-         : type == FERRY_BF16 ? (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1}
+  return type == FERRY_SCALAR_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1}
+         : type == FERRY_SCALAR_BF16 ? (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1}
                               : (ferry_dtype){FERRY_DTYPE_FLOAT, 32, 1};
 }
 
@@ -45,7 +45,7 @@ static inline void test_args(ferry_gemm_args *args, int in_type, int out_type, i
   test_matrix_make(&a, 0x10000000, in_type, 0, m, k, 0, 0);
   test_matrix_make(&b, 0x20000000, in_type, 0, k, n, 0, 0);
   test_matrix_make(&c, 0x30000000, out_type, 0, m, n, 0, 0);
-  ASSERT_OK(ferry_gemm_args_init(args, &a.t, &b.t, &c.t, FERRY_F32));
+  ASSERT_OK(ferry_gemm_args_init(args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32));
 }
 
 /* 1 when NVRTC is here. Without it, the compile tests say so and pass — unless FERRY_REQUIRE_NVRTC=1 (set by

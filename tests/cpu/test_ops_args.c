@@ -3,7 +3,7 @@
 
 TEST(args_compact_row_major_descriptor) {
   ferry_gemm_args args;
-  test_args(&args, FERRY_F16, FERRY_F32, 127, 129, 64);
+  test_args(&args, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 127, 129, 64);
   const ferry_gemm_problem *p = &args.problem;
   ASSERT_EQ(p->m, 127);
   ASSERT_EQ(p->n, 129);
@@ -12,25 +12,25 @@ TEST(args_compact_row_major_descriptor) {
   ASSERT_EQ(p->lda, 64);
   ASSERT_EQ(p->ldb, 129);
   ASSERT_EQ(p->ldc, 129);
-  ASSERT_EQ(p->a_major, FERRY_ROW_MAJOR);
+  ASSERT_EQ(p->a_major, FERRY_MAJOR_ROW);
   ASSERT_EQ(p->a_align, 16);  /* 64 fp16 = 128 bytes */
   ASSERT_EQ(p->b_align, 2);   /* 129 fp16 = 258 bytes */
   ASSERT_EQ(p->out_align, 4); /* 129 fp32 */
-  ASSERT_EQ(p->kind, FERRY_GEMM_KIND(FERRY_F16, FERRY_F16, FERRY_F32, FERRY_F32, 0, 0, 0));
+  ASSERT_EQ(p->kind, FERRY_GEMM_KIND(FERRY_SCALAR_F16, FERRY_SCALAR_F16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 0, 0, 0));
   ASSERT(args.alpha == 1.0f && args.beta == 0.0f);
   ASSERT_EQ(args.struct_size, sizeof args);
 }
 
 TEST(args_column_major_and_batch) {
   test_matrix a, b, c;
-  test_matrix_make(&a, 0x1000, FERRY_BF16, 3, 100, 40, 1, 104); /* column-major, padded */
-  test_matrix_make(&b, 0x2000, FERRY_BF16, 0, 40, 50, 1, 0);    /* rank 2: broadcast over the batch */
-  test_matrix_make(&c, 0x3000, FERRY_F32, 3, 100, 50, 0, 0);
+  test_matrix_make(&a, 0x1000, FERRY_SCALAR_BF16, 3, 100, 40, 1, 104); /* column-major, padded */
+  test_matrix_make(&b, 0x2000, FERRY_SCALAR_BF16, 0, 40, 50, 1, 0);    /* rank 2: broadcast over the batch */
+  test_matrix_make(&c, 0x3000, FERRY_SCALAR_F32, 3, 100, 50, 0, 0);
   ferry_gemm_args args;
-  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32));
+  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32));
   ASSERT_EQ(args.problem.l, 3);
-  ASSERT_EQ(args.problem.a_major, FERRY_COL_MAJOR);
-  ASSERT_EQ(args.problem.b_major, FERRY_COL_MAJOR);
+  ASSERT_EQ(args.problem.a_major, FERRY_MAJOR_COL);
+  ASSERT_EQ(args.problem.b_major, FERRY_MAJOR_COL);
   ASSERT_EQ(args.problem.lda, 104);
   ASSERT_EQ(args.problem.ldb, 40);
   ASSERT_EQ(args.problem.batch_a, 104 * 40);
@@ -40,12 +40,12 @@ TEST(args_column_major_and_batch) {
 
 TEST(args_byte_offset_and_set_data_update_alignment) {
   test_matrix a, b, c;
-  test_matrix_make(&a, 0x1000, FERRY_F16, 0, 64, 64, 0, 0);
-  test_matrix_make(&b, 0x2000, FERRY_F16, 0, 64, 64, 0, 0);
-  test_matrix_make(&c, 0x3000, FERRY_F16, 0, 64, 64, 0, 0);
+  test_matrix_make(&a, 0x1000, FERRY_SCALAR_F16, 0, 64, 64, 0, 0);
+  test_matrix_make(&b, 0x2000, FERRY_SCALAR_F16, 0, 64, 64, 0, 0);
+  test_matrix_make(&c, 0x3000, FERRY_SCALAR_F16, 0, 64, 64, 0, 0);
   a.t.byte_offset = 2;
   ferry_gemm_args args;
-  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32));
+  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32));
   ASSERT(args.a == (const void *)0x1002);
   ASSERT_EQ(args.problem.a_align, 2);
   ASSERT_OK(ferry_gemm_args_set_data(&args, (const void *)0x4000, NULL, NULL));
@@ -56,48 +56,48 @@ TEST(args_byte_offset_and_set_data_update_alignment) {
 
 TEST(args_rejects_nulls) {
   test_matrix a, b, c;
-  test_matrix_make(&a, 0x1000, FERRY_F16, 0, 8, 8, 0, 0);
-  test_matrix_make(&b, 0x2000, FERRY_F16, 0, 8, 8, 0, 0);
-  test_matrix_make(&c, 0x3000, FERRY_F16, 0, 8, 8, 0, 0);
+  test_matrix_make(&a, 0x1000, FERRY_SCALAR_F16, 0, 8, 8, 0, 0);
+  test_matrix_make(&b, 0x2000, FERRY_SCALAR_F16, 0, 8, 8, 0, 0);
+  test_matrix_make(&c, 0x3000, FERRY_SCALAR_F16, 0, 8, 8, 0, 0);
   ferry_gemm_args args;
-  ASSERT_STATUS(ferry_gemm_args_init(NULL, &a.t, &b.t, &c.t, FERRY_F32), FERRY_INVALID_ARGUMENT);
-  ASSERT_STATUS(ferry_gemm_args_init(&args, NULL, &b.t, &c.t, FERRY_F32), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_gemm_args_init(NULL, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, NULL, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "operand A is NULL");
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, NULL, FERRY_F32), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, NULL, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "operand out is NULL");
   b.t.shape = NULL;
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "operand B: shape is NULL");
   b.t.shape = b.shape;
   a.t.data = NULL;
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "data is NULL");
 }
 
 TEST(args_rejects_bad_ranks_types_devices) {
   test_matrix a, b, c;
   ferry_gemm_args args;
-  test_matrix_make(&a, 0x1000, FERRY_F16, 0, 8, 8, 0, 0);
-  test_matrix_make(&b, 0x2000, FERRY_F16, 0, 8, 8, 0, 0);
-  test_matrix_make(&c, 0x3000, FERRY_F16, 0, 8, 8, 0, 0);
+  test_matrix_make(&a, 0x1000, FERRY_SCALAR_F16, 0, 8, 8, 0, 0);
+  test_matrix_make(&b, 0x2000, FERRY_SCALAR_F16, 0, 8, 8, 0, 0);
+  test_matrix_make(&c, 0x3000, FERRY_SCALAR_F16, 0, 8, 8, 0, 0);
   a.t.ndim = 1;
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "operand A has rank 1");
   a.t.ndim = 4;
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   a.t.ndim = 2;
   b.t.dtype = (ferry_dtype){FERRY_DTYPE_INT, 8, 1};
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "operand B: dtype int8 is not a GEMM type");
   b.t.dtype = (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 2};
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "float16x2");
-  b.t.dtype = test_dtype(FERRY_F16);
+  b.t.dtype = test_dtype(FERRY_SCALAR_F16);
   c.t.device.device_type = FERRY_DEVICE_CPU;
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "not on a CUDA device");
   c.t.device = (ferry_device){FERRY_DEVICE_CUDA, 1};
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32), FERRY_DEVICE_MISMATCH);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_DEVICE_MISMATCH);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "A on cuda:0, B on cuda:0, out on cuda:1");
   c.t.device.device_id = 0;
   ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, (ferry_scalar)7), FERRY_INVALID_ARGUMENT);
@@ -107,86 +107,86 @@ TEST(args_rejects_bad_ranks_types_devices) {
 TEST(args_rejects_mismatched_shapes_and_batches) {
   test_matrix a, b, c;
   ferry_gemm_args args;
-  test_matrix_make(&a, 0x1000, FERRY_F16, 0, 8, 16, 0, 0);
-  test_matrix_make(&b, 0x2000, FERRY_F16, 0, 15, 8, 0, 0);
-  test_matrix_make(&c, 0x3000, FERRY_F16, 0, 8, 8, 0, 0);
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32), FERRY_INVALID_ARGUMENT);
+  test_matrix_make(&a, 0x1000, FERRY_SCALAR_F16, 0, 8, 16, 0, 0);
+  test_matrix_make(&b, 0x2000, FERRY_SCALAR_F16, 0, 15, 8, 0, 0);
+  test_matrix_make(&c, 0x3000, FERRY_SCALAR_F16, 0, 8, 8, 0, 0);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "A is 8×16, B 15×8, out 8×8");
-  test_matrix_make(&a, 0x1000, FERRY_F16, 2, 8, 15, 0, 0);
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32), FERRY_INVALID_ARGUMENT);
+  test_matrix_make(&a, 0x1000, FERRY_SCALAR_F16, 2, 8, 15, 0, 0);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "out has rank 2");
-  test_matrix_make(&c, 0x3000, FERRY_F16, 3, 8, 8, 0, 0);
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32), FERRY_INVALID_ARGUMENT);
+  test_matrix_make(&c, 0x3000, FERRY_SCALAR_F16, 3, 8, 8, 0, 0);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "batch sizes differ: A 2, B 1, out 3");
 }
 
 TEST(args_rejects_strides_neither_row_nor_column_major) {
   test_matrix a, b, c;
   ferry_gemm_args args;
-  test_matrix_make(&a, 0x1000, FERRY_F32, 0, 8, 8, 0, 0);
-  test_matrix_make(&b, 0x2000, FERRY_F32, 0, 8, 8, 0, 0);
-  test_matrix_make(&c, 0x3000, FERRY_F32, 0, 8, 8, 0, 0);
+  test_matrix_make(&a, 0x1000, FERRY_SCALAR_F32, 0, 8, 8, 0, 0);
+  test_matrix_make(&b, 0x2000, FERRY_SCALAR_F32, 0, 8, 8, 0, 0);
+  test_matrix_make(&c, 0x3000, FERRY_SCALAR_F32, 0, 8, 8, 0, 0);
   a.strides[0] = 16;
   a.strides[1] = 2; /* every other column */
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "neither row-major");
   a.strides[0] = -8;
   a.strides[1] = 1;
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "negative stride");
   a.strides[0] = 8;
   c.strides[0] = 4; /* rows of out overlap */
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "leading dimension 4 < 8");
   c.strides[0] = 8;
   b.strides[0] = 0; /* an input broadcast along k is fine: it is only read */
-  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32));
+  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32));
   ASSERT_EQ(args.problem.ldb, 0);
 }
 
 TEST(args_vectors_pick_the_wider_major) {
   test_matrix a, b, c;
   ferry_gemm_args args;
-  test_matrix_make(&a, 0x1000, FERRY_F16, 0, 128, 1, 1, 0); /* m×1, contiguous along m */
-  test_matrix_make(&b, 0x2000, FERRY_F16, 0, 1, 64, 0, 0);
-  test_matrix_make(&c, 0x3000, FERRY_F16, 0, 128, 64, 0, 0);
-  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32));
-  ASSERT_EQ(args.problem.a_major, FERRY_COL_MAJOR);
+  test_matrix_make(&a, 0x1000, FERRY_SCALAR_F16, 0, 128, 1, 1, 0); /* m×1, contiguous along m */
+  test_matrix_make(&b, 0x2000, FERRY_SCALAR_F16, 0, 1, 64, 0, 0);
+  test_matrix_make(&c, 0x3000, FERRY_SCALAR_F16, 0, 128, 64, 0, 0);
+  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32));
+  ASSERT_EQ(args.problem.a_major, FERRY_MAJOR_COL);
   ASSERT_EQ(args.problem.lda, 128);
   ASSERT_EQ(args.problem.a_align, 16);
-  ASSERT_EQ(args.problem.b_major, FERRY_ROW_MAJOR);
+  ASSERT_EQ(args.problem.b_major, FERRY_MAJOR_ROW);
 }
 
 TEST(args_detects_overflow) {
   test_matrix a, b, c;
   ferry_gemm_args args;
-  test_matrix_make(&a, 0x1000, FERRY_F32, 0, 8, 8, 0, 0);
-  test_matrix_make(&b, 0x2000, FERRY_F32, 0, 8, 8, 0, 0);
-  test_matrix_make(&c, 0x3000, FERRY_F32, 0, 8, 8, 0, 0);
+  test_matrix_make(&a, 0x1000, FERRY_SCALAR_F32, 0, 8, 8, 0, 0);
+  test_matrix_make(&b, 0x2000, FERRY_SCALAR_F32, 0, 8, 8, 0, 0);
+  test_matrix_make(&c, 0x3000, FERRY_SCALAR_F32, 0, 8, 8, 0, 0);
   a.shape[0] = (int64_t)1 << 31;
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32), FERRY_OVERFLOW);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_OVERFLOW);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "past 2^31-1");
   a.shape[0] = 8;
   a.strides[0] = (int64_t)1 << 61; /* 7 rows × 2^61 elements × 4 bytes */
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32), FERRY_OVERFLOW);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_OVERFLOW);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "2^63");
   a.strides[0] = 8;
   a.shape[1] = -1;
-  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32), FERRY_INVALID_ARGUMENT);
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "negative dimension");
 }
 
 TEST(args_empty_problems_are_valid) {
   ferry_gemm_args args;
-  test_args(&args, FERRY_F32, FERRY_F32, 0, 5, 3);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 0, 5, 3);
   ASSERT_EQ(args.problem.m, 0);
-  test_args(&args, FERRY_F32, FERRY_F32, 4, 5, 0);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 4, 5, 0);
   ASSERT_EQ(args.problem.k, 0);
 }
 
 TEST(scalar_names) {
-  ASSERT(!strcmp(ferry_scalar_name(FERRY_F16), "fp16"));
-  ASSERT(!strcmp(ferry_scalar_name(FERRY_BF16), "bf16"));
-  ASSERT(!strcmp(ferry_scalar_name(FERRY_F32), "fp32"));
+  ASSERT(!strcmp(ferry_scalar_name(FERRY_SCALAR_F16), "fp16"));
+  ASSERT(!strcmp(ferry_scalar_name(FERRY_SCALAR_BF16), "bf16"));
+  ASSERT(!strcmp(ferry_scalar_name(FERRY_SCALAR_F32), "fp32"));
   ASSERT(!strcmp(ferry_scalar_name((ferry_scalar)9), "?"));
 }

@@ -27,7 +27,7 @@ static void the_file(const char *home, char *path, size_t size) {
 
 static ferry_artifact *compile_tiny(const ferry_op *op, int type) {
   ferry_gemm_args args;
-  test_args(&args, type, FERRY_F32, 8, 8, 8);
+  test_args(&args, type, FERRY_SCALAR_F32, 8, 8, 8);
   ferry_artifact *art = NULL;
   ASSERT_OK(ferry_op_compile_for(op, &args, 90, &art));
   return art;
@@ -42,7 +42,7 @@ static ferry_cache_stats stats(void) {
 /* Compiles once (a miss, written), clears the memo: the next compile reads the file. */
 static const ferry_op *prepared(const char *name, const char *home, char *path, size_t size) {
   const ferry_op *op = tiny_op(name);
-  ferry_artifact_release(compile_tiny(op, FERRY_F32));
+  ferry_artifact_release(compile_tiny(op, FERRY_SCALAR_F32));
   ferry_ops_clear_memo();
   the_file(home, path, size);
   return op;
@@ -58,7 +58,7 @@ static void patch_file(const char *path, long offset, const void *bytes, size_t 
 /* After a bad file: it was rejected (not loaded), compiled again, and replaced by a good one. */
 static void expect_rejected_and_rebuilt(const ferry_op *op, const char *home, const char *why) {
   ferry_cache_stats before = stats();
-  ferry_artifact *art = compile_tiny(op, FERRY_F32);
+  ferry_artifact *art = compile_tiny(op, FERRY_SCALAR_F32);
   ferry_cache_stats after = stats();
   ASSERT_EQ(after.disk_rejected, before.disk_rejected + 1);
   ASSERT_EQ(after.compiles, before.compiles + 1);
@@ -71,7 +71,7 @@ static void expect_rejected_and_rebuilt(const ferry_op *op, const char *home, co
   ferry_ops_clear_memo();
   char path[600];
   the_file(home, path, sizeof path);
-  ferry_artifact_release(compile_tiny(op, FERRY_F32)); /* the rebuilt file verifies */
+  ferry_artifact_release(compile_tiny(op, FERRY_SCALAR_F32)); /* the rebuilt file verifies */
   ASSERT_EQ(stats().disk_hits, after.disk_hits + 1);
 }
 
@@ -80,7 +80,7 @@ TEST(cache_hit_after_miss) {
   char home[300], path[600];
   test_cache_home(home, sizeof home, "hit");
   const ferry_op *op = tiny_op("tiny_hit");
-  ferry_artifact_release(compile_tiny(op, FERRY_F32));
+  ferry_artifact_release(compile_tiny(op, FERRY_SCALAR_F32));
   ferry_cache_stats s = stats();
   ASSERT_EQ(s.disk_misses, 1);
   ASSERT_EQ(s.disk_writes, 1);
@@ -96,7 +96,7 @@ TEST(cache_hit_after_miss) {
   ASSERT_EQ(sb.st_mode & 0777, 0700);
   ASSERT_STR_CONTAINS(s.disk_dir, dir);
   ferry_ops_clear_memo();
-  ferry_artifact_release(compile_tiny(op, FERRY_F32));
+  ferry_artifact_release(compile_tiny(op, FERRY_SCALAR_F32));
   s = stats();
   ASSERT_EQ(s.disk_hits, 1);
   ASSERT_EQ(s.compiles, 1);
@@ -172,7 +172,7 @@ TEST(cache_rejects_wrong_key) {
   test_cache_home(home, sizeof home, "key");
   const ferry_op *op = prepared("tiny_key", home, path_a, sizeof path_a);
   /* Compile the f16 kind too, then move the f32 kind's file to the name (key) the f16 kind looks for. */
-  ferry_artifact_release(compile_tiny(op, FERRY_F16));
+  ferry_artifact_release(compile_tiny(op, FERRY_SCALAR_F16));
   ferry_ops_clear_memo();
   /* two files now; find the f16 one by elimination */
   char dir[400];
@@ -190,7 +190,7 @@ TEST(cache_rejects_wrong_key) {
   ASSERT(rename(path_a, path_b) == 0); /* a valid file under another key's name */
   ferry_cache_stats before = stats();
   ferry_gemm_args args;
-  test_args(&args, FERRY_F16, FERRY_F32, 8, 8, 8);
+  test_args(&args, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 8, 8, 8);
   ferry_artifact *art = NULL;
   ASSERT_OK(ferry_op_compile_for(op, &args, 90, &art));
   ferry_cache_stats after = stats();
@@ -206,7 +206,7 @@ TEST(cache_concurrent_writers) {
   char home[300], path[600];
   test_cache_home(home, sizeof home, "race");
   const ferry_op *op = tiny_op("tiny_race");
-  ferry_artifact *art = compile_tiny(op, FERRY_F32);
+  ferry_artifact *art = compile_tiny(op, FERRY_SCALAR_F32);
   the_file(home, path, sizeof path);
   enum { WRITERS = 8, ROUNDS = 40 };
   pid_t pids[WRITERS];
@@ -255,18 +255,18 @@ TEST(cache_refuses_world_writable_dir) {
   test_cache_home(home, sizeof home, "perm");
   snprintf(dir, sizeof dir, "%s/ferry", home);
   ASSERT(mkdir(home, 0700) == 0 && mkdir(dir, 0700) == 0 && chmod(dir, 0777) == 0);
-  ferry_artifact_release(compile_tiny(tiny_op("tiny_perm"), FERRY_F32)); /* still compiles */
+  ferry_artifact_release(compile_tiny(tiny_op("tiny_perm"), FERRY_SCALAR_F32)); /* still compiles */
   ferry_cache_stats s = stats();
   ASSERT_EQ(s.disk_enabled, 0);
   ASSERT_EQ(s.disk_writes, 0);
   ASSERT_STR_CONTAINS(s.disk_note, "writable by group or others (mode 777)");
   ASSERT(chmod(dir, 0720) == 0);
   ferry_ops_clear_memo();
-  ferry_artifact_release(compile_tiny(ferry_op_by_name("tiny_perm"), FERRY_F32));
+  ferry_artifact_release(compile_tiny(ferry_op_by_name("tiny_perm"), FERRY_SCALAR_F32));
   ASSERT_EQ(stats().disk_writes, 0); /* group-writable is refused too */
   ASSERT(chmod(dir, 0700) == 0);
   ferry_ops_clear_memo();
-  ferry_artifact_release(compile_tiny(ferry_op_by_name("tiny_perm"), FERRY_F32));
+  ferry_artifact_release(compile_tiny(ferry_op_by_name("tiny_perm"), FERRY_SCALAR_F32));
   ASSERT_EQ(stats().disk_writes, 1);
   test_rm_rf(home);
 }
@@ -278,7 +278,7 @@ TEST(cache_refuses_symlinked_dir) {
   snprintf(dir, sizeof dir, "%s/ferry", home);
   snprintf(real, sizeof real, "%s/elsewhere", home);
   ASSERT(mkdir(home, 0700) == 0 && mkdir(real, 0700) == 0 && symlink(real, dir) == 0);
-  ferry_artifact_release(compile_tiny(tiny_op("tiny_link"), FERRY_F32));
+  ferry_artifact_release(compile_tiny(tiny_op("tiny_link"), FERRY_SCALAR_F32));
   ferry_cache_stats s = stats();
   ASSERT_EQ(s.disk_enabled, 0);
   ASSERT_STR_CONTAINS(s.disk_note, "symbolic link");
@@ -296,7 +296,7 @@ TEST(cache_can_be_turned_off) {
   char home[300];
   test_cache_home(home, sizeof home, "off");
   setenv("FERRY_DISK_CACHE", "0", 1);
-  ferry_artifact_release(compile_tiny(tiny_op("tiny_off"), FERRY_F32));
+  ferry_artifact_release(compile_tiny(tiny_op("tiny_off"), FERRY_SCALAR_F32));
   ferry_cache_stats s = stats();
   ASSERT_EQ(s.disk_writes, 0);
   ASSERT_STR_CONTAINS(s.disk_note, "FERRY_DISK_CACHE=0");
@@ -312,7 +312,7 @@ TEST(export_import_round_trip) {
   unsetenv("FERRY_ARCH");
   fake_driver_use();
   const ferry_op *op = tiny_op("tiny_export");
-  ferry_artifact *art = compile_tiny(op, FERRY_F32);
+  ferry_artifact *art = compile_tiny(op, FERRY_SCALAR_F32);
   snprintf(file, sizeof file, "%s/exported.ferry", home);
   ASSERT_OK(ferry_artifact_export(art, file));
   ferry_ops_clear_memo();
@@ -329,7 +329,7 @@ TEST(export_import_round_trip) {
   /* the import is memoised: a run without an artifact uses it, without compiling */
   ferry_cache_stats before = stats();
   ferry_gemm_args args;
-  test_args(&args, FERRY_F32, FERRY_F32, 8, 8, 8);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 8, 8, 8);
   ASSERT_OK(ferry_op_run(op, &args, NULL, back, 0));
   ASSERT_OK(ferry_op_run(op, &args, NULL, NULL, 0));
   ASSERT_EQ(stats().compiles, before.compiles);
@@ -341,7 +341,7 @@ TEST(export_import_round_trip) {
   ASSERT_STATUS(ferry_artifact_export(NULL, file), FERRY_INVALID_ARGUMENT);
   char nodir[500];
   snprintf(nodir, sizeof nodir, "%s/missing/dir/x.ferry", home);
-  art = compile_tiny(op, FERRY_F32);
+  art = compile_tiny(op, FERRY_SCALAR_F32);
   ASSERT_STATUS(ferry_artifact_export(art, nodir), FERRY_IO_ERROR);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "missing/dir");
   ferry_artifact_release(art);
@@ -367,7 +367,7 @@ TEST(import_rejects_bad_files) {
   char home[300], file[400], link[400];
   test_cache_home(home, sizeof home, "import");
   const ferry_op *op = tiny_op("tiny_import");
-  ferry_artifact *art = compile_tiny(op, FERRY_F32), *back = NULL;
+  ferry_artifact *art = compile_tiny(op, FERRY_SCALAR_F32), *back = NULL;
   snprintf(file, sizeof file, "%s/a.ferry", home);
   ASSERT_STATUS(ferry_artifact_import(file, &back), FERRY_IO_ERROR); /* missing */
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "a.ferry");
@@ -417,7 +417,7 @@ TEST(checksum_covers_the_header) {
   patch_file(path, 20, &b, 1);
   expect_rejected_and_rebuilt(op, home, "damaged");
   /* The same in an exported file, which has no expected key to compare with. */
-  ferry_artifact *art = compile_tiny(op, FERRY_F32), *back = NULL;
+  ferry_artifact *art = compile_tiny(op, FERRY_SCALAR_F32), *back = NULL;
   snprintf(file, sizeof file, "%s/a.ferry", home);
   ASSERT_OK(ferry_artifact_export(art, file));
   patch_file(file, 20, &b, 1);
@@ -449,7 +449,7 @@ TEST(cache_hit_costs_microseconds) {
   unsetenv("FERRY_ARCH");
   fake_driver_use();
   ferry_gemm_args args;
-  test_args(&args, FERRY_F16, FERRY_F16, 128, 128, 128);
+  test_args(&args, FERRY_SCALAR_F16, FERRY_SCALAR_F16, 128, 128, 128);
   const ferry_op *found[8];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, found, 8, &n));
@@ -488,7 +488,7 @@ TEST(cache_hit_costs_microseconds) {
   qsort(import_, REPS, sizeof import_[0], by_value);
   qsort(digest, REPS, sizeof digest[0], by_value);
   fprintf(stderr, "  %s (%zu-byte cubin), medians: disk-cache hit %.1f us, import %.1f us (host, simulated "
-          "driver); the operator's source digest, once per process: %.1f us\n", ferry_op_get_info(op)->name,
+          "driver); the operator's source digest, once per process: %.1f us\n", ferry_op_info_get(op)->name,
           cubin_size, hit[REPS / 2], import_[REPS / 2], digest[REPS / 2]);
   test_rm_rf(home);
 }

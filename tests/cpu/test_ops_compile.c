@@ -4,6 +4,8 @@
 
 #include <pthread.h>
 
+/* The examples published with the standard (NIST's "abc", the two-block 448-bit message, a million 'a') and the
+ * empty message; each checked against Python's hashlib. */
 TEST(sha256_matches_the_standard_vectors) {
   uint8_t out[32];
   char hex[65];
@@ -33,8 +35,59 @@ TEST(sha256_matches_the_standard_vectors) {
   ASSERT(!strcmp(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"));
 }
 
+/* The pseudo-random buffer of xxHash's sanity check (its reference test program): byte i is the top byte of
+ * PRIME32 * PRIME64^i (mod 2^64). */
+static void xxhash_sanity_buffer(unsigned char *buf, size_t n) {
+  uint64_t gen = 2654435761u;
+  for (size_t i = 0; i < n; i++) {
+    buf[i] = (unsigned char)(gen >> 56);
+    gen *= 11400714785074694797ull;
+  }
+}
+
+/* SHA-256 across the padding boundaries (55 bytes: the length fits the last block; 56 to 64: it needs another),
+ * values from Python's hashlib. */
+TEST(sha256_matches_across_the_padding_boundaries) {
+  unsigned char buf[65];
+  xxhash_sanity_buffer(buf, sizeof buf);
+  const struct { size_t n; const char *hex; } cases[] = {
+      {55, "5b39a58741c0585914865dce2e4d3a36464014c084fbd725976ed33cbb482f0f"},
+      {56, "0882d13811deba21bbb6c5176d22da6db6672fba8c92db7672870d3e0497631d"},
+      {63, "1d26aea8a98b18978a7f73ba1da20b383d4c7fe481acac9e08307f57dfc40788"},
+      {64, "151818c81c5d18649d637e2c3ad20e393d590a9fe65c6c72eb89f62b1738f940"},
+      {65, "faec206ffcbf1a972b4b7fe39b3bcedaac1223c2327f83ec43d6ca0f070dbfd6"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint8_t out[32];
+    char hex[65];
+    ferry__sha256_of(buf, cases[i].n, out);
+    ferry__hex(out, 32, hex);
+    if (strcmp(hex, cases[i].hex)) FAIL_AT("SHA-256 of %zu bytes: %s, expected %s", cases[i].n, hex, cases[i].hex);
+  }
+}
+
+/* XXH64 of xxHash's sanity-check buffer, seeds 0 and PRIME32, over lengths that take each path (empty, the 1-, 4-
+ * and 8-byte tails, one stripe, many stripes); values from the xxhash package (4.1.0, the reference library). */
+TEST(xxh64_matches_the_reference_sanity_vectors) {
+  static unsigned char buf[4161];
+  xxhash_sanity_buffer(buf, sizeof buf);
+  const struct { size_t n; uint64_t seed0, seed_prime32; } cases[] = {
+      {0, 0xef46db3751d8e999ull, 0xac75fda2929b17efull},    {1, 0xe934a84adb052768ull, 0x5014607643a9b4c3ull},
+      {4, 0x9136a0dca57457eeull, 0xcaab286bd8e9fdb5ull},    {8, 0xcdbcf538e71d1348ull, 0xfe0c047a5353cdacull},
+      {14, 0x8282dcc4994e35c8ull, 0xc3bd6bf63deb6df0ull},   {32, 0x18b216492bb44b70ull, 0xb3f33bdf93ade409ull},
+      {222, 0xb641ae8cb691c174ull, 0x20cb8ab7ae10c14aull},  {4161, 0xcd3d6df2db509a75ull, 0x2394cb79e97368d1ull},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint64_t h0 = ferry__xxh64(buf, cases[i].n, 0), h1 = ferry__xxh64(buf, cases[i].n, 2654435761u);
+    if (h0 != cases[i].seed0 || h1 != cases[i].seed_prime32)
+      FAIL_AT("XXH64 of %zu bytes: %016llx/%016llx, expected %016llx/%016llx", cases[i].n, (unsigned long long)h0,
+              (unsigned long long)h1, (unsigned long long)cases[i].seed0, (unsigned long long)cases[i].seed_prime32);
+  }
+}
+
 TEST(xxh64_matches_the_published_values) {
-  /* The values of the xxHash reference implementation (XXH64, seeds 0 and 0x9e3779b97f4a7c15). */
+  /* The values of the xxHash reference implementation (XXH64, seeds 0 and 0x9e3779b97f4a7c15; checked against the
+   * xxhash package 4.1.0). */
   unsigned char ramp[1027];
   for (int i = 0; i < 1024; i++) ramp[i] = (unsigned char)i;
   memcpy(ramp + 1024, "xyz", 3);
@@ -73,10 +126,29 @@ static void digest_after_head(const ferry_op *op, uint32_t kind, int sm, uint8_t
   free(source);
 }
 
+/* The value `name` is #defined to in `text` (the first such line), -1 when there is none. */
+static int defined_value(const unsigned char *text, size_t size, const char *name) {
+  char line[64];
+  int n = snprintf(line, sizeof line, "#define %s ", name);
+  for (size_t at = 0; at + (size_t)n < size; at++)
+    if (!memcmp(text + at, line, (size_t)n)) return atoi((const char *)text + at + n);
+  return -1;
+}
+
+/* ferry gives NVRTC the element type codes from ferry_scalar (source.c); the defaults in gemm_kind.cuh, which the
+ * nvcc checks and the CPU emulation compile with, must be the same values. */
+TEST(kernel_type_code_defaults_are_ferry_scalar) {
+  const unsigned char *kind = ferry__kernel_gemm_kind;
+  size_t size = ferry__kernel_gemm_kind_size;
+  ASSERT_EQ(defined_value(kind, size, "FERRY_SCALAR_F16"), FERRY_SCALAR_F16);
+  ASSERT_EQ(defined_value(kind, size, "FERRY_SCALAR_BF16"), FERRY_SCALAR_BF16);
+  ASSERT_EQ(defined_value(kind, size, "FERRY_SCALAR_F32"), FERRY_SCALAR_F32);
+}
+
 TEST(compile_key_covers_the_whole_source) {
   ferry_gemm_args f16, f32;
-  test_args(&f16, FERRY_F16, FERRY_F16, 64, 64, 64);
-  test_args(&f32, FERRY_F32, FERRY_F32, 64, 64, 64);
+  test_args(&f16, FERRY_SCALAR_F16, FERRY_SCALAR_F16, 64, 64, 64);
+  test_args(&f32, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 64, 64, 64);
   const ferry_op *tiny_a = tiny_op("tiny_key_a");
   ferry_op_desc d;
   ferry_op_desc_init(&d);
@@ -105,7 +177,7 @@ TEST(compile_key_covers_the_whole_source) {
   size_t size = 0;
   ASSERT_OK(ferry__op_source(ops[0], f16.problem.kind, 90, &source, &size));
   const struct { const unsigned char *text; size_t n; const char *name; } headers[] = {
-      {ferry__kernel_gemm_params, ferry__kernel_gemm_params_size, "gemm_params.cuh"},
+      {ferry__kernel_gemm_params, ferry__kernel_gemm_params_size, "ferry/gemm_params.h"},
       {ferry__kernel_gemm_kind, ferry__kernel_gemm_kind_size, "gemm_kind.cuh"},
       {ferry__kernel_gemm_common, ferry__kernel_gemm_common_size, "gemm_common.cuh"},
       {ferry__kernel_gemm_output, ferry__kernel_gemm_output_size, "gemm_output.cuh"},
@@ -114,7 +186,7 @@ TEST(compile_key_covers_the_whole_source) {
     int found = 0;
     for (size_t at = 0; !found && at + headers[h].n <= size; at++)
       found = !memcmp(source + at, headers[h].text, headers[h].n);
-    if (!found) FAIL_AT("%s is not in the source of %s", headers[h].name, ferry_op_get_info(ops[0])->name);
+    if (!found) FAIL_AT("%s is not in the source of %s", headers[h].name, ferry_op_info_get(ops[0])->name);
   }
   free(source);
   /* Every input changes the key; the same inputs give the same key. */
@@ -142,7 +214,7 @@ TEST(compile_to_cubin_for_sm80_and_sm90) {
   char home[300];
   test_cache_home(home, sizeof home, "compile");
   ferry_gemm_args args;
-  test_args(&args, FERRY_BF16, FERRY_BF16, 128, 128, 128);
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 128, 128, 128);
   const char *names[] = {"gemm_mma_bf16_64x64x32_s3", "gemm_simt_64x64x16"};
   for (int i = 0; i < 2; i++)
     for (int sm = 80; sm <= 90; sm += 10) {
@@ -175,7 +247,7 @@ TEST(compile_is_memoised) {
   test_cache_home(home, sizeof home, "memo");
   const ferry_op *op = tiny_op("tiny_memo");
   ferry_gemm_args args;
-  test_args(&args, FERRY_F32, FERRY_F32, 8, 8, 8);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 8, 8, 8);
   ferry_artifact *a = NULL, *b = NULL;
   ASSERT_OK(ferry_op_compile_for(op, &args, 90, &a));
   ASSERT_OK(ferry_op_compile_for(op, &args, 90, &b));
@@ -187,13 +259,13 @@ TEST(compile_is_memoised) {
   ferry_artifact_release(a);
   ferry_artifact_release(b);
   /* Another kind is another artifact. */
-  test_args(&args, FERRY_F16, FERRY_F32, 8, 8, 8);
+  test_args(&args, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 8, 8, 8);
   ASSERT_OK(ferry_op_compile_for(op, &args, 90, &a));
   ASSERT(a != b);
   ferry_artifact_release(a);
   /* Cleared memo: the disk serves the next compile, no NVRTC. */
   ferry_ops_clear_memo();
-  test_args(&args, FERRY_F32, FERRY_F32, 8, 8, 8);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 8, 8, 8);
   ASSERT_OK(ferry_op_compile_for(op, &args, 90, &a));
   ferry_cache_stats_get(&st);
   ASSERT_EQ(st.compiles, 2);
@@ -260,17 +332,17 @@ static void compile_every_builtin(int sm, int layouts) {
   int designs = 0;
   for (size_t i = 0; i < ferry_ops_count(); i++) {
     const ferry_op *op = ferry_ops_get(i);
-    const ferry_op_info *info = ferry_op_get_info(op);
+    const ferry_op_info *info = ferry_op_info_get(op);
     if (!info->builtin) continue;
     designs++;
     if (info->min_sm > sm) continue; /* the wgmma design is sm_90a code: not compiled for sm_80 */
-    int in = info->a_types & FERRY_SCALAR_BIT(FERRY_BF16) ? FERRY_BF16
-             : info->a_types & FERRY_SCALAR_BIT(FERRY_F16) ? FERRY_F16 : FERRY_F32;
+    int in = info->a_types & FERRY_SCALAR_BIT(FERRY_SCALAR_BF16) ? FERRY_SCALAR_BF16
+             : info->a_types & FERRY_SCALAR_BIT(FERRY_SCALAR_F16) ? FERRY_SCALAR_F16 : FERRY_SCALAR_F32;
     if (!layouts) {
-      add_build_job(op, sm, in, in, FERRY_F32, 0, 0, 0);
+      add_build_job(op, sm, in, in, FERRY_SCALAR_F32, 0, 0, 0);
     } else if (strstr(info->name, "_swz")) {
-      add_build_job(op, sm, in, FERRY_F32, FERRY_F32, 1, 1, 1);
-      add_build_job(op, sm, in, in, in == FERRY_F16 ? FERRY_F16 : FERRY_F32, 0, 1, 0);
+      add_build_job(op, sm, in, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 1, 1);
+      add_build_job(op, sm, in, in, in == FERRY_SCALAR_F16 ? FERRY_SCALAR_F16 : FERRY_SCALAR_F32, 0, 1, 0);
     }
   }
   ASSERT_EQ(designs, 19); /* 2 × (4 gemm_mma + 4 gemm_mma_sw + 1 gemm_wgmma) + SIMT */
@@ -284,7 +356,7 @@ static void compile_every_builtin(int sm, int layouts) {
   for (int j = 0; j < n_build_jobs; j++) {
     const build_job *b = &build_jobs[j];
     if (b->st != FERRY_OK) {
-      fprintf(stderr, "  %s (kind 0x%03x) for sm_%d: %s %s\n", ferry_op_get_info(b->op)->name, b->args.problem.kind,
+      fprintf(stderr, "  %s (kind 0x%03x) for sm_%d: %s %s\n", ferry_op_info_get(b->op)->name, b->args.problem.kind,
               sm, ferry_status_name(b->st), b->why);
       failed++;
     }
@@ -308,21 +380,21 @@ TEST(wgmma_design_by_default_for_sm90a_only) {
   unsetenv("FERRY_WGMMA");
   const ferry_op *op = ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4");
   ASSERT(op != NULL);
-  const ferry_op_info *info = ferry_op_get_info(op);
+  const ferry_op_info *info = ferry_op_info_get(op);
   ASSERT(!strcmp(info->instruction, "wgmma.m64n256k16"));
   ASSERT_EQ(info->min_sm, 90);
   ASSERT_EQ(info->threads, 256);
   ASSERT_EQ(info->smem_bytes, 4 * (128 + 256) * 64 * 2 + 1024);
-  ASSERT_EQ(info->acc_types, FERRY_SCALAR_BIT(FERRY_F32));
+  ASSERT_EQ(info->acc_types, FERRY_SCALAR_BIT(FERRY_SCALAR_F32));
   ferry_gemm_args args;
-  test_args(&args, FERRY_BF16, FERRY_BF16, 4096, 4096, 4096);
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 4096, 4096, 4096);
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
   ASSERT_EQ(n, 10);
   /* first (measured fastest at 4096³ on the H200); the any-alignment design and SIMT last */
   ASSERT(ops[0] == op);
-  ASSERT(!strcmp(ferry_op_get_info(ops[n - 2])->name, "gemm_mma_bf16_64x64x32_s2_align2"));
+  ASSERT(!strcmp(ferry_op_info_get(ops[n - 2])->name, "gemm_mma_bf16_64x64x32_s2_align2"));
   ASSERT_OK(ferry_ops_find(&args, 100, NULL, NULL, ops, 32, &n)); /* sm_90a code: not for sm_100 */
   for (size_t i = 0; i < n; i++) ASSERT(ops[i] != op);
   ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n));
@@ -334,10 +406,10 @@ TEST(wgmma_design_by_default_for_sm90a_only) {
   atomic_store(&next_build_job, 0);
   const ferry_op *f16 = ferry_op_by_name("gemm_wgmma_f16_128x256x64_s4");
   ASSERT(f16 != NULL);
-  add_build_job(op, 90, FERRY_BF16, FERRY_BF16, FERRY_F32, 0, 0, 0);
-  add_build_job(op, 90, FERRY_BF16, FERRY_F32, FERRY_F32, 1, 1, 1);
-  add_build_job(f16, 90, FERRY_F16, FERRY_F16, FERRY_F32, 0, 1, 0);
-  add_build_job(f16, 90, FERRY_F16, FERRY_F32, FERRY_F32, 1, 0, 0);
+  add_build_job(op, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 0, 0, 0);
+  add_build_job(op, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 1, 1);
+  add_build_job(f16, 90, FERRY_SCALAR_F16, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 0, 1, 0);
+  add_build_job(f16, 90, FERRY_SCALAR_F16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 0, 0);
   build_worker(NULL);
   for (int j = 0; j < n_build_jobs; j++) {
     if (build_jobs[j].st != FERRY_OK) fprintf(stderr, "  job %d: %s\n", j, build_jobs[j].why);
@@ -352,7 +424,7 @@ TEST(wgmma_design_by_default_for_sm90a_only) {
   ASSERT(!strcmp(arch, "--gpu-architecture=sm_90"));
   /* any other target is refused with the source's own reason */
   ferry_artifact *art = NULL;
-  test_args(&args, FERRY_BF16, FERRY_BF16, 256, 256, 256);
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 256, 256, 256);
   ASSERT_STATUS(ferry_op_compile_for(op, &args, 100, &art), FERRY_COMPILE_FAILED);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "needs the sm_90a target");
   test_rm_rf(home);
@@ -366,7 +438,7 @@ TEST(wgmma_design_absent_when_turned_off) {
 
 TEST(compile_refuses_old_targets_and_unsupported_args) {
   ferry_gemm_args args;
-  test_args(&args, FERRY_F16, FERRY_F16, 64, 64, 64);
+  test_args(&args, FERRY_SCALAR_F16, FERRY_SCALAR_F16, 64, 64, 64);
   ferry_artifact *art = NULL;
   const ferry_op *mma = ferry_op_by_name("gemm_mma_f16_64x64x32_s3");
   ASSERT_STATUS(ferry_op_compile_for(mma, &args, 75, &art), FERRY_UNSUPPORTED);
@@ -394,7 +466,7 @@ TEST(compile_error_reports_the_nvrtc_log) {
   const ferry_op *op = NULL;
   ASSERT_OK(ferry_op_register(&d, &op));
   ferry_gemm_args args;
-  test_args(&args, FERRY_F32, FERRY_F32, 8, 8, 8);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 8, 8, 8);
   ferry_artifact *art = NULL;
   ASSERT_STATUS(ferry_op_compile_for(op, &args, 90, &art), FERRY_COMPILE_FAILED);
   ASSERT(art == NULL);
@@ -408,7 +480,7 @@ TEST(compile_error_reports_the_nvrtc_log) {
 TEST(nvrtc_absent_is_a_clear_error) {
   setenv("FERRY_NVRTC", "/nonexistent/libnvrtc.so", 1);
   ferry_gemm_args args;
-  test_args(&args, FERRY_F32, FERRY_F32, 8, 8, 8);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 8, 8, 8);
   ferry_artifact *art = NULL;
   ASSERT_STATUS(ferry_op_compile_for(ferry_op_by_name("gemm_simt_64x64x16"), &args, 90, &art), FERRY_NO_COMPILER);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "/nonexistent/libnvrtc.so");
@@ -422,7 +494,7 @@ TEST(run_through_fake_driver_lays_out_the_launch) {
   unsetenv("FERRY_ARCH");
   fake_driver_use();
   ferry_gemm_args args;
-  test_args(&args, FERRY_F16, FERRY_F32, 129, 200, 72);
+  test_args(&args, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 129, 200, 72);
   args.alpha = 2.0f;
   args.beta = 0.5f;
   const ferry_op *op = ferry_op_by_name("gemm_mma_f16_64x64x32_s3");
@@ -431,7 +503,7 @@ TEST(run_through_fake_driver_lays_out_the_launch) {
   ASSERT_OK(ferry_op_compile(op, &args, &art));
   ASSERT_EQ(fake_live_libraries, 1); /* loaded at compile: the fake device is the target, sm_90 */
   void *stream = (void *)0x5100;
-  ASSERT_OK(ferry_op_run(op, &args, stream, art, FERRY_ASSUME_SUPPORTED));
+  ASSERT_OK(ferry_op_run(op, &args, stream, art, FERRY_RUN_ASSUME_SUPPORTED));
   ASSERT_EQ(fake_launches, 1);
   ASSERT_EQ(fake_last_launch.grid_x, 3 * 4); /* ceil(129/64) × ceil(200/64) */
   ASSERT_EQ(fake_last_launch.grid_z, 1);
@@ -453,7 +525,7 @@ TEST(run_through_fake_driver_lays_out_the_launch) {
   ASSERT_EQ(fake_launches, 2);
   /* an empty problem launches nothing */
   ferry_gemm_args empty;
-  test_args(&empty, FERRY_F16, FERRY_F32, 0, 200, 72);
+  test_args(&empty, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 0, 200, 72);
   ASSERT_OK(ferry_op_run(op, &empty, stream, art, 0));
   ASSERT_EQ(fake_launches, 2);
   ferry_artifact_release(art);
@@ -469,7 +541,7 @@ TEST(run_swizzled_design_lays_out_the_launch) {
   unsetenv("FERRY_ARCH");
   fake_driver_use();
   ferry_gemm_args args;
-  test_args(&args, FERRY_BF16, FERRY_BF16, 4096, 4096, 4096);
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 4096, 4096, 4096);
   const ferry_op *op = ferry_op_by_name("gemm_mma_bf16_128x256x64_s3_swz");
   ferry_artifact *art = NULL;
   ASSERT_OK(ferry_op_compile(op, &args, &art));
@@ -498,9 +570,9 @@ TEST(run_without_artifact_compiles_once) {
   fake_driver_use();
   const ferry_op *op = tiny_op("tiny_noart");
   ferry_gemm_args args;
-  test_args(&args, FERRY_F32, FERRY_F32, 100, 100, 8);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 100, 100, 8);
   for (int i = 0; i < 50; i++) ASSERT_OK(ferry_op_run(op, &args, NULL, NULL, 0));
-  for (int i = 0; i < 50; i++) ASSERT_OK(ferry_op_run(op, &args, NULL, NULL, FERRY_ASSUME_SUPPORTED));
+  for (int i = 0; i < 50; i++) ASSERT_OK(ferry_op_run(op, &args, NULL, NULL, FERRY_RUN_ASSUME_SUPPORTED));
   ASSERT_EQ(fake_launches, 100);
   ASSERT_EQ(fake_last_launch.grid_x, 4 * 7); /* tiles of 32×16 */
   ASSERT_EQ(fake_last_launch.block, 64);
@@ -520,8 +592,8 @@ TEST(run_checks_artifact_and_support) {
   fake_driver_use();
   const ferry_op *op = tiny_op("tiny_check");
   ferry_gemm_args f32, f16;
-  test_args(&f32, FERRY_F32, FERRY_F32, 16, 16, 16);
-  test_args(&f16, FERRY_F16, FERRY_F32, 16, 16, 16);
+  test_args(&f32, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 16, 16, 16);
+  test_args(&f16, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 16, 16, 16);
   ferry_artifact *art = NULL;
   ASSERT_OK(ferry_op_compile(op, &f32, &art));
   ASSERT_STATUS(ferry_op_run(op, &f16, NULL, art, 0), FERRY_INVALID_ARGUMENT);
@@ -548,7 +620,7 @@ TEST(graph_records_runs_and_updates_in_place) {
   const ferry_op *op = tiny_op("tiny_graph");
   ferry_gemm_args args[3];
   for (int i = 0; i < 3; i++) {
-    test_args(&args[i], FERRY_F32, FERRY_F32, 64, 64, 64);
+    test_args(&args[i], FERRY_SCALAR_F32, FERRY_SCALAR_F32, 64, 64, 64);
     ASSERT_OK(ferry_gemm_args_set_data(&args[i], (void *)(uintptr_t)(0x100000 * (i + 1)), NULL, NULL));
   }
   ferry_artifact *art = NULL;
@@ -558,7 +630,7 @@ TEST(graph_records_runs_and_updates_in_place) {
   ASSERT_OK(ferry_graph_begin((void *)0x5200, &g));
   size_t index = 99;
   for (int i = 0; i < 3; i++) {
-    ASSERT_OK(ferry_graph_run(g, op, &args[i], art, FERRY_ASSUME_SUPPORTED, &index));
+    ASSERT_OK(ferry_graph_run(g, op, &args[i], art, FERRY_RUN_ASSUME_SUPPORTED, &index));
     ASSERT_EQ(index, (size_t)i);
   }
   ASSERT_STATUS(ferry_graph_replay(g, NULL), FERRY_INVALID_ARGUMENT); /* not instantiated yet */
@@ -568,7 +640,7 @@ TEST(graph_records_runs_and_updates_in_place) {
   ASSERT_EQ(fake_replays, 1);
   /* Run 1 gets new operands and a new size; the others keep theirs. */
   ferry_gemm_args moved;
-  test_args(&moved, FERRY_F32, FERRY_F32, 100, 64, 64);
+  test_args(&moved, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 100, 64, 64);
   ASSERT_OK(ferry_gemm_args_set_data(&moved, (void *)0x777000, NULL, NULL));
   ASSERT_OK(ferry_graph_update(g, 1, &moved));
   const fake_launch_record *n0 = fake_exec_node(ferry__test_graph_exec(g), 0);
@@ -582,7 +654,7 @@ TEST(graph_records_runs_and_updates_in_place) {
   ASSERT_EQ(n1->grid_x, 4 * 4); /* ceil(100/32) × ceil(64/16) */
   /* Updates are checked like runs. */
   ferry_gemm_args other;
-  test_args(&other, FERRY_F16, FERRY_F32, 64, 64, 64);
+  test_args(&other, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 64, 64, 64);
   ASSERT_STATUS(ferry_graph_update(g, 1, &other), FERRY_INVALID_ARGUMENT);
   ASSERT_STATUS(ferry_graph_update(g, 7, &moved), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "run 7 does not exist");
@@ -623,7 +695,7 @@ TEST(byo_kernel_end_to_end_on_fake_driver) {
   d.info.tile_m = 128;
   d.info.tile_n = 128;
   d.info.threads = 128;
-  d.info.a_types = d.info.b_types = d.info.out_types = FERRY_SCALAR_BIT(FERRY_F32);
+  d.info.a_types = d.info.b_types = d.info.out_types = FERRY_SCALAR_BIT(FERRY_SCALAR_F32);
   d.source = "struct my_params { const float *x; float scale; int rows; };\n"
              "#ifndef BYO_UNROLL\n#error the option did not arrive\n#endif\n"
              "extern \"C\" __global__ void byo_scale(my_params p) { (void)p; }\n";
@@ -637,7 +709,7 @@ TEST(byo_kernel_end_to_end_on_fake_driver) {
   const ferry_op *op = NULL;
   ASSERT_OK(ferry_op_register(&d, &op));
   ferry_gemm_args args;
-  test_args(&args, FERRY_F32, FERRY_F32, 300, 10, 5);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 300, 10, 5);
   args.alpha = 2.0f;
   const ferry_op *ops[16];
   size_t n = 0;

@@ -20,7 +20,7 @@ TEST(fault_at_every_compile_call_is_clean) {
   fake_driver_use();
   const ferry_op *op = tiny_op("tiny_fault_compile");
   ferry_gemm_args args;
-  test_args(&args, FERRY_F32, FERRY_F32, 8, 8, 8);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 8, 8, 8);
   for (size_t c = 0; c < sizeof calls / sizeof calls[0]; c++) {
     ferry_ops_clear_memo();
     ferry__fault_arm(calls[c], 1, CUDA_ERROR_LAUNCH_FAILED);
@@ -52,7 +52,7 @@ TEST(fault_at_every_load_and_run_call_is_clean) {
   fake_driver_use();
   const ferry_op *op = ferry_op_by_name("gemm_mma_f16_128x128x32_s4");
   ferry_gemm_args args;
-  test_args(&args, FERRY_F16, FERRY_F16, 256, 256, 64);
+  test_args(&args, FERRY_SCALAR_F16, FERRY_SCALAR_F16, 256, 256, 64);
   ferry_artifact *art = NULL;
   ASSERT_OK(ferry_op_compile(op, &args, &art)); /* once through NVRTC; then from the disk cache */
   ferry_artifact_release(art);
@@ -64,7 +64,8 @@ TEST(fault_at_every_load_and_run_call_is_clean) {
       ferry__fault_arm(calls[c], 1, CUDA_ERROR_LAUNCH_FAILED);
       art = NULL;
       ferry_status st = ferry_op_compile(op, &args, &art); /* a disk hit, loaded into the (fake) device */
-      if (st == FERRY_OK) st = ferry_op_run(op, &args, (void *)0x5400, flags ? NULL : art, flags ? 0 : FERRY_ASSUME_SUPPORTED);
+      if (st == FERRY_OK)
+        st = ferry_op_run(op, &args, (void *)0x5400, flags ? NULL : art, flags ? 0 : FERRY_RUN_ASSUME_SUPPORTED);
       int hits = ferry__fault_hits();
       ferry__fault_disarm();
       if (hits == 0) FAIL_AT("compile+run never called %s", calls[c]);
@@ -95,7 +96,7 @@ TEST(fault_at_every_graph_call_is_clean) {
   fake_driver_use();
   const ferry_op *op = tiny_op("tiny_fault_graph");
   ferry_gemm_args args;
-  test_args(&args, FERRY_F32, FERRY_F32, 64, 64, 64);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 64, 64, 64);
   ferry_artifact *art = NULL;
   ASSERT_OK(ferry_op_compile(op, &args, &art));
   for (size_t c = 0; c < sizeof calls / sizeof calls[0]; c++) {

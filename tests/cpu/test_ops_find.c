@@ -15,7 +15,7 @@ TEST(builtins_are_registered_with_metadata) {
   ASSERT(n >= 9);
   const ferry_op *op = ferry_op_by_name("gemm_mma_bf16_128x128x32_s4");
   ASSERT(op != NULL);
-  const ferry_op_info *i = ferry_op_get_info(op);
+  const ferry_op_info *i = ferry_op_info_get(op);
   ASSERT(!strcmp(i->instruction, "mma.sync.m16n8k16"));
   ASSERT_EQ(i->tile_m, 128);
   ASSERT_EQ(i->tile_n, 128);
@@ -23,14 +23,14 @@ TEST(builtins_are_registered_with_metadata) {
   ASSERT_EQ(i->stages, 4);
   ASSERT_EQ(i->threads, 128);
   ASSERT_EQ(i->min_sm, 80);
-  ASSERT_EQ(i->a_types, FERRY_SCALAR_BIT(FERRY_BF16));
+  ASSERT_EQ(i->a_types, FERRY_SCALAR_BIT(FERRY_SCALAR_BF16));
   ASSERT_EQ(i->a_align, 16);
   ASSERT_EQ(i->smem_bytes, 4 * (128 * 40 + 128 * 40) * 2);
   ASSERT_EQ(i->builtin, 1);
   /* the swizzled designs: no padding, the stages or the epilogue's staging, whichever is larger */
   const ferry_op *sw = ferry_op_by_name("gemm_mma_bf16_128x256x64_s3_swz");
   ASSERT(sw != NULL);
-  i = ferry_op_get_info(sw);
+  i = ferry_op_info_get(sw);
   ASSERT(!strcmp(i->instruction, "mma.sync.m16n8k16"));
   ASSERT_EQ(i->tile_m, 128);
   ASSERT_EQ(i->tile_n, 256);
@@ -39,38 +39,38 @@ TEST(builtins_are_registered_with_metadata) {
   ASSERT_EQ(i->threads, 256);
   ASSERT_EQ(i->a_align, 16);
   ASSERT_EQ(i->smem_bytes, 3 * (128 + 256) * 64 * 2);
-  ASSERT_EQ(ferry_op_get_info(ferry_op_by_name("gemm_mma_f16_128x128x64_s3_swz"))->smem_bytes, 3 * 256 * 64 * 2);
-  ASSERT_EQ(ferry_op_get_info(ferry_op_by_name("gemm_mma_f16_128x256x64_s4_swz"))->smem_bytes, 4 * 384 * 64 * 2);
-  ASSERT_EQ(ferry_op_get_info(ferry_op_by_name("gemm_mma_bf16_256x128x64_s3_swz"))->threads, 256);
+  ASSERT_EQ(ferry_op_info_get(ferry_op_by_name("gemm_mma_f16_128x128x64_s3_swz"))->smem_bytes, 3 * 256 * 64 * 2);
+  ASSERT_EQ(ferry_op_info_get(ferry_op_by_name("gemm_mma_f16_128x256x64_s4_swz"))->smem_bytes, 4 * 384 * 64 * 2);
+  ASSERT_EQ(ferry_op_info_get(ferry_op_by_name("gemm_mma_bf16_256x128x64_s3_swz"))->threads, 256);
   for (uint32_t kind = 0; kind < 4; kind++) /* one layout whatever the majors */
     ASSERT_EQ(ferry__design_smem(sw, kind << 8), 3 * (128 + 256) * 64 * 2);
   ASSERT(ferry_op_by_name("no such operator") == NULL);
   ASSERT(ferry_ops_get(n) == NULL);
-  ASSERT(ferry_op_get_info(NULL) == NULL);
+  ASSERT(ferry_op_info_get(NULL) == NULL);
 }
 
 TEST(find_on_forced_target_orders_tensor_cores_first) {
   ferry_gemm_args args;
-  test_args(&args, FERRY_F16, FERRY_F16, 128, 128, 128);
+  test_args(&args, FERRY_SCALAR_F16, FERRY_SCALAR_F16, 128, 128, 128);
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
   ASSERT_EQ(n, 10); /* eight f16 mma.sync designs, the wgmma one (sm_90) and the SIMT one */
-  ASSERT(!strcmp(ferry_op_get_info(ops[0])->name, "gemm_mma_f16_64x64x32_s3")); /* 128³ wants small tiles */
-  ASSERT(!strcmp(ferry_op_get_info(ops[n - 1])->instruction, "simt.fma"));
+  ASSERT(!strcmp(ferry_op_info_get(ops[0])->name, "gemm_mma_f16_64x64x32_s3")); /* 128³ wants small tiles */
+  ASSERT(!strcmp(ferry_op_info_get(ops[n - 1])->instruction, "simt.fma"));
   for (size_t i = 0; i < n; i++) ASSERT_OK(ferry_op_supports(ops[i], &args, NULL, 0));
   /* 4096³: the designs' speeds decide (registry.c, fitted to the H200's times). First the wgmma design on sm_90
    * (202 µs), the swizzled 128×256×64 s3 where it is not offered and 192 KB do not fit (280 µs); among the padded
    * designs, 128×128×32 s4 (461 µs) before 128×256×32 s3 (610 µs). */
-  test_args(&args, FERRY_BF16, FERRY_BF16, 4096, 4096, 4096);
-  ASSERT(!strcmp(ferry_op_get_info(find_first(&args, 90))->name, "gemm_wgmma_bf16_128x256x64_s4"));
-  ASSERT(!strcmp(ferry_op_get_info(find_first(&args, 80))->name, "gemm_mma_bf16_128x256x64_s3_swz"));
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 4096, 4096, 4096);
+  ASSERT(!strcmp(ferry_op_info_get(find_first(&args, 90))->name, "gemm_wgmma_bf16_128x256x64_s4"));
+  ASSERT(!strcmp(ferry_op_info_get(find_first(&args, 80))->name, "gemm_mma_bf16_128x256x64_s3_swz"));
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
   ASSERT_EQ(n, 10);
   size_t at_128 = n, at_256 = n;
   for (size_t i = 0; i < n; i++) {
-    if (!strcmp(ferry_op_get_info(ops[i])->name, "gemm_mma_bf16_128x128x32_s4")) at_128 = i;
-    if (!strcmp(ferry_op_get_info(ops[i])->name, "gemm_mma_bf16_128x256x32_s3")) at_256 = i;
+    if (!strcmp(ferry_op_info_get(ops[i])->name, "gemm_mma_bf16_128x128x32_s4")) at_128 = i;
+    if (!strcmp(ferry_op_info_get(ops[i])->name, "gemm_mma_bf16_128x256x32_s3")) at_256 = i;
   }
   ASSERT(at_128 < at_256 && at_256 < n);
   /* capacity smaller than the count: the count is still the total */
@@ -82,15 +82,15 @@ TEST(find_on_forced_target_orders_tensor_cores_first) {
 
 TEST(find_respects_target_and_filter) {
   ferry_gemm_args args;
-  test_args(&args, FERRY_F16, FERRY_F32, 64, 64, 64);
+  test_args(&args, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 64, 64, 64);
   size_t n = 0;
   const ferry_op *ops[32];
   ASSERT_OK(ferry_ops_find(&args, 75, NULL, NULL, ops, 32, &n)); /* sm_75: no cp.async, only SIMT */
   ASSERT_EQ(n, 1);
-  ASSERT(!strcmp(ferry_op_get_info(ops[0])->name, "gemm_simt_64x64x16"));
+  ASSERT(!strcmp(ferry_op_info_get(ops[0])->name, "gemm_simt_64x64x16"));
   ASSERT_OK(ferry_ops_find(&args, 60, NULL, NULL, ops, 32, &n));
   ASSERT_EQ(n, 0); /* none is not an error */
-  test_args(&args, FERRY_F32, FERRY_F32, 64, 64, 64);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 64, 64, 64);
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
   ASSERT_EQ(n, 1); /* fp32 operands: SIMT only */
   ASSERT_STATUS(ferry_ops_find(NULL, 90, NULL, NULL, ops, 32, &n), FERRY_INVALID_ARGUMENT);
@@ -104,23 +104,23 @@ static int only_128(const ferry_op_info *info, void *user) {
 
 TEST(find_filter_keeps_what_it_says) {
   ferry_gemm_args args;
-  test_args(&args, FERRY_BF16, FERRY_F32, 256, 256, 256);
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 256, 256, 256);
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, only_128, NULL, ops, 32, &n));
   ASSERT_EQ(n, 6); /* 128×256×32, 128×128×32, the swizzled 128×128×64, 128×256×64 s3 and s4, and wgmma */
-  for (size_t i = 0; i < n; i++) ASSERT_EQ(ferry_op_get_info(ops[i])->tile_m, 128);
+  for (size_t i = 0; i < n; i++) ASSERT_EQ(ferry_op_info_get(ops[i])->tile_m, 128);
 }
 
 static int named(const ferry_op *const *ops, size_t n, const char *name) {
   for (size_t i = 0; i < n; i++)
-    if (!strcmp(ferry_op_get_info(ops[i])->name, name)) return 1;
+    if (!strcmp(ferry_op_info_get(ops[i])->name, name)) return 1;
   return 0;
 }
 
 TEST(find_skips_designs_over_the_targets_shared_memory) {
   ferry_gemm_args args;
-  test_args(&args, FERRY_BF16, FERRY_BF16, 4096, 4096, 4096);
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 4096, 4096, 4096);
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n)); /* 227 KB: every design, wgmma too */
@@ -134,17 +134,17 @@ TEST(find_skips_designs_over_the_targets_shared_memory) {
   ASSERT_EQ(n, 6);
   ASSERT(!named(ops, n, "gemm_mma_bf16_128x256x64_s3_swz") && !named(ops, n, "gemm_mma_bf16_256x128x64_s3_swz"));
   ASSERT(named(ops, n, "gemm_mma_bf16_128x128x64_s3_swz"));
-  for (size_t i = 0; i < n; i++) ASSERT(ferry_op_get_info(ops[i])->smem_bytes <= 99 * 1024);
+  for (size_t i = 0; i < n; i++) ASSERT(ferry_op_info_get(ops[i])->smem_bytes <= 99 * 1024);
 }
 
 TEST(unaligned_operands_route_to_the_any_alignment_design) {
   ferry_gemm_args args;
-  test_args(&args, FERRY_F16, FERRY_F16, 127, 127, 127); /* ld 127 fp16 = 254 bytes */
+  test_args(&args, FERRY_SCALAR_F16, FERRY_SCALAR_F16, 127, 127, 127); /* ld 127 fp16 = 254 bytes */
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
   ASSERT_EQ(n, 2);
-  ASSERT(!strcmp(ferry_op_get_info(ops[0])->name, "gemm_mma_f16_64x64x32_s2_align2"));
+  ASSERT(!strcmp(ferry_op_info_get(ops[0])->name, "gemm_mma_f16_64x64x32_s2_align2"));
   char reason[256];
   const ferry_op *aligned = ferry_op_by_name("gemm_mma_f16_64x64x32_s3");
   ASSERT_STATUS(ferry_op_supports(aligned, &args, reason, sizeof reason), FERRY_UNSUPPORTED);
@@ -156,24 +156,24 @@ TEST(unaligned_operands_route_to_the_any_alignment_design) {
 TEST(supports_reasons_name_operand_and_types) {
   ferry_gemm_args args;
   char reason[256];
-  test_args(&args, FERRY_F16, FERRY_F32, 64, 64, 64);
+  test_args(&args, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 64, 64, 64);
   const ferry_op *bf = ferry_op_by_name("gemm_mma_bf16_64x64x32_s3");
   ASSERT_STATUS(ferry_op_supports(bf, &args, reason, sizeof reason), FERRY_UNSUPPORTED);
   ASSERT(!strcmp(reason, "operand A: expected bf16, got fp16"));
   ASSERT_EQ(ferry_last_error()->status, FERRY_UNSUPPORTED);
   /* fp16 accumulation: the fp16 designs take it, bf16 and SIMT do not */
   test_matrix a, b, c;
-  test_matrix_make(&a, 0x1000, FERRY_BF16, 0, 64, 64, 0, 0);
-  test_matrix_make(&b, 0x2000, FERRY_BF16, 0, 64, 64, 0, 0);
-  test_matrix_make(&c, 0x3000, FERRY_BF16, 0, 64, 64, 0, 0);
-  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F16));
+  test_matrix_make(&a, 0x1000, FERRY_SCALAR_BF16, 0, 64, 64, 0, 0);
+  test_matrix_make(&b, 0x2000, FERRY_SCALAR_BF16, 0, 64, 64, 0, 0);
+  test_matrix_make(&c, 0x3000, FERRY_SCALAR_BF16, 0, 64, 64, 0, 0);
+  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F16));
   ASSERT_STATUS(ferry_op_supports(bf, &args, reason, sizeof reason), FERRY_UNSUPPORTED);
   ASSERT(!strcmp(reason, "accumulator: expected fp32, got fp16"));
   ASSERT_STATUS(ferry_op_supports(ferry_op_by_name("gemm_simt_64x64x16"), &args, reason, 8), FERRY_UNSUPPORTED);
   ASSERT_EQ(strlen(reason), 7); /* truncated to the buffer, NUL-terminated */
   /* a mixed pair: the SIMT design accepts it, tensor cores say which operand differs */
-  test_matrix_make(&a, 0x1000, FERRY_F16, 0, 64, 64, 0, 0);
-  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_F32));
+  test_matrix_make(&a, 0x1000, FERRY_SCALAR_F16, 0, 64, 64, 0, 0);
+  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32));
   ASSERT_OK(ferry_op_supports(ferry_op_by_name("gemm_simt_64x64x16"), &args, reason, sizeof reason));
   ASSERT_EQ(reason[0], 0);
   ASSERT_STATUS(ferry_op_supports(ferry_op_by_name("gemm_mma_f16_64x64x32_s3"), &args, reason, sizeof reason),
@@ -188,7 +188,7 @@ TEST(supports_reasons_name_operand_and_types) {
 
 TEST(supports_check_costs_nanoseconds) {
   ferry_gemm_args args;
-  test_args(&args, FERRY_F16, FERRY_F16, 128, 128, 128);
+  test_args(&args, FERRY_SCALAR_F16, FERRY_SCALAR_F16, 128, 128, 128);
   const ferry_op *op = ferry_op_by_name("gemm_mma_f16_64x64x32_s3");
   enum { N = 2000000 };
   struct timespec t0, t1;
@@ -268,7 +268,7 @@ TEST(register_validates_and_rejects_duplicates) {
   d.info.a_align = 1;
   d.info.a_types = 0;
   ASSERT_STATUS(ferry_op_register(&d, &op), FERRY_INVALID_ARGUMENT);
-  d.info.a_types = FERRY_SCALAR_BIT(FERRY_F32);
+  d.info.a_types = FERRY_SCALAR_BIT(FERRY_SCALAR_F32);
   d.info.div_k = 0;
   ASSERT_STATUS(ferry_op_register(&d, &op), FERRY_INVALID_ARGUMENT);
   d.info.div_k = 1;
@@ -279,19 +279,19 @@ TEST(register_validates_and_rejects_duplicates) {
   d.supports = refuse_odd_k;
   ASSERT_OK(ferry_op_register(&d, &op));
   ASSERT(op == ferry_op_by_name("my_gemm"));
-  ASSERT_EQ(ferry_op_get_info(op)->builtin, 0);
-  ASSERT(!strcmp(ferry_op_get_info(op)->instruction, "custom"));
+  ASSERT_EQ(ferry_op_info_get(op)->builtin, 0);
+  ASSERT(!strcmp(ferry_op_info_get(op)->instruction, "custom"));
   ASSERT_STATUS(ferry_op_register(&d, NULL), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "already registered");
   /* It takes part in discovery, its own check included. */
   ferry_gemm_args args;
-  test_args(&args, FERRY_F32, FERRY_F32, 16, 16, 16);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 16, 16, 16);
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
   ASSERT_EQ(n, 2);
   ASSERT(ops[0] == op); /* registered before SIMT */
-  test_args(&args, FERRY_F32, FERRY_F32, 16, 16, 15);
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 16, 16, 15);
   char reason[100];
   ASSERT_STATUS(ferry_op_supports(op, &args, reason, sizeof reason), FERRY_UNSUPPORTED);
   ASSERT(!strcmp(reason, "k = 15 is odd"));

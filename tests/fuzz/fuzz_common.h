@@ -23,7 +23,7 @@
 
 #define FUZZ_OP_NAME "fuzz_tiny"
 #define FUZZ_SM 90
-#define FUZZ_KIND FERRY_GEMM_KIND(FERRY_F32, FERRY_F32, FERRY_F32, FERRY_F32, 0, 0, 0)
+#define FUZZ_KIND FERRY_GEMM_KIND(FERRY_SCALAR_F32, FERRY_SCALAR_F32, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 0, 0, 0)
 
 static inline const ferry_op *fuzz_op(void) {
   const ferry_op *op = ferry_op_by_name(FUZZ_OP_NAME);

@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
   ferry_artifact *art = NULL;
   unsigned char *file = NULL;
   size_t size = 0;
-  if (!op || ferry_gemm_args_init(&args, &t[0], &t[1], &t[2], FERRY_F32) != FERRY_OK ||
+  if (!op || ferry_gemm_args_init(&args, &t[0], &t[1], &t[2], FERRY_SCALAR_F32) != FERRY_OK ||
       ferry_op_compile_for(op, &args, FUZZ_SM, &art) != FERRY_OK || ferry__art_encode(art, &file, &size) != FERRY_OK) {
     fprintf(stderr, "cannot make an artifact: %s\n", ferry_last_error_message());
     return 1;

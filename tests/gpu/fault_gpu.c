@@ -1,4 +1,5 @@
-/* fault_gpu.c — ferry_stress --faults: tests/cpu/test_faults.c's fault matrix against the real driver.
+/* fault_gpu.c — ferry_stress every_failing_driver_call_is_clean: tests/cpu/test_faults.c's fault matrix against the
+ * real driver.
  *
  * For each driver call on the D2H, H2D and pool paths, and for each of its uses in one transfer (1st, 2nd, ...
  * until the transfer no longer makes that many), the call is made to fail (the fault seam returns an error
@@ -335,7 +336,7 @@ int stress_faults(int dev, int verbose) {
                                      "cuMemPoolSetAttribute", "cuModuleLoadData", "cuModuleGetFunction"};
   rig r;
   if (!rig_setup(&r, dev)) {
-    printf("ferry_stress --faults: the harness could not set up on cuda:%d\n", dev);
+    printf("transfer faults: the harness could not set up on cuda:%d\n", dev);
     return 1;
   }
   /* Warm up: the one-time work happens here, so the in-process cases see only per-transfer calls. */
@@ -344,13 +345,13 @@ int stress_faults(int dev, int verbose) {
     ferry_transfer *tr = NULL;
     batch(&r, dir, 1, t);
     if (submit(dev, dir, t, &tr) != FERRY_OK || check(&r, dir, 1, t, tr) != 0) {
-      printf("ferry_stress --faults: the unfaulted %s is not exact: %s\n", dir ? "H2D" : "D2H",
+      printf("transfer faults: the unfaulted %s is not exact: %s\n", dir ? "H2D" : "D2H",
              ferry_last_error_message());
       return 1;
     }
     ferry_transfer_release(tr);
   }
-  printf("ferry_stress --faults on cuda:%d%s: each call fails at each of its uses (%s injected)\n", dev,
+  printf("transfer faults on cuda:%d%s: each call fails at each of its uses (%s injected)\n", dev,
          stress_simulated ? " [simulated driver]" : "", ferry__cu_name(INJECTED));
   printf("  %-7s %-26s %-9s %5s %6s  %s\n", "path", "call", "process", "cases", "clean", "verdict");
   int failures = 0;

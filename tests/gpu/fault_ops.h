@@ -1,5 +1,5 @@
-/* fault_ops.h — `ferry_test_ops_gpu --faults`: fault injection on the operator runtime's driver and NVRTC calls,
- * against the real driver (or, with --simulate, the CPU tests' simulated one). fault_ops_gpu.c runs the matrix of
+/* fault_ops.h — `ferry_test_ops_gpu every_failing_runtime_call_is_clean`: fault injection on the operator runtime's
+ * driver and NVRTC calls, against the real driver (or, with --simulate, the CPU tests' simulated one). fault_ops_gpu.c runs the matrix of
  * (path, call, use) cases; fault_ops_rig.c is its harness: problems with exact results, device memory and contexts
  * past the fault seam, the census of driver objects, and the simulated driver's GEMMs. */
 #ifndef FERRY_FAULT_OPS_H
@@ -7,7 +7,7 @@
 
 #include "ops.h"
 
-/* The entry from test_ops_gpu.c's main. `fault_case` NULL runs the whole matrix; otherwise it names one case
+/* The entry from test_ops_gpu.c's test and its --fault-case mode. `fault_case` NULL runs the whole matrix; otherwise it names one case
  * ("fresh:f32:cuDeviceGet:2") to run in this process, which the matrix spawned for it. `simulate` installs the
  * simulated driver first. Returns the exit status: 0 every case passed, 1 one failed, 2 the harness could not run,
  * 3 (one case only) the call was not made that many times. */
@@ -20,7 +20,7 @@ enum { PROBLEM_M = 64, PROBLEM_N = 48, PROBLEM_K = 40 };
 
 /* One row-major matrix: its values (exact in its type), its device buffer and its tensor. */
 typedef struct operand {
-  int type; /* FERRY_F32 or FERRY_F16 */
+  int type; /* FERRY_SCALAR_F32 or FERRY_SCALAR_F16 */
   int rows, cols;
   float *val;
   CUdeviceptr dev;

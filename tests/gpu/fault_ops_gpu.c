@@ -1,5 +1,6 @@
-/* fault_ops_gpu.c — `ferry_test_ops_gpu --faults`: the operator runtime's fault injection (tests/cpu/
- * test_ops_faults.c) against the real driver, as `ferry_stress --faults` (fault_gpu.c) does for transfers.
+/* fault_ops_gpu.c — `ferry_test_ops_gpu every_failing_runtime_call_is_clean`: the operator runtime's fault injection
+ * (tests/cpu/test_ops_faults.c) against the real driver, as ferry_stress's every_failing_driver_call_is_clean
+ * (fault_gpu.c) does for transfers.
  *
  * Each path is one operation of the runtime: a compile through NVRTC, a compile from the disk cache, a run that
  * compiles through the memo, an imported artifact's first run (which loads it), a plain run, and a graph (two runs
@@ -77,7 +78,8 @@ typedef struct kind_state {
   char artifact_path[600];
 } kind_state;
 
-static kind_state kinds[2] = {{.name = "f32", .in_type = FERRY_F32}, {.name = "f16", .in_type = FERRY_F16}};
+static kind_state kinds[2] = {{.name = "f32", .in_type = FERRY_SCALAR_F32},
+                              {.name = "f16", .in_type = FERRY_SCALAR_F16}};
 
 /* What an operation did: its status, how many of its steps succeeded (in order, up to the first failure), and the
  * objects it made, which the case releases after looking at them. */
@@ -96,7 +98,7 @@ typedef struct outcome {
 /* The memo is empty: a compile (from the disk cache, or NVRTC when the path turns the cache off), then a run. */
 static void compile_then_run(kind_state *k, outcome *o) {
   STEP(o, ferry_op_compile(k->op, &k->p[0].args, &o->art));
-  STEP(o, ferry_op_run(k->op, &k->p[0].args, the_rig.stream, o->art, FERRY_ASSUME_SUPPORTED));
+  STEP(o, ferry_op_run(k->op, &k->p[0].args, the_rig.stream, o->art, FERRY_RUN_ASSUME_SUPPORTED));
 }
 
 /* A run without an artifact: the memo is empty, so the run compiles and loads through it. */
@@ -113,15 +115,15 @@ static void import_then_run(kind_state *k, outcome *o) {
 
 /* The launch path alone: the artifact is loaded and its function made. */
 static void run_warm(kind_state *k, outcome *o) {
-  STEP(o, ferry_op_run(k->op, &k->p[0].args, the_rig.stream, k->warm, FERRY_ASSUME_SUPPORTED));
+  STEP(o, ferry_op_run(k->op, &k->p[0].args, the_rig.stream, k->warm, FERRY_RUN_ASSUME_SUPPORTED));
 }
 
 /* Runs 0 and 1 write outputs 0 and 1 at the first replay (step 5); run 1 then gets problem 2's operands, and the
  * second replay (step 7) writes output 2. */
 static void graph_sequence(kind_state *k, outcome *o) {
   STEP(o, ferry_graph_begin(the_rig.stream, &o->graph));
-  STEP(o, ferry_graph_run(o->graph, k->op, &k->p[0].args, k->warm, FERRY_ASSUME_SUPPORTED, NULL));
-  STEP(o, ferry_graph_run(o->graph, k->op, &k->p[1].args, k->warm, FERRY_ASSUME_SUPPORTED, NULL));
+  STEP(o, ferry_graph_run(o->graph, k->op, &k->p[0].args, k->warm, FERRY_RUN_ASSUME_SUPPORTED, NULL));
+  STEP(o, ferry_graph_run(o->graph, k->op, &k->p[1].args, k->warm, FERRY_RUN_ASSUME_SUPPORTED, NULL));
   STEP(o, ferry_graph_end(o->graph));
   STEP(o, ferry_graph_replay(o->graph, NULL));
   STEP(o, ferry_graph_update(o->graph, 1, &k->p[2].args));
@@ -340,17 +342,17 @@ static int kind_open(kind_state *k, int warm_up) {
     problem_make(&k->p[i], k->in_type, 0x9e3779b9u * (uint32_t)(i + 1) + (uint32_t)k->in_type);
   k->op = pick_operator(k);
   if (!k->op) {
-    printf("ferry_test_ops_gpu --faults: no operator for the %s problem on sm_%d\n", k->name, the_rig.sm);
+    printf("ops faults: no operator for the %s problem on sm_%d\n", k->name, the_rig.sm);
     return 0;
   }
   if (!warm_up) return 1;
   snprintf(k->artifact_path, sizeof k->artifact_path, "%s/%s.ferry", getenv("XDG_CACHE_HOME"), k->name);
   problem_poison(&k->p[0]);
   ferry_status st = ferry_op_compile(k->op, &k->p[0].args, &k->warm);
-  if (st == FERRY_OK) st = ferry_op_run(k->op, &k->p[0].args, the_rig.stream, k->warm, FERRY_ASSUME_SUPPORTED);
+  if (st == FERRY_OK) st = ferry_op_run(k->op, &k->p[0].args, the_rig.stream, k->warm, FERRY_RUN_ASSUME_SUPPORTED);
   if (st == FERRY_OK) st = ferry_artifact_export(k->warm, k->artifact_path);
   if (st != FERRY_OK) {
-    printf("ferry_test_ops_gpu --faults: the unfaulted %s operation failed: %s: %s\n", k->name, ferry_status_name(st),
+    printf("ops faults: the unfaulted %s operation failed: %s: %s\n", k->name, ferry_status_name(st),
            ferry_last_error_message());
     return 0;
   }
@@ -358,7 +360,7 @@ static int kind_open(kind_state *k, int warm_up) {
   rig_sync();
   problem_output(&k->p[0], &sentinel, &exact);
   if (exact != ELEMENTS || leftover) {
-    printf("ferry_test_ops_gpu --faults: the unfaulted %s run is not clean (%d of %d elements exact, %d context(s) "
+    printf("ops faults: the unfaulted %s run is not clean (%d of %d elements exact, %d context(s) "
            "left current)\n", k->name, exact, ELEMENTS, leftover);
     return 0;
   }
@@ -431,7 +433,7 @@ int ops_faults_main(const char *fault_case, int simulate) {
   if (!rig_open(simulate)) return CASE_HARNESS;
   if (fault_case) return one_fresh_case(fault_case);
   if (!make_cache_home(cache_home, sizeof cache_home)) {
-    printf("ferry_test_ops_gpu --faults: cannot create a cache directory under $TMPDIR or /tmp\n");
+    printf("ops faults: cannot create a cache directory under $TMPDIR or /tmp\n");
     return CASE_HARNESS;
   }
   int ready = 1;
@@ -440,11 +442,11 @@ int ops_faults_main(const char *fault_case, int simulate) {
     remove_tree(cache_home);
     return CASE_HARNESS;
   }
-  printf("ferry_test_ops_gpu --faults on cuda:%d (%s, sm_%d)%s: each call fails at each of its uses (%s injected; "
+  printf("ops faults on cuda:%d (%s, sm_%d)%s: each call fails at each of its uses (%s injected; "
          "NVRTC calls fail with NVRTC_ERROR_INTERNAL_ERROR)\n", the_rig.dev, the_rig.device_name, the_rig.sm,
          the_rig.simulated ? " [simulated driver]" : "", ferry__cu_name(INJECTED));
   printf("  operators: f32 %s, f16 %s; %d×%d×%d, fp32 output, compared bit for bit\n",
-         ferry_op_get_info(kinds[0].op)->name, ferry_op_get_info(kinds[1].op)->name, PROBLEM_M, PROBLEM_N, PROBLEM_K);
+         ferry_op_info_get(kinds[0].op)->name, ferry_op_info_get(kinds[1].op)->name, PROBLEM_M, PROBLEM_N, PROBLEM_K);
   printf("  %-8s %-4s %-30s %3s  %-15s %s\n", "path", "kind", "call", "nth", "status", "verdict");
   int cases = 0, failures = 0;
   for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++)

@@ -1,4 +1,4 @@
-/* fault_ops_rig.c — the harness of `ferry_test_ops_gpu --faults` (fault_ops_gpu.c): problems whose results are
+/* fault_ops_rig.c — the harness of the operator runtime's fault matrix (fault_ops_gpu.c): problems whose results are
  * exact, device memory and contexts handled past the fault seam, a census of the driver objects alive, and, through
  * the simulated driver, the GEMMs that driver only records and the context stack it does not keep.
  *
@@ -17,7 +17,7 @@
 #include "fault_ops.h"
 #include "require.h"
 
-#include "../cpu/fake_driver.h"
+#include "fake_driver.h"
 
 #include <string.h>
 
@@ -142,7 +142,7 @@ static operand *operand_at(const void *ptr) {
  * the wrong layout leaves a wrong output — or, off the harness's buffers, none at all. */
 static void simulated_gemm(const ferry_gemm_params *p) {
   const operand *a = operand_at(p->a), *b = operand_at(p->b), *o = operand_at(p->out);
-  if (!a || !b || !o || o->type != FERRY_F32 || p->l != 1) return;
+  if (!a || !b || !o || o->type != FERRY_SCALAR_F32 || p->l != 1) return;
   int a_col = (p->kind >> 8) & 1u, b_col = (p->kind >> 9) & 1u, o_col = (p->kind >> 10) & 1u;
   size_t a_size = (size_t)a->rows * (size_t)a->cols, b_size = (size_t)b->rows * (size_t)b->cols;
   float *out = (float *)p->out;
@@ -248,7 +248,7 @@ int rig_open(int simulated) {
   if (simulated) fake_driver_use();
   ferry_status st = ferry_init();
   if (st != FERRY_OK) {
-    printf("ferry_test_ops_gpu --faults: no GPU here (%s: %s); --simulate runs the matrix without one\n",
+    printf("ops faults: no GPU here (%s: %s); --simulate runs the matrix without one\n",
            ferry_status_name(st), ferry_last_error_message());
     return 0;
   }
@@ -375,12 +375,12 @@ static uint16_t quarter_as_f16(int q) {
 static void operand_make(operand *m, int type, int rows, int cols, uint32_t *seed) {
   memset(m, 0, sizeof *m);
   m->type = type, m->rows = rows, m->cols = cols;
-  size_t n = (size_t)rows * (size_t)cols, elem = type == FERRY_F32 ? 4 : 2;
+  size_t n = (size_t)rows * (size_t)cols, elem = type == FERRY_SCALAR_F32 ? 4 : 2;
   m->val = calloc(n, sizeof *m->val);
   m->dev = device_alloc(n * elem);
   m->shape[0] = rows, m->shape[1] = cols;
   m->strides[0] = cols, m->strides[1] = 1;
-  ferry_dtype dt = {FERRY_DTYPE_FLOAT, (uint8_t)(type == FERRY_F32 ? 32 : 16), 1};
+  ferry_dtype dt = {FERRY_DTYPE_FLOAT, (uint8_t)(type == FERRY_SCALAR_F32 ? 32 : 16), 1};
   m->t = (ferry_tensor){(void *)(uintptr_t)m->dev, {FERRY_DEVICE_CUDA, the_rig.dev}, 2, dt, m->shape, m->strides, 0};
   if (n_known == (int)(sizeof known / sizeof known[0])) {
     printf("FATAL %s:%d: more operands than the harness traces (%d)\n", __FILE__, __LINE__, n_known);
@@ -392,7 +392,7 @@ static void operand_make(operand *m, int type, int rows, int cols, uint32_t *see
   for (size_t i = 0; i < n; i++) {
     int q = (int)(next_random(seed) % 9) - 4;
     m->val[i] = (float)q / 4.0f;
-    if (type == FERRY_F32) memcpy(image + 4 * i, &m->val[i], 4);
+    if (type == FERRY_SCALAR_F32) memcpy(image + 4 * i, &m->val[i], 4);
     else {
       uint16_t h = quarter_as_f16(q);
       memcpy(image + 2 * i, &h, 2);
@@ -406,14 +406,14 @@ void problem_make(problem *p, int in_type, uint32_t seed) {
   uint32_t state = seed ? seed : 1;
   operand_make(&p->a, in_type, PROBLEM_M, PROBLEM_K, &state);
   operand_make(&p->b, in_type, PROBLEM_K, PROBLEM_N, &state);
-  operand_make(&p->out, FERRY_F32, PROBLEM_M, PROBLEM_N, NULL);
+  operand_make(&p->out, FERRY_SCALAR_F32, PROBLEM_M, PROBLEM_N, NULL);
   for (int i = 0; i < PROBLEM_M; i++)
     for (int j = 0; j < PROBLEM_N; j++) {
       double acc = 0;
       for (int q = 0; q < PROBLEM_K; q++) acc += (double)p->a.val[i * PROBLEM_K + q] * p->b.val[q * PROBLEM_N + j];
       p->ref[i * PROBLEM_N + j] = (float)acc;
     }
-  REQUIRE_OK(ferry_gemm_args_init(&p->args, &p->a.t, &p->b.t, &p->out.t, FERRY_F32));
+  REQUIRE_OK(ferry_gemm_args_init(&p->args, &p->a.t, &p->b.t, &p->out.t, FERRY_SCALAR_F32));
 }
 
 void problem_free(problem *p) {

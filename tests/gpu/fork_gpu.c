@@ -1,5 +1,5 @@
-/* fork_gpu.c — ferry_stress --fork: fork after CUDA initialisation on the real driver gives a clear error in the
- * child, never a hang or a crash, and leaves the parent working.
+/* fork_gpu.c — ferry_stress fork_after_init_is_a_clear_error: fork after CUDA initialisation on the real driver
+ * gives a clear error in the child, never a hang or a crash, and leaves the parent working.
  *
  * Case 1, ferry initialised the driver: the parent transfers (keeping a D2H and an H2D ticket), forks, and the
  * child must get FERRY_UNSUPPORTED with the fork sentence from a transfer, a reserve and a trim, must get through
@@ -179,7 +179,7 @@ int stress_fork_foreign(void) {
 
 int stress_fork(int unused) {
   (void)unused;
-  printf("ferry_stress --fork%s: fork after CUDA initialisation\n", stress_simulated ? " [simulated driver]" : "");
+  printf("fork%s: fork after CUDA initialisation\n", stress_simulated ? " [simulated driver]" : "");
   int failures = 0;
   /* Case 2 first, in a fresh process (posix_spawn: exec, so this process's state does not matter). */
   if (!stress_simulated) {

@@ -1,11 +1,13 @@
 /* gpu_test.h — the GPU tests' harness (run on the H200 as `build/ferry_test_gpu`): EXPECT records a failure
- * with file, line, the message and ferry's last error, and the test goes on, so one run reports everything.
- * Each test is a function registered in main.c; helpers here allocate device memory and launch the test kernel. */
+ * with file, line, the message and ferry's last error, and the test goes on, so one run reports everything (the
+ * test's process fails at its end). Each test is a TEST(name) listed in test_list_gpu.h and run by the common
+ * runner; helpers here allocate device memory and launch the test kernel (gpu_test.c). */
 #ifndef FERRY_GPU_TEST_H
 #define FERRY_GPU_TEST_H
 
 #include "internal.h"
 #include "require.h"
+#include "test.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 
 extern atomic_int gpu_failures;
+extern int gpu_dev; /* the device every test runs on (gpu_setup: cuda:0 or LOCAL_RANK) */
 
 #define EXPECT(cond, ...)                                                                   \
   do {                                                                                      \
@@ -33,13 +36,5 @@ void gpu_slow_fill(CUstream stream, CUdeviceptr dst, size_t n, unsigned value, d
 
 /* Options for `dev` with the given flags. */
 ferry_transfer_options gpu_options(int dev, uint32_t flags);
-
-/* The tests. */
-void test_round_trips(int dev);
-void test_mixed_dtypes_and_pass_through(int dev);
-void test_producer_event_is_waited_for(int dev);
-void test_producer_stream_is_waited_for(int dev);
-void test_pool_never_reuses_under_a_running_copy(int dev);
-void test_sixteen_threads_round_trip(int dev);
 
 #endif

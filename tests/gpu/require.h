@@ -1,9 +1,11 @@
 /* require.h — the GPU test programs' fatal checks: a failure of the harness itself (allocation, kernel load, a
- * setup call), not of what is tested, prints file, line, the call and the error, and exits with status 2. */
+ * setup call), not of what is tested, prints file, line, the call and the error, and exits with status 2; and
+ * SKIP_NO_GPU, which skips a test where there is no GPU unless the run demands one. */
 #ifndef FERRY_GPU_REQUIRE_H
 #define FERRY_GPU_REQUIRE_H
 
 #include "internal.h"
+#include "test.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,20 @@
              ferry_last_error_message());                                                                   \
       exit(2);                                                                                               \
     }                                                                                                        \
+  } while (0)
+
+/* No GPU here: the test skips, saying why; where FERRY_REQUIRE_GPU=1 (tools/h200_suite.sh sets it on the GPU
+ * machine) it fails instead, so that a broken driver cannot pass for a skipped suite. */
+#define SKIP_NO_GPU(...)                                                                                     \
+  do {                                                                                                       \
+    const char *req_ = getenv("FERRY_REQUIRE_GPU");                                                          \
+    if (req_ && !strcmp(req_, "1")) {                                                                        \
+      printf("FATAL %s:%d: FERRY_REQUIRE_GPU=1 and ", __FILE__, __LINE__);                                   \
+      printf(__VA_ARGS__);                                                                                   \
+      printf("\n");                                                                                          \
+      exit(2);                                                                                               \
+    }                                                                                                        \
+    SKIP(__VA_ARGS__);                                                                                       \
   } while (0)
 
 #endif

@@ -1,4 +1,4 @@
-/* stress.c — ferry_stress: load and soak on the GPU, plus the entry to the fault and fork checks.
+/* stress.c — ferry_stress (tests in test_list_stress.h): load and soak on the GPU, plus the fault and fork checks.
  *
  * Load: T threads (16) each run N random batches (1000): a D2H batch of random device views — 1 to 256 tensors of
  * 1-, 2-, 4- or 8-byte elements (and float32x2), 1 B to 1 MiB each (log-uniform), compact, transposed, sliced
@@ -10,17 +10,18 @@
  * host copy of the device data; every H2D output is downloaded with a raw cuMemcpyAsync and compared with its
  * source. A mismatch or an error fails the run.
  *
- * Soak (--seconds S): the same until S seconds have passed. In both modes a sampler records the pool (bytes
- * pinned, in use, peak) and the device memory in use every second; the run reports whether pinned and device
- * bytes plateau (growth over the second half below --plateau-tolerance) and fails a soak that does not.
+ * Soak (--seconds S): the same until S seconds have passed. In both modes a sampler records the pool (bytes pinned,
+ * in use, peak) and the device memory in use every second; the run reports whether pinned and device bytes plateau
+ * (growth over the second half below --plateau-tolerance) and fails a soak that does not.
  *
- * --faults: real-driver fault injection (fault_gpu.c). --fork: fork after initialisation (fork_gpu.c).
- * --simulate: everything above through the simulated driver of the CPU tests, to check this program without a GPU.
- * Exit status: 0 when every check passed, 1 when one failed, 2 when the harness could not run.
+ * every_failing_driver_call_is_clean: real-driver fault injection (fault_gpu.c). fork_after_init_is_a_clear_error:
+ * fork after initialisation (fork_gpu.c). --simulate: everything through the simulated driver of the CPU tests, to
+ * check this program without a GPU.
  */
 #include "stress.h"
 
 #include "fake_driver.h"
+#include "test.h"
 
 #include <dlfcn.h>
 #include <math.h>
@@ -466,64 +467,95 @@ static double growth(const sampler *sm, int which) {
   return z > 0 ? (z - a) / z : 0;
 }
 
-/* ---- main ---------------------------------------------------------------------------------------------------- */
+/* ---- the suite (test_list_stress.h) -------------------------------------------------------------------------- */
 
-static void usage(void) {
-  puts("usage: ferry_stress [--threads N] [--batches N | --seconds S] [--max-count N] [--max-bytes B] [--seed N]\n"
-       "                    [--plateau-tolerance F] [--csv FILE] [--simulate] [--verbose]\n"
-       "       ferry_stress --faults [--simulate]     real-driver fault injection on the transfer and pool paths\n"
-       "       ferry_stress --fork [--simulate]       fork after CUDA initialisation: a clear error, never a hang\n"
-       "Load (default 16 threads x 1000 random batches, D2H then H2D, byte-exact) or a soak of S seconds that\n"
-       "samples the pool every second and fails unless pinned and device bytes plateau. Needs a CUDA device\n"
-       "(cuda:0 or LOCAL_RANK) unless --simulate. Exit 0: all checks passed; 1: a check failed; 2: cannot run.");
-}
+static stress_opts opt = {16, 1000, 256, 0, 0, 0.05, (size_t)1 << 20, 0x5eed1234u, NULL};
 
-int main(int argc, char **argv) {
-  stress_opts opt = {16, 1000, 256, 0, 0, 0.05, (size_t)1 << 20, 0x5eed1234u, NULL};
-  int mode_faults = 0, mode_fork = 0, mode_fork_foreign = 0;
-  const char *fault_case = NULL;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDS_VALUE if (!v) { fprintf(stderr, "%s needs a value\n", a); return 2; } else i++
-    if (!strcmp(a, "--help")) return usage(), 0;
-    else if (!strcmp(a, "--threads")) { NEEDS_VALUE; opt.threads = atoi(v); }
-    else if (!strcmp(a, "--batches")) { NEEDS_VALUE; opt.batches = atoi(v); }
-    else if (!strcmp(a, "--seconds")) { NEEDS_VALUE; opt.seconds = atof(v); }
-    else if (!strcmp(a, "--max-count")) { NEEDS_VALUE; opt.max_count = atoi(v); }
-    else if (!strcmp(a, "--max-bytes")) { NEEDS_VALUE; opt.max_bytes = (size_t)atoll(v); }
-    else if (!strcmp(a, "--seed")) { NEEDS_VALUE; opt.seed = (uint32_t)strtoul(v, NULL, 0); }
-    else if (!strcmp(a, "--plateau-tolerance")) { NEEDS_VALUE; opt.plateau_tolerance = atof(v); }
-    else if (!strcmp(a, "--csv")) { NEEDS_VALUE; opt.csv = v; }
-    else if (!strcmp(a, "--fault-case")) { NEEDS_VALUE; fault_case = v; }
-    else if (!strcmp(a, "--faults")) mode_faults = 1;
-    else if (!strcmp(a, "--fork")) mode_fork = 1;
-    else if (!strcmp(a, "--fork-foreign")) mode_fork_foreign = 1;
-    else if (!strcmp(a, "--simulate")) stress_simulated = 1;
-    else if (!strcmp(a, "--verbose")) opt.verbose = 1;
-    else { fprintf(stderr, "unknown argument %s (see --help)\n", a); return 2; }
-#undef NEEDS_VALUE
+int stress_option(int argc, char **argv, int i) {
+  const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+  if (!strcmp(a, "--simulate")) return stress_simulated = 1;
+  if (!strcmp(a, "--verbose")) return opt.verbose = 1;
+  static const char *const valued[] = {"--threads", "--batches", "--seconds", "--max-count", "--max-bytes", "--seed",
+                                       "--plateau-tolerance", "--csv"};
+  size_t k = 0;
+  while (k < sizeof valued / sizeof *valued && strcmp(a, valued[k])) k++;
+  if (k == sizeof valued / sizeof *valued) return 0;
+  if (!v) {
+    fprintf(stderr, "%s needs a value\n", a);
+    return -1;
   }
+  if (!strcmp(a, "--threads")) opt.threads = atoi(v);
+  else if (!strcmp(a, "--batches")) opt.batches = atoi(v);
+  else if (!strcmp(a, "--seconds")) opt.seconds = atof(v);
+  else if (!strcmp(a, "--max-count")) opt.max_count = atoi(v);
+  else if (!strcmp(a, "--max-bytes")) opt.max_bytes = (size_t)atoll(v);
+  else if (!strcmp(a, "--seed")) opt.seed = (uint32_t)strtoul(v, NULL, 0);
+  else if (!strcmp(a, "--plateau-tolerance")) opt.plateau_tolerance = atof(v);
+  else opt.csv = v;
   if (opt.threads < 1 || opt.threads > 256 || opt.max_count < 1 || opt.max_bytes < 8 ||
       opt.max_bytes > (size_t)ARENA / 4 || opt.seed == 0) {
     fprintf(stderr, "bad options: threads 1..256, max-count >= 1, max-bytes 8..%d, seed != 0\n", ARENA / 4);
-    return 2;
+    return -1;
   }
+  /* A soak runs as long as it is asked to, and then reports: the per-test limit must not cut it short. */
+  if (opt.seconds > 0 && test_timeout_s > 0 && test_timeout_s < opt.seconds + 300)
+    test_timeout_s = (int)opt.seconds + 300;
+  return 2;
+}
+
+/* The processes the tests spawn: one fault case (--fault-case SPEC [--simulate]), or case 2 of the fork check
+ * (--fork-foreign). */
+int stress_main_hook(int argc, char **argv) {
+  const char *fault_case = NULL;
+  int fork_foreign = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--fault-case") && i + 1 < argc) fault_case = argv[++i];
+    else if (!strcmp(argv[i], "--fork-foreign")) fork_foreign = 1;
+    else if (!strcmp(argv[i], "--simulate")) stress_simulated = 1;
+  }
+  if (fork_foreign) return stress_fork_foreign() ? 1 : 0;
+  if (!fault_case) return -1;
   if (stress_simulated) fake_driver_use();
-  /* The fork check must fork before anything else initialises CUDA in this process: it does its own init. */
-  if (mode_fork) {
-    int f = stress_fork(-1);
-    return f < 0 ? 2 : f ? 1 : 0;
-  }
-  if (mode_fork_foreign) return stress_fork_foreign() ? 1 : 0;
-  if (ferry_init() != FERRY_OK) {
-    printf("ferry_stress: no GPU: %s\n", ferry_last_error_message());
-    return 2;
-  }
+  int dev;
+  REQUIRE_OK(ferry_init());
+  REQUIRE_OK(ferry_device_resolve(-1, &dev));
+  return stress_fault_case(dev, fault_case) ? 1 : 0;
+}
+
+void stress_setup(void) {
+  if (stress_simulated) fake_driver_use();
+}
+
+/* Skips the test when there is no GPU (and no --simulate). */
+static void need_device(void) {
+  ferry_status st = ferry_init();
+  if (st == FERRY_NO_DRIVER || st == FERRY_NO_DEVICE)
+    SKIP_NO_GPU("no GPU: %s (--simulate runs this through the simulated driver)", ferry_last_error_message());
+  REQUIRE_OK(st);
+}
+
+/* The device the load and the fault matrix run on. */
+static int open_device(void) {
+  need_device();
   int dev;
   REQUIRE_OK(ferry_device_resolve(-1, &dev));
-  if (fault_case) return stress_fault_case(dev, fault_case) ? 1 : 0;
-  if (mode_faults) return stress_faults(dev, opt.verbose) ? 1 : 0;
+  return dev;
+}
 
+TEST(every_failing_driver_call_is_clean) {
+  if (stress_faults(open_device(), opt.verbose)) exit(1);
+}
+
+/* The fork check's CUDA-outside-ferry case runs in a process it spawns (exec), so this process's driver state does
+ * not matter to it. */
+TEST(fork_after_init_is_a_clear_error) {
+  need_device();
+  if (stress_fork(-1)) exit(1);
+}
+
+/* Load, or with --seconds a soak: see the file comment. */
+TEST(random_batches_are_exact) {
+  int dev = open_device();
   ferry_device_info info;
   REQUIRE_OK(ferry_device_info_get(dev, &info));
   char what[64];
@@ -621,5 +653,5 @@ int main(int argc, char **argv) {
   printf("RESULT: %s\n", failed ? "FAIL" : "PASS");
   ferry__ctx_leave();
   free(sm.s), free(w), free(tid);
-  return failed ? 1 : 0;
+  if (failed) exit(1);
 }

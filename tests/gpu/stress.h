@@ -13,7 +13,7 @@ long long stress_device_used(void);
  * pool (nothing of ferry's is on the device then), -1 when the driver cannot tell. */
 long long stress_devmem_pool_used(int dev);
 
-/* Nonzero when --simulate installed the simulated driver (tests/cpu/fake_driver.c) instead of libcuda. */
+/* Nonzero when --simulate installed the simulated driver (tests/common/fake_driver.c) instead of libcuda. */
 extern int stress_simulated;
 
 /* The parts other than load and soak. Each prints its own table and returns the number of failures. */

@@ -1,12 +1,12 @@
-/* test_ops_gpu.c — the operator runtime on a GPU (`build/ferry_test_ops_gpu [--quick]`): every built-in GEMM
- * design that supports a case, for fp16/bf16/fp32 operands, every major combination, odd sizes (1, 127, 128,
- * 129, padded leading dimensions, a batch of 3) and 4096³ (sampled), against a float64 reference on the host;
- * alpha/beta; CUDA graphs (ferry's capture with an in-place operand update, and a capture begun by someone else,
- * as torch.cuda.graph does); a registered kernel end to end. Outputs are poisoned with NaN before every run and
- * every element is checked. Exit status 0 only when everything passed. --quick skips 4096³ (for
- * compute-sanitizer, which slows kernels a hundredfold); --sanitize keeps one odd size per design (for racecheck).
- * --faults runs fault injection on the runtime's driver and NVRTC calls instead (fault_ops_gpu.c); with --simulate,
- * through the CPU tests' simulated driver, without a GPU.
+/* test_ops_gpu.c — the operator runtime on a GPU (`build/ferry_test_ops_gpu [--quick] [TEST...]`, the tests in
+ * test_list_ops_gpu.h): every built-in GEMM design that supports a case, for fp16/bf16/fp32 operands, every major
+ * combination, odd sizes (1, 127, 128, 129, padded leading dimensions, a batch of 3) and 4096³ (sampled), against
+ * a float64 reference on the host; alpha/beta; CUDA graphs (ferry's capture with an in-place operand update, and a
+ * capture begun by someone else, as torch.cuda.graph does); a registered kernel end to end. Outputs are poisoned
+ * with NaN before every run and every element is checked. --quick skips 4096³ (for compute-sanitizer, which slows
+ * kernels a hundredfold); --sanitize keeps one odd size per design (for racecheck). every_failing_runtime_call_is_clean
+ * injects faults into the runtime's driver and NVRTC calls (fault_ops_gpu.c); with --simulate, through the CPU
+ * tests' simulated driver, without a GPU.
  *
  * Error bound: ‖out − ref‖ / ‖ref‖ over the output, with ref from the rounded inputs in float64:
  * fp32 out from fp32 operands 1e-5; fp32 out from fp16/bf16 operands 1e-4; fp16 out 5e-3; bf16 out 1e-2; fp16
@@ -15,6 +15,7 @@
 #include "fault_ops.h"
 #include "ops.h"
 #include "require.h"
+#include "test.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -96,15 +97,15 @@ static float bf16_to_f32(uint16_t h) {
   memcpy(&f, &x, 4);
   return f;
 }
-static size_t esize(int t) { return t == FERRY_F32 ? 4 : 2; }
+static size_t esize(int t) { return t == FERRY_SCALAR_F32 ? 4 : 2; }
 static void put(void *base, size_t i, int t, double v) { /* stores v rounded to t; */
-  if (t == FERRY_F32) ((float *)base)[i] = (float)v;
-  else if (t == FERRY_F16) ((uint16_t *)base)[i] = f32_to_f16((float)v);
+  if (t == FERRY_SCALAR_F32) ((float *)base)[i] = (float)v;
+  else if (t == FERRY_SCALAR_F16) ((uint16_t *)base)[i] = f32_to_f16((float)v);
   else ((uint16_t *)base)[i] = f32_to_bf16((float)v);
 }
 static double get(const void *base, size_t i, int t) {
-  if (t == FERRY_F32) return ((const float *)base)[i];
-  if (t == FERRY_F16) return f16_to_f32(((const uint16_t *)base)[i]);
+  if (t == FERRY_SCALAR_F32) return ((const float *)base)[i];
+  if (t == FERRY_SCALAR_F16) return f16_to_f32(((const uint16_t *)base)[i]);
   return bf16_to_f32(((const uint16_t *)base)[i]);
 }
 
@@ -142,8 +143,8 @@ static void mat_make(mat *m, int type, int col, int l, int rows, int cols, int p
   m->shape[b + 1] = cols;
   m->strides[b] = col ? 1 : m->ld;
   m->strides[b + 1] = col ? m->ld : 1;
-  ferry_dtype dt = type == FERRY_F32 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 32, 1}
-                   : type == FERRY_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1}
+  ferry_dtype dt = type == FERRY_SCALAR_F32 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 32, 1}
+                   : type == FERRY_SCALAR_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1}
                                        : (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
   m->t = (ferry_tensor){(void *)(uintptr_t)m->dev, {FERRY_DEVICE_CUDA, dev}, 2 + b, dt, m->shape, m->strides, 0};
 }
@@ -208,10 +209,10 @@ static verdict check(const mat *a, const mat *b, const mat *out, const double *c
 }
 
 static double bound_of(int in, int out, int acc, int k) {
-  if (acc == FERRY_F16) return k <= 129 ? 1e-2 : 5e-2;
-  if (out == FERRY_BF16) return 1e-2;
-  if (out == FERRY_F16) return 5e-3;
-  return in == FERRY_F32 ? 1e-5 : 1e-4;
+  if (acc == FERRY_SCALAR_F16) return k <= 129 ? 1e-2 : 5e-2;
+  if (out == FERRY_SCALAR_BF16) return 1e-2;
+  if (out == FERRY_SCALAR_F16) return 5e-3;
+  return in == FERRY_SCALAR_F32 ? 1e-5 : 1e-4;
 }
 
 /* ---- the correctness matrix -------------------------------------------------------------------------------- */
@@ -271,7 +272,7 @@ static void run_case(int ta, int tb, int tout, int tacc, int ca, int cb, int cc,
     ferry_artifact_release(art);
     op_tally *t = tally_of(ops[o]);
     t->runs++;
-    const char *name = ferry_op_get_info(ops[o])->name;
+    const char *name = ferry_op_info_get(ops[o])->name;
     if (st != FERRY_OK) {
       t->fails++;
       EXPECT(0, "%s on %s %d×%d×%d: %s: %s", name, major_name(ca, cb, cc), m, n, k, ferry_status_name(st),
@@ -323,7 +324,7 @@ static void *compile_worker(void *unused) {
     ferry_artifact *art = NULL;
     ferry_status st = ferry_op_compile(jobs[j].op, &jobs[j].args, &art);
     if (st != FERRY_OK)
-      printf("FAIL compiling %s: %s\n", ferry_op_get_info(jobs[j].op)->name, ferry_last_error_message());
+      printf("FAIL compiling %s: %s\n", ferry_op_info_get(jobs[j].op)->name, ferry_last_error_message());
     ferry_artifact_release(art); /* the memo keeps it */
   }
   return NULL;
@@ -350,22 +351,25 @@ static const size_case sizes[] = {{1, 1, 1, 1, 0},     {127, 127, 127, 1, 0}, {1
                                   {129, 129, 129, 1, 0}, {129, 127, 65, 1, 8}, {127, 129, 129, 3, 8},
                                   {264, 392, 328, 1, 8}};
 
+/* The element types, short, for the tables below. */
+enum { F16 = FERRY_SCALAR_F16, BF16 = FERRY_SCALAR_BF16, F32 = FERRY_SCALAR_F32 };
+
 /* sanitize: one size with partial tiles and padded leading dimensions, and only the all-row/all-column majors, so
  * that racecheck (hundreds of times slower per launch) still sees every design within minutes. */
 static void correctness_matrix(int quick, int sanitize) {
   typedef struct kind { int a, b, out, acc, all_majors; } kind;
   static const kind kinds[] = {
-      {FERRY_F16, FERRY_F16, FERRY_F16, FERRY_F32, 1},  {FERRY_F16, FERRY_F16, FERRY_F32, FERRY_F32, 0},
-      {FERRY_F16, FERRY_F16, FERRY_F16, FERRY_F16, 0},  {FERRY_BF16, FERRY_BF16, FERRY_BF16, FERRY_F32, 1},
-      {FERRY_BF16, FERRY_BF16, FERRY_F32, FERRY_F32, 0}, {FERRY_F32, FERRY_F32, FERRY_F32, FERRY_F32, 1},
-      {FERRY_F16, FERRY_BF16, FERRY_F32, FERRY_F32, 0}};
+      {F16, F16, F16, F32, 1},  {F16, F16, F32, F32, 0},
+      {F16, F16, F16, F16, 0},  {BF16, BF16, BF16, F32, 1},
+      {BF16, BF16, F32, F32, 0}, {F32, F32, F32, F32, 1},
+      {F16, BF16, F32, F32, 0}};
   for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
     for (int majors = 0; majors < 8; majors++)
       if (kinds[k].all_majors || majors == 0 || majors == 7 || majors == 3)
         add_jobs(kinds[k].a, kinds[k].b, kinds[k].out, kinds[k].acc, majors & 1, (majors >> 1) & 1, (majors >> 2) & 1);
-  add_jobs(FERRY_BF16, FERRY_BF16, FERRY_BF16, FERRY_F32, 1, 0, 1);
-  add_jobs(FERRY_F32, FERRY_F32, FERRY_F32, FERRY_F32, 1, 1, 0);
-  add_jobs(FERRY_BF16, FERRY_BF16, FERRY_F32, FERRY_F32, 0, 1, 0);
+  add_jobs(BF16, BF16, BF16, F32, 1, 0, 1);
+  add_jobs(F32, F32, F32, F32, 1, 1, 0);
+  add_jobs(BF16, BF16, F32, F32, 0, 1, 0);
   precompile();
   for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
     for (int majors = 0; majors < 8; majors++) {
@@ -379,15 +383,15 @@ static void correctness_matrix(int quick, int sanitize) {
       }
     }
   /* alpha and beta read and scale the old output */
-  run_case(FERRY_F16, FERRY_F16, FERRY_F32, FERRY_F32, 0, 0, 0, 129, 127, 65, 1, 8, 0.5f, 2.0f);
-  run_case(FERRY_BF16, FERRY_BF16, FERRY_BF16, FERRY_F32, 1, 0, 1, 127, 129, 129, 3, 8, -1.5f, 0.25f);
-  run_case(FERRY_F32, FERRY_F32, FERRY_F32, FERRY_F32, 1, 1, 0, 129, 129, 129, 1, 0, 2.0f, -1.0f);
+  run_case(F16, F16, F32, F32, 0, 0, 0, 129, 127, 65, 1, 8, 0.5f, 2.0f);
+  run_case(BF16, BF16, BF16, F32, 1, 0, 1, 127, 129, 129, 3, 8, -1.5f, 0.25f);
+  run_case(F32, F32, F32, F32, 1, 1, 0, 129, 129, 129, 1, 0, 2.0f, -1.0f);
   /* empty k: out = beta*out */
-  run_case(FERRY_F16, FERRY_F16, FERRY_F32, FERRY_F32, 0, 0, 0, 64, 64, 0, 1, 8, 1.0f, 0.5f);
+  run_case(F16, F16, F32, F32, 0, 0, 0, 64, 64, 0, 1, 8, 1.0f, 0.5f);
   if (!quick && !sanitize) {
-    run_case(FERRY_F16, FERRY_F16, FERRY_F16, FERRY_F32, 0, 0, 0, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
-    run_case(FERRY_BF16, FERRY_BF16, FERRY_BF16, FERRY_F32, 1, 1, 1, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
-    run_case(FERRY_BF16, FERRY_BF16, FERRY_F32, FERRY_F32, 0, 1, 0, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
+    run_case(F16, F16, F16, F32, 0, 0, 0, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
+    run_case(BF16, BF16, BF16, F32, 1, 1, 1, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
+    run_case(BF16, BF16, F32, F32, 0, 1, 0, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
   }
 }
 
@@ -398,13 +402,13 @@ static void graphs(void) {
   mat a[RUNS + 1], b[RUNS + 1], out[RUNS + 1];
   ferry_gemm_args args[RUNS + 1];
   for (int i = 0; i <= RUNS; i++) {
-    mat_make(&a[i], FERRY_F16, 0, 1, M, M, 0);
-    mat_make(&b[i], FERRY_F16, 0, 1, M, M, 0);
-    mat_make(&out[i], FERRY_F16, 0, 1, M, M, 0);
+    mat_make(&a[i], FERRY_SCALAR_F16, 0, 1, M, M, 0);
+    mat_make(&b[i], FERRY_SCALAR_F16, 0, 1, M, M, 0);
+    mat_make(&out[i], FERRY_SCALAR_F16, 0, 1, M, M, 0);
     mat_random(&a[i]);
     mat_random(&b[i]);
     mat_poison(&out[i]);
-    REQUIRE_OK(ferry_gemm_args_init(&args[i], &a[i].t, &b[i].t, &out[i].t, FERRY_F32));
+    REQUIRE_OK(ferry_gemm_args_init(&args[i], &a[i].t, &b[i].t, &out[i].t, FERRY_SCALAR_F32));
   }
   const ferry_op *op = NULL;
   size_t n = 0;
@@ -414,7 +418,7 @@ static void graphs(void) {
   /* ferry's own capture, with the runs recorded */
   ferry_graph *g = NULL;
   REQUIRE_OK(ferry_graph_begin(stream, &g));
-  for (int i = 0; i < RUNS; i++) REQUIRE_OK(ferry_graph_run(g, op, &args[i], art, FERRY_ASSUME_SUPPORTED, NULL));
+  for (int i = 0; i < RUNS; i++) REQUIRE_OK(ferry_graph_run(g, op, &args[i], art, FERRY_RUN_ASSUME_SUPPORTED, NULL));
   REQUIRE_OK(ferry_graph_end(g));
   REQUIRE_OK(ferry_graph_replay(g, NULL));
   REQUIRE_CU(ferry__drv.cuStreamSynchronize(stream));
@@ -448,7 +452,7 @@ static void graphs(void) {
   CUgraph cg = NULL;
   CUgraphExec ce = NULL;
   REQUIRE_CU(ferry__drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  for (int i = 0; i < 3; i++) REQUIRE_OK(ferry_op_run(op, &args[i], stream, art, FERRY_ASSUME_SUPPORTED));
+  for (int i = 0; i < 3; i++) REQUIRE_OK(ferry_op_run(op, &args[i], stream, art, FERRY_RUN_ASSUME_SUPPORTED));
   REQUIRE_CU(ferry__drv.cuStreamEndCapture(stream, &cg));
   REQUIRE_CU(ferry__drv.cuGraphInstantiateWithFlags(&ce, cg, 0));
   REQUIRE_CU(ferry__drv.cuGraphLaunch(ce, stream));
@@ -492,21 +496,21 @@ static void registered_kernel(void) {
   d.info.instruction = "simt.naive";
   d.info.tile_m = d.info.tile_n = 16;
   d.info.threads = 256;
-  d.info.a_types = d.info.b_types = d.info.out_types = FERRY_SCALAR_BIT(FERRY_F32);
+  d.info.a_types = d.info.b_types = d.info.out_types = FERRY_SCALAR_BIT(FERRY_SCALAR_F32);
   d.source = byo_source;
   d.entry = "byo_naive";
   const ferry_op *op = NULL;
   REQUIRE_OK(ferry_op_register(&d, &op));
   for (int majors = 0; majors < 8; majors += 7) {
     mat a, b, out;
-    mat_make(&a, FERRY_F32, majors & 1, 2, 129, 65, 0);
-    mat_make(&b, FERRY_F32, majors & 1, 2, 65, 127, 0);
-    mat_make(&out, FERRY_F32, majors & 1, 2, 129, 127, 0);
+    mat_make(&a, FERRY_SCALAR_F32, majors & 1, 2, 129, 65, 0);
+    mat_make(&b, FERRY_SCALAR_F32, majors & 1, 2, 65, 127, 0);
+    mat_make(&out, FERRY_SCALAR_F32, majors & 1, 2, 129, 127, 0);
     mat_random(&a);
     mat_random(&b);
     mat_poison(&out);
     ferry_gemm_args args;
-    REQUIRE_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &out.t, FERRY_F32));
+    REQUIRE_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &out.t, FERRY_SCALAR_F32));
     const ferry_op *ops[32];
     size_t n = 0;
     REQUIRE_OK(ferry_ops_find(&args, 0, NULL, NULL, ops, 32, &n));
@@ -526,63 +530,89 @@ static void registered_kernel(void) {
   }
 }
 
-int main(int argc, char **argv) {
-  int quick = 0, sanitize = 0, faults = 0, simulate = 0;
+/* ---- the suite (test_list_ops_gpu.h) ------------------------------------------------------------------------ */
+
+int ops_gpu_quick, ops_gpu_sanitize, ops_gpu_simulate;
+
+int ops_gpu_option(int argc, char **argv, int i) {
+  if (!strcmp(argv[i], "--quick")) return ops_gpu_quick = 1;
+  if (!strcmp(argv[i], "--sanitize")) return ops_gpu_sanitize = 1;
+  if (!strcmp(argv[i], "--simulate")) return ops_gpu_simulate = 1;
+  return 0;
+}
+
+/* --fault-case SPEC [--simulate]: one fault case in a process of its own, which the fault matrix spawns. */
+int ops_gpu_main_hook(int argc, char **argv) {
   const char *fault_case = NULL;
+  int simulate = 0;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--quick")) quick = 1;
-    else if (!strcmp(argv[i], "--sanitize")) sanitize = 1;
-    else if (!strcmp(argv[i], "--faults")) faults = 1;
+    if (!strcmp(argv[i], "--fault-case") && i + 1 < argc) fault_case = argv[++i];
     else if (!strcmp(argv[i], "--simulate")) simulate = 1;
-    else if (!strcmp(argv[i], "--fault-case") && i + 1 < argc) fault_case = argv[++i];
-    else {
-      printf("usage: %s [--quick | --sanitize | --faults [--simulate]]\nThe operator runtime's GPU tests; --quick "
-             "skips the 4096³ cases; --sanitize runs every design on one odd size\n(129×127×65, padded), all-row and "
-             "all-column majors: for compute-sanitizer's racecheck.\n--faults: each driver and NVRTC call of compile, "
-             "disk-cache load, run and graphs fails at each of its uses;\nevery case must be reported with the call's "
-             "name, leak nothing, present no output as complete and leave the next\noperation exact (one line per "
-             "case; exit 0 all pass, 1 a case failed, 2 cannot run). --simulate: the same\nthrough the CPU tests' "
-             "simulated driver, without a GPU. (--fault-case SPEC: one case, as --faults spawns it.)\n", argv[0]);
-      return strcmp(argv[i], "--help") ? 2 : 0;
-    }
   }
-  if (faults || fault_case) return ops_faults_main(fault_case, simulate);
-  if (simulate) {
-    printf("--simulate goes with --faults: the correctness tests need a GPU\n");
-    return 2;
-  }
+  return fault_case ? ops_faults_main(fault_case, simulate) : -1;
+}
+
+/* The device, its primary context (current for the whole test) and a stream; skips without a GPU. */
+static void open_device(void) {
+  if (ops_gpu_simulate) SKIP("needs a GPU (--simulate runs only every_failing_runtime_call_is_clean)");
   ferry_status st = ferry_init();
-  if (st != FERRY_OK) {
-    printf("ferry_test_ops_gpu: no GPU here (%s: %s)\n", ferry_status_name(st), ferry_last_error_message());
-    return 1;
-  }
+  if (st == FERRY_NO_DRIVER || st == FERRY_NO_DEVICE) SKIP_NO_GPU("no GPU: %s", ferry_last_error_message());
+  REQUIRE_OK(st);
   REQUIRE_OK(ferry_device_resolve(-1, &dev));
-  REQUIRE_OK(ferry__ctx_enter(dev)); /* the primary context stays current for the whole program */
+  REQUIRE_OK(ferry__ctx_enter(dev));
   REQUIRE_CU(ferry__drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   ferry_device_info info;
   REQUIRE_OK(ferry_device_info_get(dev, &info));
   int sm = 0;
   REQUIRE_OK(ferry_target_sm(dev, &sm));
-  printf("device cuda:%d %s sm_%d, driver %d; NVRTC from the toolkit; %s\n", dev, info.name, sm, info.driver_version,
-         sanitize ? "sanitize (one size per design)" : quick ? "quick (no 4096³)" : "full");
+  printf("device cuda:%d %s sm_%d, driver %d; NVRTC from the toolkit\n", dev, info.name, sm, info.driver_version);
+}
+
+/* Releases what open_device took and fails the test when a check failed. */
+static void close_device(void) {
+  printf("%d checks, %d failed\n", checks, failures);
+  REQUIRE_CU(ferry__drv.cuStreamDestroy(stream));
+  ferry_ops_clear_memo();
+  ferry__ctx_leave();
+  if (failures) exit(1);
+}
+
+TEST(every_design_matches_the_float64_reference) {
+  open_device();
+  printf("%s\n", ops_gpu_sanitize ? "sanitize (one size per design)" : ops_gpu_quick ? "quick (no 4096³)" : "full");
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  correctness_matrix(quick, sanitize);
-  graphs();
-  registered_kernel();
+  correctness_matrix(ops_gpu_quick, ops_gpu_sanitize);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   ferry_cache_stats cs;
   ferry_cache_stats_get(&cs);
   printf("\n%-34s %6s %6s %12s\n", "operator", "runs", "fails", "worst err");
   for (int i = 0; i < n_tallies; i++)
-    printf("%-34s %6d %6d %12.2e\n", ferry_op_get_info(tallies[i].op)->name, tallies[i].runs, tallies[i].fails,
+    printf("%-34s %6d %6d %12.2e\n", ferry_op_info_get(tallies[i].op)->name, tallies[i].runs, tallies[i].fails,
            tallies[i].worst);
   printf("NVRTC compiles %llu in %.1f s, disk cache hits %llu; %.1f s in all\n", (unsigned long long)cs.compiles,
          cs.compile_seconds, (unsigned long long)cs.disk_hits,
          (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
-  printf("%d checks, %d failed\n", checks, failures);
-  REQUIRE_CU(ferry__drv.cuStreamDestroy(stream));
-  ferry_ops_clear_memo();
-  ferry__ctx_leave();
-  return failures ? 1 : 0;
+  close_device();
+}
+
+TEST(graphs_capture_replay_and_update_in_place) {
+  open_device();
+  graphs();
+  close_device();
+}
+
+TEST(registered_kernel_runs_end_to_end) {
+  open_device();
+  registered_kernel();
+  close_device();
+}
+
+TEST(every_failing_runtime_call_is_clean) {
+  if (!ops_gpu_simulate) {
+    ferry_status st = ferry_init();
+    if (st == FERRY_NO_DRIVER || st == FERRY_NO_DEVICE)
+      SKIP_NO_GPU("no GPU: %s (--simulate runs this test through the simulated driver)", ferry_last_error_message());
+  }
+  if (ops_faults_main(NULL, ops_gpu_simulate) != 0) exit(1);
 }

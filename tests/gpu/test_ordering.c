@@ -28,7 +28,8 @@ static size_t d2h_mismatches(CUdeviceptr src, const ferry_transfer_options *o, u
   return bad;
 }
 
-void test_producer_event_is_waited_for(int dev) {
+TEST(producer_event_is_waited_for) {
+  int dev = gpu_dev;
   CUdeviceptr src = gpu_alloc(dev, SIZE);
   CUstream producer;
   CUevent ready;
@@ -64,7 +65,8 @@ void test_producer_event_is_waited_for(int dev) {
   gpu_free(src);
 }
 
-void test_producer_stream_is_waited_for(int dev) {
+TEST(producer_stream_is_waited_for) {
+  int dev = gpu_dev;
   CUdeviceptr src = gpu_alloc(dev, SIZE);
   CUstream producer;
   REQUIRE_CU(ferry__drv.cuStreamCreate(&producer, CU_STREAM_NON_BLOCKING));
@@ -86,7 +88,8 @@ void test_producer_stream_is_waited_for(int dev) {
 }
 
 /* A released ticket whose copy has not run yet: its slab must not be handed to the next transfer. */
-void test_pool_never_reuses_under_a_running_copy(int dev) {
+TEST(pool_never_reuses_under_a_running_copy) {
+  int dev = gpu_dev;
   CUdeviceptr src = gpu_alloc(dev, SIZE), gate_buf = gpu_alloc(dev, 4096);
   CUstream producer;
   CUevent gate;

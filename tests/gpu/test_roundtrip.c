@@ -80,7 +80,8 @@ out:
   free(strides);
 }
 
-void test_round_trips(int dev) {
+TEST(round_trips) {
+  int dev = gpu_dev;
   size_t counts[] = {1, 32, 256, 4096};
   for (int k = 0; k < 4; k++) {
     round_trip(dev, counts[k], counts[k] == 1 ? (8u << 20) : (256u << 10), 0, 1234 + k);
@@ -93,7 +94,8 @@ void test_round_trips(int dev) {
 
 enum { MIX = 9 };
 
-void test_mixed_dtypes_and_pass_through(int dev) {
+TEST(mixed_dtypes_and_pass_through) {
+  int dev = gpu_dev;
   int failures_before = atomic_load(&gpu_failures);
   /* Host sources of several dtypes and ranks (bytes are what matters; the dtype sets element size and layout). */
   static int64_t sh_f32[2] = {37, 53}, sh_f16[3] = {3, 5, 7}, sh_i64[1] = {1001}, sh_bool[1] = {4097},

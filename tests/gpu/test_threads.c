@@ -93,7 +93,8 @@ static void *run(void *arg) {
   return NULL;
 }
 
-void test_sixteen_threads_round_trip(int dev) {
+TEST(sixteen_threads_round_trip) {
+  int dev = gpu_dev;
   pthread_t tid[THREADS];
   job jobs[THREADS];
   for (int i = 0; i < THREADS; i++) {

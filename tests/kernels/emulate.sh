@@ -1,8 +1,9 @@
 #!/bin/sh
-# emulate.sh — builds tests/kernels/emulate_gemm.cpp for every gemm_mma_sw design registered in src/ops/registry.c
-# and the gemm_wgmma one, in four problem kinds (all four A/B major pairs, row- and column-major outputs, bf16/fp16/fp32 outputs, fp16
-# accumulators), runs each over edge, batched, alpha/beta and k=0 cases, and, as a control, does the same for
-# gemm_mma.cu (whose kernels passed on the H200) in two designs. Needs a C++17 compiler; no GPU.
+# emulate.sh — builds tests/kernels/emulate_gemm.cpp for every gemm_mma_sw and gemm_wgmma design of
+# src/ops/gemm_designs.def, in four problem kinds (all four A/B major pairs, row- and column-major outputs,
+# bf16/fp16/fp32 outputs, fp16 accumulators), runs each over edge, batched, alpha/beta and k=0 cases, and, as a
+# control, does the same for gemm_mma.cu (whose kernels passed on the H200) in its 128×128 design. Needs a C++17
+# compiler; no GPU.
 #
 # usage: tests/kernels/emulate.sh [BUILD_DIR]   (default: a temporary directory; prints a table, exits 1 on failure)
 set -eu
@@ -17,16 +18,20 @@ cxx=${CXX:-c++}
 cases="128,128,128,1,0,1,0 129,127,65,1,8,1,0 127,129,129,3,8,-1.5,0.25 264,392,328,1,8,1,0 392,264,456,1,8,0.5,0
 64,64,0,1,8,1,0.5 1,8,8,1,8,1,0"
 
-kinds="bf16_rrr:-DFERRY_A_TYPE=FERRY_BF16,-DFERRY_OUT_TYPE=FERRY_BF16,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
-bf16_ccc_f32:-DFERRY_A_TYPE=FERRY_BF16,-DFERRY_OUT_TYPE=FERRY_F32,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0
-f16_rcr_acc16:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F16,-DFERRY_ACC_TYPE=FERRY_F16,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=1
-f16_crr_f32:-DFERRY_A_TYPE=FERRY_F16,-DFERRY_OUT_TYPE=FERRY_F32,-DFERRY_A_ROW=0,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1"
+# Types by their codes: 1 fp16, 2 bf16, 3 fp32 (ferry_scalar).
+kinds="bf16_rrr:-DFERRY_A_TYPE=2,-DFERRY_OUT_TYPE=2,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
+bf16_ccc_f32:-DFERRY_A_TYPE=2,-DFERRY_OUT_TYPE=3,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0
+f16_rcr_acc16:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=1,-DFERRY_ACC_TYPE=1,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=1
+f16_crr_f32:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=3,-DFERRY_A_ROW=0,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1"
 
-# BM BN BK WARPS_M WARPS_N STAGES, as add_mma(FERRY__MMA_SW, ...) in src/ops/registry.c
-designs="128 128 64 2 2 3
-128 256 64 2 4 3
-256 128 64 4 2 3
-128 256 64 2 4 4"
+# The designs of src/ops/gemm_designs.def, one a line: FAMILY BM BN BK WARPS_M WARPS_N STAGES VEC SPEED.
+designs() { sed -n 's/^FERRY_GEMM_DESIGN(\([^)]*\)).*/\1/p' "$root/src/ops/gemm_designs.def" | tr -d ' ' | tr ',' ' '; }
+designs | awk '$1 == "MMA_SW" { print $2, $3, $4, $5, $6, $7 }' > "$out/designs"
+designs | awk '$1 == "WGMMA" { print $2, $3, $4, $7 }' > "$out/wgmma_designs"
+designs | awk '$1 == "MMA" && $2 == 128 && $3 == 128 { print $2, $3, $4, $5, $6, $7, $8 }' > "$out/control_designs"
+for f in designs wgmma_designs control_designs; do
+  [ -s "$out/$f" ] || { echo "src/ops/gemm_designs.def has none of the $f this script emulates"; exit 1; }
+done
 
 # gemm_mma.cu reads its shared-memory size with inline PTX; the copy built here asks emulate_cuda.h instead.
 sed 's/asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));/have = dynamic_smem_size();/' \
@@ -60,7 +65,6 @@ FAIL  $name (see $out/$name.log)"
   fi
 }
 
-echo "$designs" | while read -r bm bn bk wm wn st; do echo "$bm $bn $bk $wm $wn $st"; done > "$out/designs"
 while read -r bm bn bk wm wn st; do
   for kind in $kinds; do
     kname=${kind%%:*}
@@ -71,23 +75,28 @@ while read -r bm bn bk wm wn st; do
   done
 done < "$out/designs"
 
-# gemm_wgmma.cu in its registered design (fp32 accumulation only: the fp16-accumulator kind runs with fp32).
-for kind in $kinds; do
-  kname=${kind%%:*}
-  flags=$(echo "${kind#*:}" | tr ',' ' ' | sed 's/-DFERRY_ACC_TYPE=FERRY_F16//')
-  # shellcheck disable=SC2086
-  run "wgmma_128x256x64_s4_$kname" -DEMU_KERNEL='"gemm_wgmma.cu"' -DEMU_ENTRY=ferry_gemm_wgmma -DFERRY_BM=128 \
-    -DFERRY_BN=256 -DFERRY_BK=64 -DFERRY_STAGES=4 $flags
-done
+# gemm_wgmma.cu in its registered designs (fp32 accumulation only: the fp16-accumulator kind runs with fp32).
+while read -r bm bn bk st; do
+  for kind in $kinds; do
+    kname=${kind%%:*}
+    flags=$(echo "${kind#*:}" | tr ',' ' ' | sed 's/-DFERRY_ACC_TYPE=1//')
+    # shellcheck disable=SC2086
+    run "wgmma_${bm}x${bn}x${bk}_s${st}_$kname" -DEMU_KERNEL='"gemm_wgmma.cu"' -DEMU_ENTRY=ferry_gemm_wgmma \
+      -DFERRY_BM="$bm" -DFERRY_BN="$bn" -DFERRY_BK="$bk" -DFERRY_STAGES="$st" $flags
+  done
+done < "$out/wgmma_designs"
 
 # Controls: the padded-tile kernel, as it ran on the H200.
-for kind in $kinds; do
-  kname=${kind%%:*}
-  flags=$(echo "${kind#*:}" | tr ',' ' ')
-  # shellcheck disable=SC2086
-  run "mma_128x128x32_s4_$kname" -DEMU_KERNEL='"gemm_mma_host.cu"' -DEMU_ENTRY=ferry_gemm_mma -DFERRY_BM=128 \
-    -DFERRY_BN=128 -DFERRY_BK=32 -DFERRY_WARPS_M=2 -DFERRY_WARPS_N=2 -DFERRY_STAGES=4 -DFERRY_VEC=8 $flags
-done
+while read -r bm bn bk wm wn st vec; do
+  for kind in $kinds; do
+    kname=${kind%%:*}
+    flags=$(echo "${kind#*:}" | tr ',' ' ')
+    # shellcheck disable=SC2086
+    run "mma_${bm}x${bn}x${bk}_s${st}_$kname" -DEMU_KERNEL='"gemm_mma_host.cu"' -DEMU_ENTRY=ferry_gemm_mma \
+      -DFERRY_BM="$bm" -DFERRY_BN="$bn" -DFERRY_BK="$bk" -DFERRY_WARPS_M="$wm" -DFERRY_WARPS_N="$wn" \
+      -DFERRY_STAGES="$st" -DFERRY_VEC="$vec" $flags
+  done
+done < "$out/control_designs"
 
 echo "$table" | sed '/^$/d'
 echo "emulated: $pass builds passed every case, $fail failed (logs in $out)"

@@ -11,9 +11,9 @@
 // has not landed for every thread). Shared memory starts as 0xff bytes (NaN in 16-bit and fp32), every
 // shared access and every cp.async source is bounds-checked, and a kernel must leave no copy in flight.
 //
-// This header replaces gemm_common.cuh (whose helpers are inline PTX): it provides the same names, with the same
-// semantics, in plain C++. What the kernels share that is plain C++ already (gemm_kind.cuh, gemm_output.cuh) it
-// includes as it is, and the kernel file is included unchanged.
+// This header replaces the device part of gemm_common.cuh (its helpers are inline PTX): it provides the same
+// names, with the same semantics, in plain C++. What the kernels share that is plain C++ already (gemm_kind.cuh,
+// gemm_common.cuh's stage copy, gemm_output.cuh) it includes as it is, and the kernel file is included unchanged.
 #ifndef FERRY_EMULATE_CUDA_H
 #define FERRY_EMULATE_CUDA_H
 
@@ -260,9 +260,9 @@ inline void __syncthreads() { emu::block_barrier(); }
 inline void __syncwarp() { emu::warp_arrive([] {}); }
 [[noreturn]] inline void __trap() { emu::fail("__trap()"); }
 
-// ---- gemm_common.cuh in plain C++ ----------------------------------------------------------------------------
+// ---- gemm_common.cuh's device part in plain C++ -------------------------------------------------------------
 
-#define FERRY_GEMM_COMMON_INCLUDED
+#define FERRY_GEMM_EMULATED // gemm_common.cuh, included below, then gives only its plain C++ part (the stage copy)
 #include "gemm_kind.cuh"
 
 namespace ferry {
@@ -299,14 +299,14 @@ inline u16 f32_to_bf16(float f) {
 }
 
 template <int T> inline float to_f32(typename storage<T>::type v);
-template <> inline float to_f32<FERRY_F16>(u16 v) { return f16_to_f32(v); }
-template <> inline float to_f32<FERRY_BF16>(u16 v) { return bf16_to_f32(v); }
-template <> inline float to_f32<FERRY_F32>(float v) { return v; }
+template <> inline float to_f32<FERRY_SCALAR_F16>(u16 v) { return f16_to_f32(v); }
+template <> inline float to_f32<FERRY_SCALAR_BF16>(u16 v) { return bf16_to_f32(v); }
+template <> inline float to_f32<FERRY_SCALAR_F32>(float v) { return v; }
 
 template <int T> inline typename storage<T>::type from_f32(float v);
-template <> inline u16 from_f32<FERRY_F16>(float v) { return f32_to_f16(v); }
-template <> inline u16 from_f32<FERRY_BF16>(float v) { return f32_to_bf16(v); }
-template <> inline float from_f32<FERRY_F32>(float v) { return v; }
+template <> inline u16 from_f32<FERRY_SCALAR_F16>(float v) { return f32_to_f16(v); }
+template <> inline u16 from_f32<FERRY_SCALAR_BF16>(float v) { return f32_to_bf16(v); }
+template <> inline float from_f32<FERRY_SCALAR_F32>(float v) { return v; }
 
 typedef storage<FERRY_A_TYPE>::type a_t;
 typedef storage<FERRY_B_TYPE>::type b_t;
@@ -411,7 +411,7 @@ template <int IN> inline void mma_f32(float d[4], const u32 a[4], const u32 b[2]
 inline void mma_f16(u32 d[2], const u32 a[4], const u32 b[2]) {
   float f[4] = {f16_to_f32((u16)(d[0] & 0xffffu)), f16_to_f32((u16)(d[0] >> 16)), f16_to_f32((u16)(d[1] & 0xffffu)),
                 f16_to_f32((u16)(d[1] >> 16))};
-  mma_emulated<FERRY_F16, true>(f, a, b);
+  mma_emulated<FERRY_SCALAR_F16, true>(f, a, b);
   d[0] = (u32)f32_to_f16(f[0]) | (u32)f32_to_f16(f[1]) << 16;
   d[1] = (u32)f32_to_f16(f[2]) | (u32)f32_to_f16(f[3]) << 16;
 }
@@ -458,7 +458,7 @@ inline void perform(const op &o) {
     emu::check_smem(a, 2, "wgmma operand");
     u16 h;
     memcpy(&h, emu::smem + a, 2);
-    return (double)(o.in == FERRY_BF16 ? bf16_to_f32(h) : f16_to_f32(h));
+    return (double)(o.in == FERRY_SCALAR_BF16 ? bf16_to_f32(h) : f16_to_f32(h));
   };
   static double A[64][16], B[256][16];
   for (int m = 0; m < 64; m++)
@@ -530,7 +530,8 @@ inline void fence_proxy_async_shared() {}
 
 } // namespace ferry
 
-// The output side as the kernels have it: it needs only what is above.
+// The rest of the shared headers as the kernels have them: they need only what is above.
+#include "gemm_common.cuh"
 #include "gemm_output.cuh"
 
 #endif

@@ -27,26 +27,26 @@ using ferry::u32;
 
 constexpr int GUARD = 256; // bytes before and after each matrix
 
-size_t esize(int type) { return type == FERRY_F32 ? 4 : 2; }
+size_t esize(int type) { return type == FERRY_SCALAR_F32 ? 4 : 2; }
 
 double get(const unsigned char *p, size_t i, int type) {
-  if (type == FERRY_F32) {
+  if (type == FERRY_SCALAR_F32) {
     float f;
     memcpy(&f, p + 4 * i, 4);
     return f;
   }
   u16 h;
   memcpy(&h, p + 2 * i, 2);
-  return type == FERRY_F16 ? ferry::f16_to_f32(h) : ferry::bf16_to_f32(h);
+  return type == FERRY_SCALAR_F16 ? ferry::f16_to_f32(h) : ferry::bf16_to_f32(h);
 }
 
 void put(unsigned char *p, size_t i, int type, double v) {
-  if (type == FERRY_F32) {
+  if (type == FERRY_SCALAR_F32) {
     float f = (float)v;
     memcpy(p + 4 * i, &f, 4);
     return;
   }
-  u16 h = type == FERRY_F16 ? ferry::f32_to_f16((float)v) : ferry::f32_to_bf16((float)v);
+  u16 h = type == FERRY_SCALAR_F16 ? ferry::f32_to_f16((float)v) : ferry::f32_to_bf16((float)v);
   memcpy(p + 2 * i, &h, 2);
 }
 
@@ -141,8 +141,8 @@ int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool 
       emu::run_block({(unsigned)x, 0, (unsigned)z}, ferry::THREADS, smem, seed + (unsigned)(x * 131 + z), kernel);
 
   // The reference, and what must not have changed.
-  const double rel_out = C.type == FERRY_BF16 ? 1.0 / 128 : C.type == FERRY_F16 ? 1.0 / 1024 : 1e-6;
-  const double eps_acc = FERRY_ACC_TYPE == FERRY_F16 ? 4e-3 : 1e-6;
+  const double rel_out = C.type == FERRY_SCALAR_BF16 ? 1.0 / 128 : C.type == FERRY_SCALAR_F16 ? 1.0 / 1024 : 1e-6;
+  const double eps_acc = FERRY_ACC_TYPE == FERRY_SCALAR_F16 ? 4e-3 : 1e-6;
   int bad = 0;
   double worst = 0;
   std::vector<double> av((size_t)m * k), bv((size_t)k * n);
@@ -194,8 +194,8 @@ int main(int argc, char **argv) {
   int failures = 0, cases = 0;
   printf("%s %dx%dx%d, %d threads, s%d; A %s, B %s, out %s %s, acc %s\n", EMU_KERNEL, FERRY_BM, FERRY_BN, FERRY_BK,
          ferry::THREADS, FERRY_STAGES, FERRY_A_ROW ? "row" : "col", FERRY_B_ROW ? "row" : "col",
-         FERRY_OUT_TYPE == FERRY_F32 ? "fp32" : FERRY_OUT_TYPE == FERRY_F16 ? "fp16" : "bf16",
-         FERRY_OUT_ROW ? "row" : "col", FERRY_ACC_TYPE == FERRY_F16 ? "fp16" : "fp32");
+         FERRY_OUT_TYPE == FERRY_SCALAR_F32 ? "fp32" : FERRY_OUT_TYPE == FERRY_SCALAR_F16 ? "fp16" : "bf16",
+         FERRY_OUT_ROW ? "row" : "col", FERRY_ACC_TYPE == FERRY_SCALAR_F16 ? "fp16" : "fp32");
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
       seed = (unsigned)strtoul(argv[++i], nullptr, 10);

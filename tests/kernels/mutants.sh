@@ -18,7 +18,7 @@ rm -f "$out/survivors" # the loops below run in subshells: survivors are counted
 # name | sed expression (addressed by a pattern that matches one line of the kernel)
 sw_mutants='no_barrier_in_k_tile|/^        __syncthreads();$/s/__syncthreads();/;/
 wait_one_group_short|/^        cp_async_wait<STAGES - 2>();$/s/STAGES - 2/STAGES - 1/
-copy_into_stage_being_read|/load_stage<FULL>(write_stage,/s/(write_stage,/(read_stage,/
+copy_into_stage_being_read|/load_stage<FULL>(\*this, write_stage,/s/write_stage,/read_stage,/
 a_swizzle_add_not_xor|/if (A_ROW) return (base ^/s/(base ^ (((2 \* ks) \& 7) << 4))/(base + (((2 * ks) \& 7) << 4))/
 b_swizzle_add_not_xor|/if (B_ROW) return (base ^/s/(base ^ ((j \& 7) << 4))/(base + ((j \& 7) << 4))/
 edge_row_off_by_one|/i \* STEP < rows_left/s/i \* STEP < rows_left/i * STEP <= rows_left/
@@ -53,7 +53,7 @@ run_mutants() {
     fi
     # shellcheck disable=SC2086
     $cxx -std=c++17 -O2 -Wno-unknown-pragmas -I "$root/src/kernels" -I "$here" -I "$out" \
-      -DEMU_KERNEL="\"${entry}_$name.cu\"" -DEMU_ENTRY="$entry" -DFERRY_A_TYPE=FERRY_BF16 -DFERRY_OUT_TYPE=FERRY_BF16 \
+      -DEMU_KERNEL="\"${entry}_$name.cu\"" -DEMU_ENTRY="$entry" -DFERRY_A_TYPE=2 -DFERRY_OUT_TYPE=2 \
       $flags "$here/emulate_gemm.cpp" -o "$out/${entry}_$name"
     # shellcheck disable=SC2086
     if "$out/${entry}_$name" $cases > "$out/${entry}_$name.log" 2>&1; then

@@ -2,8 +2,11 @@
 
 Layout:
   test_api.py, test_arguments.py, test_nocuda.py  run in this process (CI has no GPU: no driver is loaded)
-  test_simulated.py                               runs simulated/ in a subprocess with ferry's simulated driver
-  simulated/                                      the full D2H/H2D path on the CPU (collected only in that subprocess)
+  simulated/, ops_simulated/, test_bad_inputs.py  the full D2H/H2D and operator paths on ferry's simulated driver;
+                                                  each is a ctest entry of its own (python_simulated,
+                                                  python_ops_simulated, python_bad_inputs_simulated), which sets
+                                                  the variable that lets it collect: the simulation must be
+                                                  installed before the driver is first loaded
   test_gpu_*.py                                   need a CUDA device; skipped without one
 """
 

@@ -8,8 +8,8 @@ reference counts of everything in the batch and the keyword arguments are what t
 that ferry took was released (and none it refused was touched), and a following D2H and H2D transfer is exact.
 
 The simulation must be installed before the driver is first loaded, so the rows run in a process of their own:
-in the main suite, test_rows_in_a_simulated_process runs this file with pytest again under FERRY_TEST_SIMULATED=1,
-where every row is one test. The table, as markdown (from the build directory):
+the ctest entry python_bad_inputs_simulated runs this file under FERRY_TEST_SIMULATED=1, where every row is one
+test (in the main suite it collects nothing). The table, as markdown (from the build directory):
 
     PYTHONPATH=python python3 ../tests/python/test_bad_inputs.py --table
 
@@ -22,8 +22,6 @@ import dataclasses
 import gc
 import itertools
 import os
-import pathlib
-import subprocess
 import sys
 import time
 import typing
@@ -582,7 +580,7 @@ def warm_up():
     good_transfers()
 
 
-# ---- pytest: the main suite runs the rows in a simulated process -------------------------------------------------
+# ---- pytest: one test per row, in a simulated process ---------------------------------------------------------
 
 
 if SIMULATED:
@@ -594,16 +592,6 @@ if SIMULATED:
     def test_row(row):
         problems, said = run_row(row)
         assert not problems, f"{row.input}: {'; '.join(problems)} (got {said})"
-else:
-    @pytest.mark.skipif(not HOOKS, reason="ferry._ferry was built without FERRY_PYTHON_TEST_HOOKS (a wheel)")
-    def test_rows_in_a_simulated_process():
-        env = dict(os.environ, FERRY_TEST_SIMULATED="1")
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               str(pathlib.Path(__file__).resolve())],
-                              env=env, capture_output=True, text=True, timeout=600)
-        sys.stdout.write(proc.stdout[-20000:])
-        sys.stderr.write(proc.stderr[-5000:])
-        assert proc.returncode == 0, "a bad-input row failed (the output is above)"
 
 
 # ---- the table ---------------------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ Columns:
   - ferry: the Python call (op.run, the fast launcher, GemmArguments, ...), from a plain Python loop;
   - raw: the limit, measured in this process in the same run: raw cuLaunchKernel of exactly the launch ferry makes
     (same CUfunction from the same artifact, grid, block, shared memory and parameter bytes, read back from a
-    captured run), parameters built in advance, in a C loop (ferry._ferry._ops._raw_launch_time);
+    captured run), parameters built in advance, in a C loop (ferry._ferry._ops._raw_launch_time, which only the
+    repository's own builds have: a wheel's run leaves these rows empty);
   - torch eager / torch graph: torch.mm(A, B, out=out) on the same operands, and 20 of them in a torch CUDA graph;
   - CUTLASS: the notebook's published figures (Python + CUTLASS DSL, TVM-FFI on, its own machine).
 Rows: run without an artifact (ferry: memo hit) and with one; supports check on and bypassed; the fast call form
@@ -363,7 +364,12 @@ def measure(opts, torch, ops, device):  # noqa: C901 (one experiment, read top t
         supports_fn = op.supports
         GemmArguments = ops.GemmArguments
         f32 = torch.float32
-        launch_info, raw_ok = None, True
+        # The raw timer is built only into the project's own builds (FERRY_PYTHON_TEST_HOOKS): it loads libcuda
+        # itself, which the wheel does not. Without it the limit's rows stay empty; that is not a failure.
+        launch_info, raw_ok = None, hasattr(ops_c, "_raw_launch_time")
+        if not raw_ok:
+            print("latency: the raw cuLaunchKernel limit needs ferry built from the repository with "
+                  "FERRY_PYTHON_TEST_HOOKS=ON (a wheel leaves it out); its rows stay empty", file=sys.stderr)
         for _ in range(opts.repeats):
             raw = _attempt(problems, "raw cuLaunchKernel timer", lambda: ops_c._raw_launch_time(
                 art, args[:total], stream, opts.iters, opts.warmup)) if raw_ok else None

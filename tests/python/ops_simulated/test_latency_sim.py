@@ -72,3 +72,29 @@ def test_a_broken_part_loses_only_its_figures_and_fails_the_run(monkeypatch, tmp
         rows = {r["metric"]: r for r in csv.DictReader(f)}
     fast = rows["fast call form (launcher), check bypassed"]
     assert fast["raw"] == "" and fast["met"] == "" and float(fast["ferry"]) > 0
+
+
+class _WheelStandIn:
+    """ferry.ops._c as a wheel has it: no raw-launch timer (it is built only with FERRY_PYTHON_TEST_HOOKS)."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        if name == "_raw_launch_time":
+            raise AttributeError(name)
+        return getattr(self._real, name)
+
+
+def test_without_the_raw_timer_the_limit_rows_stay_empty_and_the_run_passes(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "torch", fake_torch_ops)
+    monkeypatch.setattr(ferry.ops, "_c", _WheelStandIn(ferry.ops._c))
+    out = tmp_path / "py_latency.csv"
+    assert latency.main(["--iters", "2", "--warmup", "1", "--repeats", "1", "--output", str(out),
+                         "--plot", "none"]) == 0
+    captured = capsys.readouterr()
+    assert "PROBLEMS" not in captured.out and "FERRY_PYTHON_TEST_HOOKS" in captured.err
+    with open(out, newline="") as f:
+        rows = {r["metric"]: r for r in csv.DictReader(f)}
+    fast = rows["fast call form (launcher), check bypassed"]
+    assert fast["raw"] == "" and float(fast["ferry"]) > 0

@@ -1,5 +1,6 @@
-"""The simulated-driver suite: collected only when FERRY_TEST_SIMULATED=1 (set by ../test_simulated.py, which runs
-it in its own process). The simulation is installed here, before any test can load the driver."""
+"""The simulated-driver suite (ctest name python_simulated): collected only when FERRY_TEST_SIMULATED=1, which its
+ctest entry sets, so that it runs in a process of its own. The simulation is installed here, before any test can
+load the driver."""
 
 import os
 

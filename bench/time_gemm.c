@@ -1,20 +1,19 @@
 /* time_gemm.c — device time of every tensor-core GEMM design at one size (`build/ferry_time_gemm`, default 4096³
  * bf16, row-major A, B and out, fp32 accumulation: `ferry bench latency`'s case), beside cuBLAS on the same
  * operands, and each design's output checked against cuBLAS's (‖ours − cuBLAS‖ / ‖cuBLAS‖, NaN-poisoned output).
- * Unlike the benchmark's table it lists every instruction kind, wgmma included (registered by default; FERRY_WGMMA=0 leaves it out), and
- * takes the median of several timed repeats. Each repeat: 3 warm-up launches, then `launches` launches between two
+ * Unlike the benchmark's table it lists every instruction kind, wgmma included (registered by default;
+ * FERRY_WGMMA=0 leaves it out), and takes the median of several timed repeats. Each repeat: 3 warm-up launches, then `launches` launches between two
  * events, rotating over distinct operand sets so that the inputs are not all in L2. Exit status 1 when a design's
  * output disagrees with cuBLAS beyond 1e-2 (bf16) / 5e-3 (fp16).
  */
-#include "../../bench/cublas.h" /* the benchmarks' dlopen wrapper, not the toolkit's header */
+#include "common.h"
+#include "cublas.h" /* the benchmarks' dlopen wrapper, not the toolkit's header */
 #include "ops.h"
-#include "require.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 
 enum { SETS = 3, MAX_REPEATS = 32 };
 static CUstream stream;
@@ -26,7 +25,7 @@ static int have_cublas_;
 
 static float half_to_float(uint16_t h, int type) {
   uint32_t x;
-  if (type == FERRY_BF16) {
+  if (type == FERRY_SCALAR_BF16) {
     x = (uint32_t)h << 16;
   } else {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, man = h & 0x3ffu;
@@ -44,7 +43,7 @@ static float half_to_float(uint16_t h, int type) {
 static uint16_t float_to_half(float f, int type) { /* operands only: values in [-1, 1), round to nearest even */
   uint32_t x;
   memcpy(&x, &f, 4);
-  if (type == FERRY_BF16) return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+  if (type == FERRY_SCALAR_BF16) return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
   uint32_t sign = (x >> 16) & 0x8000u, e = (x >> 23) & 0xffu, man = x & 0x7fffffu;
   if (e < 103) return (uint16_t)sign; /* below fp16's subnormals */
   if (e < 113) {                      /* fp16 subnormal */
@@ -59,7 +58,7 @@ static uint16_t float_to_half(float f, int type) { /* operands only: values in [
 
 static void launch_cublas(int set) {
   float one = 1.0f, zero = 0.0f;
-  int dt = type_ == FERRY_F16 ? BENCH_CUDA_R_16F : BENCH_CUDA_R_16BF;
+  int dt = type_ == FERRY_SCALAR_F16 ? BENCH_CUDA_R_16F : BENCH_CUDA_R_16BF;
   /* row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ */
   int rc = cb_.gemm_ex(cb_.handle, 0, 0, n_, n_, n_, &one, (const void *)(uintptr_t)b_[set], dt, n_,
                        (const void *)(uintptr_t)a_[set], dt, n_, &zero, (void *)(uintptr_t)c_[set], dt, n_,
@@ -72,7 +71,7 @@ static void launch_cublas(int set) {
 
 static void launch(const ferry_op *op, ferry_artifact *art, int set) {
   if (!op) launch_cublas(set);
-  else REQUIRE_OK(ferry_op_run(op, &args_[set], stream, art, FERRY_ASSUME_SUPPORTED));
+  else BENCH_F(ferry_op_run(op, &args_[set], stream, art, FERRY_RUN_ASSUME_SUPPORTED));
 }
 
 static int cmp_double(const void *x, const void *y) {
@@ -84,20 +83,20 @@ static int cmp_double(const void *x, const void *y) {
 static double time_us(const ferry_op *op, ferry_artifact *art, double *spread) {
   double us[MAX_REPEATS];
   CUevent e0, e1;
-  REQUIRE_CU(ferry__drv.cuEventCreate(&e0, CU_EVENT_DEFAULT));
-  REQUIRE_CU(ferry__drv.cuEventCreate(&e1, CU_EVENT_DEFAULT));
+  BENCH_CU(ferry__drv.cuEventCreate(&e0, CU_EVENT_DEFAULT));
+  BENCH_CU(ferry__drv.cuEventCreate(&e1, CU_EVENT_DEFAULT));
   for (int r = 0; r < repeats_; r++) {
     for (int i = 0; i < 3; i++) launch(op, art, i % SETS);
-    REQUIRE_CU(ferry__drv.cuEventRecord(e0, stream));
+    BENCH_CU(ferry__drv.cuEventRecord(e0, stream));
     for (int i = 0; i < launches_; i++) launch(op, art, i % SETS);
-    REQUIRE_CU(ferry__drv.cuEventRecord(e1, stream));
-    REQUIRE_CU(ferry__drv.cuEventSynchronize(e1));
+    BENCH_CU(ferry__drv.cuEventRecord(e1, stream));
+    BENCH_CU(ferry__drv.cuEventSynchronize(e1));
     float ms = 0;
-    REQUIRE_CU(ferry__drv.cuEventElapsedTime(&ms, e0, e1));
+    BENCH_CU(ferry__drv.cuEventElapsedTime(&ms, e0, e1));
     us[r] = ms * 1e3 / launches_;
   }
-  REQUIRE_CU(ferry__drv.cuEventDestroy(e0));
-  REQUIRE_CU(ferry__drv.cuEventDestroy(e1));
+  BENCH_CU(ferry__drv.cuEventDestroy(e0));
+  BENCH_CU(ferry__drv.cuEventDestroy(e1));
   qsort(us, (size_t)repeats_, sizeof us[0], cmp_double);
   *spread = us[repeats_ - 1] / us[0] - 1.0;
   return us[repeats_ / 2];
@@ -106,7 +105,7 @@ static double time_us(const ferry_op *op, ferry_artifact *art, double *spread) {
 /* ‖out − ref‖ / ‖ref‖ over set 0's output (NaN when an element is NaN: unwritten, or wrong). */
 static double compare(const uint16_t *ref, uint16_t *out) {
   size_t count = (size_t)n_ * n_;
-  REQUIRE_CU(ferry__drv.cuMemcpyDtoH(out, c_[0], count * 2));
+  BENCH_CU(ferry__drv.cuMemcpyDtoH(out, c_[0], count * 2));
   double num = 0, den = 0;
   for (size_t i = 0; i < count; i++) {
     double r = half_to_float(ref[i], type_), o = half_to_float(out[i], type_);
@@ -119,12 +118,12 @@ static double compare(const uint16_t *ref, uint16_t *out) {
 
 int main(int argc, char **argv) {
   n_ = 4096;
-  type_ = FERRY_BF16;
+  type_ = FERRY_SCALAR_BF16;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--size") && i + 1 < argc) n_ = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--launches") && i + 1 < argc) launches_ = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats_ = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--fp16")) type_ = FERRY_F16;
+    else if (!strcmp(argv[i], "--fp16")) type_ = FERRY_SCALAR_F16;
     else {
       printf("usage: %s [--size N] [--fp16] [--launches L] [--repeats R]\n"
              "Device time of every tensor-core GEMM design at N³ (default 4096, bf16, row-major, fp32 accumulation)\n"
@@ -143,10 +142,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   int dev = 0, sm = 0;
-  REQUIRE_OK(ferry_device_resolve(-1, &dev));
-  REQUIRE_OK(ferry__ctx_enter(dev));
-  REQUIRE_CU(ferry__drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-  REQUIRE_OK(ferry_target_sm(dev, &sm));
+  BENCH_F(ferry_device_resolve(-1, &dev));
+  BENCH_F(ferry__ctx_enter(dev));
+  BENCH_CU(ferry__drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  BENCH_F(ferry_target_sm(dev, &sm));
   char why[256];
   have_cublas_ = bench_cublas_open(&cb_, why, sizeof why) == 0;
   if (have_cublas_) cb_.set_stream(cb_.handle, stream);
@@ -156,35 +155,36 @@ int main(int argc, char **argv) {
   uint16_t *host = malloc(bytes), *ref = malloc(bytes), *out = malloc(bytes);
   uint64_t rng = 0x9e3779b97f4a7c15ull;
   int64_t shape[2] = {n_, n_};
-  ferry_dtype dt = type_ == FERRY_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1} : (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
+  ferry_dtype dt = type_ == FERRY_SCALAR_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1}
+                                             : (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
   for (int s = 0; s < SETS; s++) {
-    REQUIRE_CU(ferry__drv.cuMemAlloc(&a_[s], bytes));
-    REQUIRE_CU(ferry__drv.cuMemAlloc(&b_[s], bytes));
-    REQUIRE_CU(ferry__drv.cuMemAlloc(&c_[s], bytes));
+    BENCH_CU(ferry__drv.cuMemAlloc(&a_[s], bytes));
+    BENCH_CU(ferry__drv.cuMemAlloc(&b_[s], bytes));
+    BENCH_CU(ferry__drv.cuMemAlloc(&c_[s], bytes));
     for (int which = 0; which < 2; which++) { /* random in [-1, 1), A and B different: never zeros */
       for (size_t i = 0; i < count; i++) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         host[i] = float_to_half((float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0), type_);
       }
-      REQUIRE_CU(ferry__drv.cuMemcpyHtoD(which ? b_[s] : a_[s], host, bytes));
+      BENCH_CU(ferry__drv.cuMemcpyHtoD(which ? b_[s] : a_[s], host, bytes));
     }
-    REQUIRE_CU(ferry__drv.cuStreamSynchronize(NULL)); /* pageable uploads may land after return: done before use */
+    BENCH_CU(ferry__drv.cuStreamSynchronize(NULL)); /* pageable uploads may land after return: done before use */
     ferry_tensor ta = {(void *)(uintptr_t)a_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
     ferry_tensor tb = {(void *)(uintptr_t)b_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
     ferry_tensor tc = {(void *)(uintptr_t)c_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
-    REQUIRE_OK(ferry_gemm_args_init(&args_[s], &ta, &tb, &tc, FERRY_F32));
+    BENCH_F(ferry_gemm_args_init(&args_[s], &ta, &tb, &tc, FERRY_SCALAR_F32));
   }
 
   const double flops = 2.0 * n_ * (double)n_ * n_;
   double cublas_us = NAN, spread = 0;
   if (have_cublas_) {
     launch_cublas(0);
-    REQUIRE_CU(ferry__drv.cuStreamSynchronize(stream));
-    REQUIRE_CU(ferry__drv.cuMemcpyDtoH(ref, c_[0], bytes));
+    BENCH_CU(ferry__drv.cuStreamSynchronize(stream));
+    BENCH_CU(ferry__drv.cuMemcpyDtoH(ref, c_[0], bytes));
     cublas_us = time_us(NULL, NULL, &spread);
   }
   printf("device sm_%d, %d³ %s, row-major, fp32 accumulation; median of %d repeats of %d launches\n", sm, n_,
-         type_ == FERRY_F16 ? "fp16" : "bf16", repeats_, launches_);
+         type_ == FERRY_SCALAR_F16 ? "fp16" : "bf16", repeats_, launches_);
   printf("%-34s %10s %9s %8s %9s %12s\n", "design", "µs", "TFLOP/s", "spread", "× cuBLAS", "vs cuBLAS");
   if (have_cublas_)
     printf("%-34s %10.1f %9.1f %7.1f%% %9s %12s\n", "cuBLAS (cublasGemmEx)", cublas_us, flops / cublas_us * 1e-6,
@@ -192,19 +192,19 @@ int main(int argc, char **argv) {
 
   const ferry_op *ops[32];
   size_t n_ops = 0;
-  REQUIRE_OK(ferry_ops_find(&args_[0], 0, NULL, NULL, ops, 32, &n_ops));
+  BENCH_F(ferry_ops_find(&args_[0], 0, NULL, NULL, ops, 32, &n_ops));
   int bad = 0;
-  const double bound = type_ == FERRY_F16 ? 5e-3 : 1e-2;
+  const double bound = type_ == FERRY_SCALAR_F16 ? 5e-3 : 1e-2;
   for (size_t i = 0; i < n_ops && i < 32; i++) {
-    const ferry_op_info *info = ferry_op_get_info(ops[i]);
+    const ferry_op_info *info = ferry_op_info_get(ops[i]);
     if (strncmp(info->instruction, "mma", 3) && strncmp(info->instruction, "wgmma", 5)) continue;
     ferry_artifact *art = NULL;
-    REQUIRE_OK(ferry_op_compile(ops[i], &args_[0], &art));
+    BENCH_F(ferry_op_compile(ops[i], &args_[0], &art));
     memset(out, 0xff, bytes); /* NaN: every element must be written */
-    REQUIRE_CU(ferry__drv.cuMemcpyHtoD(c_[0], out, bytes));
-    REQUIRE_CU(ferry__drv.cuStreamSynchronize(NULL)); /* the NaN sentinel lands before the kernel writes */
+    BENCH_CU(ferry__drv.cuMemcpyHtoD(c_[0], out, bytes));
+    BENCH_CU(ferry__drv.cuStreamSynchronize(NULL)); /* the NaN sentinel lands before the kernel writes */
     launch(ops[i], art, 0);
-    REQUIRE_CU(ferry__drv.cuStreamSynchronize(stream));
+    BENCH_CU(ferry__drv.cuStreamSynchronize(stream));
     double err = have_cublas_ ? compare(ref, out) : NAN;
     double us = time_us(ops[i], art, &spread);
     int ok = !have_cublas_ || (!isnan(err) && err <= bound);
@@ -218,9 +218,9 @@ int main(int argc, char **argv) {
   }
   if (have_cublas_) bench_cublas_close(&cb_);
   for (int s = 0; s < SETS; s++) {
-    REQUIRE_CU(ferry__drv.cuMemFree(a_[s]));
-    REQUIRE_CU(ferry__drv.cuMemFree(b_[s]));
-    REQUIRE_CU(ferry__drv.cuMemFree(c_[s]));
+    BENCH_CU(ferry__drv.cuMemFree(a_[s]));
+    BENCH_CU(ferry__drv.cuMemFree(b_[s]));
+    BENCH_CU(ferry__drv.cuMemFree(c_[s]));
   }
   free(host), free(ref), free(out);
   printf("%s\n", bad ? "some designs disagree with cuBLAS" : "every design agrees with cuBLAS");

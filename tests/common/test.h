@@ -1,5 +1,6 @@
-/* test.h — a small test harness in the libuv manner: TEST(name) defines a test, the runner runs each in its own
- * process with a timeout, and ASSERT_* print both values with file and line. */
+/* test.h — a small test harness in the libuv manner: TEST(name) defines a test, the runner (runner.c) runs each in
+ * its own process with a timeout, ASSERT_* print both values with file and line and end the test, and SKIP says
+ * why a test cannot run here (counted apart from passes). */
 #ifndef FERRY_TEST_H
 #define FERRY_TEST_H
 #include <inttypes.h>
@@ -11,6 +12,23 @@ typedef void (*test_fn)(void);
 typedef struct test_entry { const char *name; test_fn fn; } test_entry;
 
 #define TEST(name) void test_##name(void)
+
+/* The exit status of a skipped test's process (automake's, and ctest's SKIP_RETURN_CODE for a program whose every
+ * test skipped). */
+#define TEST_SKIP_STATUS 77
+/* Ends the test as skipped (runner.c); SKIP prints the reason first. */
+void test_skipped(void);
+#define SKIP(...)                                                                     \
+  do {                                                                                \
+    printf("  skipped: ");                                                            \
+    printf(__VA_ARGS__);                                                              \
+    printf("\n");                                                                     \
+    test_skipped();                                                                   \
+  } while (0)
+
+/* Each test's time limit in seconds (0: none): the list's TEST_TIMEOUT_S, or --timeout; a suite's TEST_OPTION may
+ * raise it for a long mode. */
+extern int test_timeout_s;
 
 #define FAIL_AT(...)                                                                  \
   do {                                                                                \
