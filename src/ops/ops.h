@@ -210,7 +210,8 @@ ferry_status ferry__write_atomic(const char *path, const void *data, size_t size
 
 /* ---- memo (compile.c) ------------------------------------------------------------------------------------ */
 
-/* The memoised artifact of (op, kind, sm), borrowed (no reference taken), or NULL. Lock-free. */
+/* The memoised artifact of (op, kind, sm), borrowed (no reference taken), or NULL. Lock-free; a caller that keeps
+ * the artifact takes its reference under op->lock, where ferry_ops_clear_memo drops the memo's. */
 ferry_artifact *ferry__memo_lookup(const ferry_op *op, uint32_t kind, int sm);
 
 /* Memoises `art` (taking a reference) unless the slot of its (kind, sm) is already taken. */

@@ -28,6 +28,7 @@
   X(compile_key_covers_the_whole_source)                  \
   X(compile_to_cubin_for_sm80_and_sm90)                   \
   X(compile_is_memoised)                                  \
+  X(compile_memo_hit_is_safe_against_clear_memo)          \
   X(compile_every_builtin_design_for_sm80)                \
   X(compile_every_builtin_design_for_sm90)                \
   X(compile_swizzled_designs_in_every_layout_for_sm90)    \
