@@ -107,10 +107,13 @@ static int runs_on(int cubin_sm, int device_sm) {
 ferry_status ferry__artifact_function(ferry_artifact *art, int device, CUfunction *out) {
   ferry_status st = FERRY_OK;
   int entered = 0, sm = 0;
+  /* Before the lock: a child forked while another thread loaded this artifact refuses here, never waiting for a
+   * lock that thread will not release in it (fork.c). */
+  st = (ferry_status)ferry__driver_load();
+  if (st != FERRY_OK) return st;
   pthread_mutex_lock(&art->lock);
   CUfunction f = atomic_load_explicit(&art->fn[device], memory_order_acquire);
   if (f) goto cleanup;
-  FERRY_TRY((ferry_status)ferry__driver_load());
   FERRY_TRY(ferry__device_sm(device, &sm));
   if (!runs_on(art->sm, sm)) {
     st = FERRY_ERR(FERRY_INVALID_ARGUMENT, "the artifact of operator %s was compiled for sm_%d; cuda:%d is sm_%d "

@@ -195,3 +195,6 @@ void ferry__cache_store(const ferry_artifact *art) {
   ferry__error_restore(&saved); /* a cache that cannot be written is not the caller's error */
   free(file);
 }
+
+/* fork.c: held across fork() so a child never inherits the lock held by a thread it does not have. */
+void ferry__cache_fork_lock(int lock) { lock ? pthread_mutex_lock(&stats_lock) : pthread_mutex_unlock(&stats_lock); }
