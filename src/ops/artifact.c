@@ -12,6 +12,11 @@
  * The checksum is there for damage (torn or truncated writes, flipped bits, files of another format), not for an
  * attacker: see xxh64.c for why a cryptographic hash would add nothing. Format version 1 carried a SHA-256 instead;
  * its files fail the version check and are rebuilt (cache) or refused (import), never read as version 2.
+ *
+ * So an imported artifact is GPU code the caller vouches for, like a shared library it loads: nothing proves who
+ * made it or that its cubin is what its recorded key claims. It is handed to the caller only and never enters the
+ * compile memo, so ferry_op_compile and runs without an artifact keep returning what NVRTC made from the
+ * operator's source (or the user's own disk cache's copy of it).
  */
 #include "ops.h"
 
@@ -416,7 +421,8 @@ ferry_status ferry_artifact_import(const char *path, ferry_artifact **out) {
   st = ferry__artifact_new(op, meta.kind, meta.sm, key, file, file + offset, (size_t)meta.cubin_size, &art);
   file = NULL; /* owned (or freed) by ferry__artifact_new */
   if (st != FERRY_OK) goto cleanup;
-  ferry__memo_insert(art);
+  /* Not memoised: the file's recorded key is a claim nothing here can check (the checksum finds damage, not
+   * tampering), so what compile returns stays what NVRTC made from the source; runs use the import by name. */
   *out = art;
   art = NULL;
 cleanup:

@@ -30,7 +30,7 @@ ferry_artifact *ferry__memo_lookup(const ferry_op *op, uint32_t kind, int sm) {
   return NULL;
 }
 
-/* Under op->lock (or from import, which takes it here). */
+/* Under op->lock. */
 static void memo_insert_locked(ferry_op *op, ferry_artifact *art) {
   unsigned s = slot_of(art->kind, art->sm);
   for (unsigned probe = 0; probe < FERRY__MEMO_SLOTS; probe++, s = (s + 1) & (FERRY__MEMO_SLOTS - 1)) {
@@ -42,13 +42,6 @@ static void memo_insert_locked(ferry_op *op, ferry_artifact *art) {
     }
   }
   /* Full: the artifact works, it is just not remembered. */
-}
-
-void ferry__memo_insert(ferry_artifact *art) {
-  ferry_op *op = (ferry_op *)art->op;
-  pthread_mutex_lock(&op->lock);
-  memo_insert_locked(op, art);
-  pthread_mutex_unlock(&op->lock);
 }
 
 void ferry_ops_clear_memo(void) {

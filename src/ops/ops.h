@@ -214,9 +214,6 @@ ferry_status ferry__write_atomic(const char *path, const void *data, size_t size
  * the artifact takes its reference under op->lock, where ferry_ops_clear_memo drops the memo's. */
 ferry_artifact *ferry__memo_lookup(const ferry_op *op, uint32_t kind, int sm);
 
-/* Memoises `art` (taking a reference) unless the slot of its (kind, sm) is already taken. */
-void ferry__memo_insert(ferry_artifact *art);
-
 /* ---- disk cache (cache.c) -------------------------------------------------------------------------------- */
 
 /* The cached cubin for `key` made from `op`/`kind`/`sm`, verified: returns 1 with *block the file's malloc'd

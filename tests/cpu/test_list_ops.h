@@ -54,6 +54,7 @@
   X(cache_can_be_turned_off)                              \
   X(export_import_round_trip)                             \
   X(import_rejects_bad_files)                             \
+  X(import_never_replaces_what_compile_returns)           \
   X(checksum_covers_the_header)                           \
   X(cache_hit_costs_microseconds)                         \
   X(fault_at_every_compile_call_is_clean)                 \
