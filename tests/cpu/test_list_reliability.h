@@ -15,6 +15,7 @@
   X(cache_dir_owned_by_another_user_is_refused)                  \
   X(cache_file_owned_by_another_user_is_not_loaded)              \
   X(cache_file_that_is_a_symlink_is_not_loaded)                  \
+  X(cache_file_with_a_hard_link_is_not_loaded)                   \
   X(import_of_a_fifo_does_not_block)                             \
   X(cache_entry_that_is_a_fifo_does_not_block)                   \
   X(import_of_a_huge_sparse_file_is_refused_unread)              \
