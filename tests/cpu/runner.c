@@ -1,4 +1,5 @@
-/* runner.c — runs every CPU test in its own process with a timeout and prints "N passed, N failed".
+/* runner.c — runs every CPU test in its own process with a timeout and prints "N passed, N failed" (and how many
+ * skipped, when a test ended with SKIP).
  * Usage: ferry_test_cpu [--help] [--list] [NAME...]  (names select tests; default all) */
 #include "test.h"
 /* One runner, several suites: a suite's executable defines TEST_LIST_HEADER to its own list. */
@@ -18,6 +19,7 @@ TEST_LIST(DECLARE)
 static const test_entry tests[] = {TEST_LIST(ENTRY)};
 #define TIMEOUT_S 60
 
+/* 1 passed, 0 failed, 2 skipped. */
 static int run_one(const test_entry *t) {
   fflush(stdout);
   pid_t pid = fork();
@@ -30,6 +32,7 @@ static int run_one(const test_entry *t) {
   int status = 0;
   waitpid(pid, &status, 0);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 1;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == TEST_SKIP_EXIT) return 2;
   if (WIFSIGNALED(status))
     fprintf(stderr, "  killed by signal %d%s\n", WTERMSIG(status), WTERMSIG(status) == SIGALRM ? " (timeout)" : "");
   return 0;
@@ -37,7 +40,7 @@ static int run_one(const test_entry *t) {
 
 int main(int argc, char **argv) {
   size_t n = sizeof tests / sizeof tests[0];
-  int passed = 0, failed = 0;
+  int passed = 0, failed = 0, skipped = 0;
 #ifdef TEST_MAIN_HOOK
   /* A suite may answer extra command-line modes (e.g. --table); it returns -1 for "not mine". */
   int hook_rc = TEST_MAIN_HOOK(argc, argv);
@@ -58,10 +61,11 @@ int main(int argc, char **argv) {
     int selected = argc == 1;
     for (int i = 1; i < argc; i++) selected |= !strcmp(argv[i], tests[k].name);
     if (!selected) continue;
-    int ok = run_one(&tests[k]);
-    printf("%s %s\n", ok ? "ok  " : "FAIL", tests[k].name);
-    ok ? passed++ : failed++;
+    int r = run_one(&tests[k]);
+    printf("%s %s\n", r == 1 ? "ok  " : r == 2 ? "skip" : "FAIL", tests[k].name);
+    r == 1 ? passed++ : r == 2 ? skipped++ : failed++;
   }
-  printf("%d passed, %d failed\n", passed, failed);
+  if (skipped) printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  else printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

@@ -3,7 +3,7 @@
  * file owned by another user, a cache file that is a symbolic link, a FIFO where a file should be (which must not
  * block the caller), a sparse file far larger than any artifact, a cache "directory" that is a file. Every one is
  * refused — never loaded — and the compile still succeeds; so is a cache file with a second name (a hard link).
- * The ownership tests need root (to give a file away); elsewhere they say so and pass. The libFuzzer target
+ * The ownership tests need root (to give a file away); elsewhere they report a skip. The libFuzzer target
  * tests/fuzz/fuzz_artifact.c covers the file's contents. */
 #include "test_ops.h"
 
@@ -62,14 +62,13 @@ static void expect_not_loaded(const ferry_op *op, const char *why) {
   ferry_ops_clear_memo();
 }
 
-static int is_root(void) {
-  if (geteuid() == 0) return 1;
-  fprintf(stderr, "  note: not root, so no file can be given to another user here; skipped\n");
-  return 0;
+static void need_root(void) {
+  if (geteuid() != 0) SKIP("not root, so no file can be given to another user here");
 }
 
 TEST(cache_dir_owned_by_another_user_is_refused) {
-  if (!test_have_nvrtc() || !is_root()) return;
+  need_root();
+  if (!test_have_nvrtc()) return;
   char home[300], file[600], dir[400];
   const ferry_op *op = cached_once("hostile_owner_dir", home, sizeof home, file, sizeof file);
   snprintf(dir, sizeof dir, "%s/ferry", home);
@@ -85,7 +84,8 @@ TEST(cache_dir_owned_by_another_user_is_refused) {
 }
 
 TEST(cache_file_owned_by_another_user_is_not_loaded) {
-  if (!test_have_nvrtc() || !is_root()) return;
+  need_root();
+  if (!test_have_nvrtc()) return;
   char home[300], file[600];
   const ferry_op *op = cached_once("hostile_owner_file", home, sizeof home, file, sizeof file);
   ASSERT(chown(file, OTHER_UID, OTHER_UID) == 0);
