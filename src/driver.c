@@ -102,14 +102,14 @@ static void load(void) {
 
 void ferry__driver_fork_lock(int lock) { lock ? pthread_mutex_lock(&load_lock) : pthread_mutex_unlock(&load_lock); }
 
-int ferry__driver_load(void) {
+ferry_status ferry__driver_load(void) {
   if (ferry__fork_child) return ferry__fork_refuse();
   pthread_once(&load_once, load);
   if (load_status != FERRY_OK) return FERRY_ERR(load_status, "%s", load_message);
   return FERRY_OK;
 }
 
-ferry_status ferry_init(void) { return (ferry_status)ferry__driver_load(); }
+ferry_status ferry_init(void) { return ferry__driver_load(); }
 
 void ferry__driver_install(const ferry__driver *fake) { installed_fake = fake; }
 

@@ -303,7 +303,7 @@ void ferry__pool_give(ferry_slab *s) {
 /* ---- public ---------------------------------------------------------------------------------------------- */
 
 static ferry_status with_primary_ctx(ferry_status (*fn)(size_t), size_t arg) {
-  ferry_status st = (ferry_status)ferry__driver_load();
+  ferry_status st = ferry__driver_load();
   if (st != FERRY_OK) return st;
   int device;
   FERRY_TRY(ferry_device_resolve(-1, &device));

@@ -114,7 +114,7 @@ ferry_status ferry__artifact_function(ferry_artifact *art, int device, CUfunctio
   int entered = 0, sm = 0;
   /* Before the lock: a child forked while another thread loaded this artifact refuses here, never waiting for a
    * lock that thread will not release in it (fork.c). */
-  st = (ferry_status)ferry__driver_load();
+  st = ferry__driver_load();
   if (st != FERRY_OK) return st;
   pthread_mutex_lock(&art->lock);
   CUfunction f = atomic_load_explicit(&art->fn[device], memory_order_acquire);
