@@ -210,7 +210,7 @@ TEST(compile_is_memoised) {
  * references) cannot free the artifact between the lookup and the retain: two threads compile the same kernel
  * over and over while a third clears the memo. A reference taken too late shows as a use after free under ASan,
  * or as a freed artifact's cubin handed out. */
-enum { RACE_COMPILES = 4000 };
+enum { RACE_COMPILES = 20000 };
 static const ferry_op *race_op;
 static atomic_int race_done;
 
