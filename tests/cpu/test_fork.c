@@ -269,8 +269,7 @@ TEST(forked_child_cannot_read_the_pinned_pool) {
 /* Three parent threads keep every lock of the operator runtime busy while the main thread forks: one compiles
  * (NVRTC for each new kind and target, then the disk cache and the memo, clearing the memo each round), one runs
  * through the simulated driver (explicit and loaded artifacts, and transfers for the pool, events, device memory
- * and contexts), one reads (the registry, discovery, support checks, imports, the caches' and the pool's
- * counters). Every child must end within its alarm with every check passed: what needs no driver works, what
+ * and contexts), one reads (the registry, discovery, imports, the caches' and the pool's counters). Every child must end within its alarm with every check passed: what needs no driver works, what
  * needs the driver or the compiler is refused with the fork sentence. */
 enum { OPS_FORKS = 48 };
 static atomic_int ops_stop;
@@ -350,6 +349,9 @@ static void child_of_busy_parent(void) {
   const ferry_op *found[4];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, found, 4, &n));
+  ASSERT(n > 0);
+  ASSERT(setenv("FERRY_ARCH", "sm_90", 1) == 0); /* the target from the environment: no device asked */
+  ASSERT_OK(ferry_ops_find(&args, 0, NULL, NULL, found, 4, &n));
   ASSERT(n > 0);
   ASSERT_OK(ferry_op_supports(found[0], &args, NULL, 0));
   ASSERT(ferry_op_by_name("fork_stress") == stress_op);
