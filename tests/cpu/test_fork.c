@@ -105,7 +105,7 @@ TEST(fork_after_init_refuses_in_the_child) {
   expect_exact_d2h();
 }
 
-static void *volatile parents_device_memory;
+static void *volatile parents_device_memory, *volatile parents_event;
 
 TEST(forked_child_makes_no_driver_call_and_leaves_the_pool_alone) {
   fake_driver_use();
@@ -128,6 +128,10 @@ TEST(forked_child_makes_no_driver_call_and_leaves_the_pool_alone) {
     memset(&ferry__drv, 0, sizeof ferry__drv); /* any call that reached the table would now crash */
     ASSERT_STATUS(ferry_transfer_wait(down), FERRY_UNSUPPORTED); /* its copies cannot be waited for here */
     ASSERT_STR_CONTAINS(ferry_last_error_message(), "child forked after the parent initialised it");
+    /* Its completion event is the parent's: the child's release cannot destroy it (the driver call is stopped).
+     * Under the simulation it is a host block, kept reachable here so a leak checker does not count it. */
+    ferry_slab *slab = ferry_transfer_slab(down);
+    parents_event = slab && slab->fence ? (void *)slab->fence->ev : NULL;
     ferry_transfer_release(down);
     /* The H2D slab is the parent's device memory: the child drops its record of it without freeing it. (Under
      * the simulation that memory is a host block, kept reachable here so a leak checker does not count it.) */
