@@ -20,7 +20,11 @@ int main(void) {
   }
   const ferry_op *ops[16];
   size_t n = 0;
-  if (ferry_ops_find(&args, sm, NULL, NULL, ops, 16, &n) != FERRY_OK || n == 0) goto fail;
+  if (ferry_ops_find(&args, sm, NULL, NULL, ops, 16, &n) != FERRY_OK) goto fail;
+  if (n == 0) { /* not an error, so there is no last error to print: say what was asked */
+    printf("no operator supports this GEMM on sm_%d (try another target, e.g. FERRY_ARCH=sm_90)\n", sm);
+    return 0;
+  }
   printf("%zu operators support this GEMM on sm_%d; the first is %s\n", n, sm, ferry_op_info_get(ops[0])->name);
   ferry_artifact *art = NULL; /* NVRTC once; later runs (and processes) hit the memo or the disk cache */
   if (ferry_op_compile_for(ops[0], &args, sm, &art) != FERRY_OK) goto fail;

@@ -107,7 +107,11 @@ FERRY_API void ferry_clear_error(void);
 
 /** Loads the CUDA driver (once per process; later calls return the first result at once).
  *  Returns FERRY_OK, FERRY_NO_DRIVER when libcuda.so.1 cannot be opened or initialised, or FERRY_NO_DEVICE when
- *  it loads but sees no device. Every other call that needs the driver calls this itself. */
+ *  it loads but sees no device. Every other call that needs the driver calls this itself.
+ *  Fork: in a child forked (without exec) after ferry initialised the driver, every call that needs the driver
+ *  returns FERRY_UNSUPPORTED saying so; after ferry loaded NVRTC, so does every compile that needs NVRTC. Calls
+ *  that need neither work in the child, and none waits on a lock another thread held at the fork. Use spawn or
+ *  forkserver for workers that need the GPU. */
 FERRY_API ferry_status ferry_init(void);
 
 /** Number of CUDA devices; 0 when there is no driver or no device (never an error). */
@@ -345,6 +349,10 @@ FERRY_API size_t ferry_slab_size(const ferry_slab *slab);
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* The pinned host pool                                                                                            */
+/*                                                                                                                 */
+/* Fork: the pool's memory is not inherited by a forked child (MADV_DONTFORK), so a fork never copies it. In the   */
+/* child, an output that views a pinned slab cannot be read (its pages are reserved but inaccessible): copy what a */
+/* child needs out of ferry's outputs before forking. The parent's outputs are unaffected.                         */
 
 typedef struct ferry_pool_stats {
   uint64_t bytes_pinned;      /* pinned by the pool now, free or in use */

@@ -47,7 +47,7 @@ ferry_status ferry_device_resolve(int requested, int *out_device) {
       source = "LOCAL_RANK";
     }
   }
-  ferry_status st = (ferry_status)ferry__driver_load();
+  ferry_status st = ferry__driver_load();
   if (st != FERRY_OK) return st;
   int count = 0;
   CUresult r = FERRY_CU(cuDeviceGetCount, &count);

@@ -101,3 +101,6 @@ CUmemoryPool ferry__devmem_pool(int device) {
   pthread_mutex_unlock(&pools_lock);
   return p;
 }
+
+/* fork.c: held across fork() so a child never inherits the lock held by a thread it does not have. */
+void ferry__devmem_fork_lock(int lock) { lock ? pthread_mutex_lock(&pools_lock) : pthread_mutex_unlock(&pools_lock); }

@@ -14,6 +14,7 @@
 ferry__driver ferry__drv;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER; /* held while loading: fork.c waits for it */
 static ferry_status load_status = FERRY_NO_DRIVER;
 static char load_message[400];
 static const ferry__driver *installed_fake;
@@ -65,7 +66,7 @@ static void load_real(void) {
   load_status = FERRY_OK;
 }
 
-static void load(void) {
+static void load_locked(void) {
   if (installed_fake) {
     ferry__drv = *installed_fake;
     load_status = FERRY_OK;
@@ -93,14 +94,22 @@ static void load(void) {
   if (load_status == FERRY_OK) ferry__fork_guard_install(); /* from now on a forked child must not use CUDA */
 }
 
-int ferry__driver_load(void) {
-  pthread_once(&load_once, load);
+static void load(void) {
+  pthread_mutex_lock(&load_lock);
+  load_locked();
+  pthread_mutex_unlock(&load_lock);
+}
+
+void ferry__driver_fork_lock(int lock) { lock ? pthread_mutex_lock(&load_lock) : pthread_mutex_unlock(&load_lock); }
+
+ferry_status ferry__driver_load(void) {
   if (ferry__fork_child) return ferry__fork_refuse();
+  pthread_once(&load_once, load);
   if (load_status != FERRY_OK) return FERRY_ERR(load_status, "%s", load_message);
   return FERRY_OK;
 }
 
-ferry_status ferry_init(void) { return (ferry_status)ferry__driver_load(); }
+ferry_status ferry_init(void) { return ferry__driver_load(); }
 
 void ferry__driver_install(const ferry__driver *fake) { installed_fake = fake; }
 

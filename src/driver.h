@@ -7,6 +7,8 @@
 #ifndef FERRY_DRIVER_H
 #define FERRY_DRIVER_H
 
+#include "ferry.h"
+
 #include <cuda.h> /* types and enums only: no symbol of libcuda is referenced at link time */
 #include <stddef.h>
 
@@ -101,8 +103,8 @@ typedef struct ferry__driver {
 extern ferry__driver ferry__drv;
 
 /* Loads the driver once; thread-safe. Returns FERRY_OK, FERRY_NO_DRIVER or FERRY_NO_DEVICE (with the error set
- * on every call that fails, not only the first). */
-int ferry__driver_load(void);
+ * on every call that fails, not only the first); FERRY_UNSUPPORTED in a child forked after it succeeded (fork.c). */
+ferry_status ferry__driver_load(void);
 
 /* Test seam: use `fake` instead of libcuda. Must be called before the first ferry call that needs the driver. */
 void ferry__driver_install(const ferry__driver *fake);

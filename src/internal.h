@@ -64,16 +64,29 @@ void ferry__error_restore(const ferry_error *saved);
 
 /* ---- fork (fork.c) ----------------------------------------------------------------------------------------- */
 
-/* Installed by driver.c once the driver is initialised: in a child forked after that, ferry__fork_child is 1,
+/* Armed by driver.c once the driver is initialised: in a child forked after that, ferry__fork_child is 1,
  * ferry__driver_load() refuses with ferry__fork_refuse() (FERRY_UNSUPPORTED and why), and FERRY_CU stops every
- * driver call (CUDA_ERROR_NOT_INITIALIZED) before it reaches the driver. */
+ * driver call (CUDA_ERROR_NOT_INITIALIZED) before it reaches the driver. Armed by rtc.c once NVRTC is loaded (or
+ * by the driver's arming): in a child forked after that, ferry__fork_no_rtc is 1 and ferry__rtc_load() refuses. */
 extern volatile int ferry__fork_child;
+extern volatile int ferry__fork_no_rtc;
 void ferry__fork_guard_install(void);
+void ferry__fork_guard_install_rtc(void);
 ferry_status ferry__fork_refuse(void);
-/* Lock (1) or unlock (0) a file's lock around fork(), for the atfork handlers. */
+/* Lock (1) or unlock (0) a file's locks around fork(), for the atfork handlers; fork.c gives the order. */
+void ferry__registry_fork_lock(int lock); /* the registry's lock, then every operator's */
+void ferry__driver_fork_lock(int lock);
+void ferry__rtc_fork_lock(int lock);
 void ferry__device_fork_lock(int lock);
+void ferry__devmem_fork_lock(int lock);
+void ferry__gather_fork_lock(int lock);
 void ferry__pool_fork_lock(int lock);
 void ferry__events_fork_lock(int lock);
+void ferry__cache_fork_lock(int lock);
+void ferry__slab_fork_lock(int lock); /* the live-slab registry's and the recorded streams' (leaves: last) */
+/* In the child, with the pool's lock held: reserves the pool's regions (not inherited: MADV_DONTFORK) as
+ * inaccessible address space, so what viewed them faults instead of reading whatever is mapped there later. */
+void ferry__pool_fork_child(void);
 
 /* ---- devices and contexts (device.c) --------------------------------------------------------------------- */
 

@@ -39,3 +39,6 @@ cleanup:
   pthread_mutex_unlock(&module_lock);
   return st;
 }
+
+/* fork.c: held across fork() so a child never inherits the lock held by a thread it does not have. */
+void ferry__gather_fork_lock(int lock) { lock ? pthread_mutex_lock(&module_lock) : pthread_mutex_unlock(&module_lock); }

@@ -82,6 +82,9 @@ ferry_status ferry__pin(size_t bytes, void **out_ptr, size_t *out_bytes) {
   if (base > raw) munmap(raw, (size_t)(base - raw));
   if (raw + span > base + size) munmap(base + size, (size_t)(raw + span - (base + size)));
   (void)madvise(base, size, MADV_HUGEPAGE); /* a hint: without THP the prefault still works, page by page */
+  /* Not inherited by a forked child: the kernel would copy pinned pages into it at the fork (the whole pool, per
+   * child), and a child cannot use them with CUDA anyway (fork.c). Before the prefault, so no page is copied. */
+  (void)madvise(base, size, MADV_DONTFORK);
   ferry__prefault(base, size);
   CUresult r = FERRY_CU(cuMemHostRegister, base, size, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
   if (r != CUDA_SUCCESS) {
@@ -302,7 +305,7 @@ void ferry__pool_give(ferry_slab *s) {
 /* ---- public ---------------------------------------------------------------------------------------------- */
 
 static ferry_status with_primary_ctx(ferry_status (*fn)(size_t), size_t arg) {
-  ferry_status st = (ferry_status)ferry__driver_load();
+  ferry_status st = ferry__driver_load();
   if (st != FERRY_OK) return st;
   int device;
   FERRY_TRY(ferry_device_resolve(-1, &device));
@@ -389,3 +392,8 @@ void ferry_pool_stats_get(ferry_pool_stats *out) {
 
 /* fork.c: held across fork() so a child never inherits the lock held by a thread it does not have. */
 void ferry__pool_fork_lock(int lock) { lock ? pthread_mutex_lock(&pool_lock) : pthread_mutex_unlock(&pool_lock); }
+
+void ferry__pool_fork_child(void) {
+  for (region *r = regions; r; r = r->next)
+    (void)mmap(r->base, r->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+}

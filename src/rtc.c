@@ -16,6 +16,7 @@
 ferry__rtc_table ferry__rtc;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER; /* held while loading: fork.c waits for it */
 static ferry_status load_status = FERRY_NO_COMPILER;
 static char load_message[400];
 
@@ -56,7 +57,7 @@ static void *open_nvrtc(char *tried, size_t tried_size) {
   return NULL;
 }
 
-static void load(void) {
+static void load_locked(void) {
   char tried[256];
   void *lib = open_nvrtc(tried, sizeof tried);
   if (!lib) {
@@ -89,9 +90,19 @@ static void load(void) {
   ferry__rtc = t;
   /* The handle stays open for the life of the process: the function pointers point into it. */
   load_status = FERRY_OK;
+  ferry__fork_guard_install_rtc(); /* from now on a forked child must not compile (fork.c) */
 }
 
+static void load(void) {
+  pthread_mutex_lock(&load_lock);
+  load_locked();
+  pthread_mutex_unlock(&load_lock);
+}
+
+void ferry__rtc_fork_lock(int lock) { lock ? pthread_mutex_lock(&load_lock) : pthread_mutex_unlock(&load_lock); }
+
 ferry_status ferry__rtc_load(void) {
+  if (ferry__fork_no_rtc) return ferry__fork_refuse();
   pthread_once(&load_once, load);
   if (load_status != FERRY_OK) return ferry__call_error(load_status, "dlopen", __FILE__, __LINE__, "%s", load_message);
   return FERRY_OK;

@@ -42,7 +42,8 @@ extern ferry__rtc_table ferry__rtc;
 
 /* Loads NVRTC once (thread-safe): $FERRY_NVRTC when set, else libnvrtc.so.13, .12, libnvrtc.so, then the same
  * names under $CUDA_HOME/lib64 and /usr/local/cuda/lib64. Returns FERRY_OK or FERRY_NO_COMPILER (error set on
- * every failing call, naming what was tried). */
+ * every failing call, naming what was tried); FERRY_UNSUPPORTED in a child forked after the parent loaded NVRTC or
+ * initialised the driver (fork.c). */
 ferry_status ferry__rtc_load(void);
 
 /* 1 when NVRTC can compile for sm_`sm` (loaded first). */

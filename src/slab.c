@@ -176,3 +176,15 @@ void ferry_slab_release(ferry_slab *slab) {
 
 void *ferry_slab_data(const ferry_slab *slab) { return slab ? slab->data : NULL; }
 size_t ferry_slab_size(const ferry_slab *slab) { return slab ? slab->size : 0; }
+
+/* fork.c: held across fork() so a child never inherits these locks held by a thread it does not have. Both are
+ * leaves: nothing else is locked while either is held. */
+void ferry__slab_fork_lock(int lock) {
+  if (lock) {
+    pthread_mutex_lock(&registry_lock);
+    pthread_mutex_lock(&uses_lock);
+  } else {
+    pthread_mutex_unlock(&uses_lock);
+    pthread_mutex_unlock(&registry_lock);
+  }
+}

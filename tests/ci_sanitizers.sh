@@ -6,9 +6,10 @@
 #             test: single-threaded, time-bounded, and run under ASan by .ci/run)
 #   valgrind  the CPU suites under valgrind memcheck (--leak-check=full, errors and definite/possible leaks fail),
 #             leaving out what valgrind cannot judge or takes minutes for: NVRTC compiles (the ops suite and the
-#             reliability tests named cache_*: NVRTC is slow there and reports its own internals; they run under
-#             ASan+UBSan in .ci/run), 10^6 tiny tensors (runs under ASan), and the fork-beside-a-busy-thread test
-#             (a leak checker counts what the parent's other thread held as lost in the child)
+#             reliability tests named cache_* and fork_after_nvrtc*: NVRTC is slow there and reports its own
+#             internals; they run under ASan+UBSan in .ci/run), 10^6 tiny tensors (runs under ASan), and the
+#             fork-beside-busy-threads tests, fork_while_* (a leak checker counts what the parent's other threads
+#             held as lost in the child)
 #   fuzz      the libFuzzer target over artifact files and the disk-cache reader (clang, ASan+UBSan), from the
 #             committed corpus for FUZZ_SECONDS (default 60)
 #
@@ -52,7 +53,7 @@ for s in "${stanzas[@]}"; do
     vg=(valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,possible)
     "${vg[@]}" build-valgrind/ferry_test_cpu
     mapfile -t rel < <(build-valgrind/ferry_test_reliability --list |
-                       grep -v -e '^million_tiny_tensors$' -e '^fork_while_another_thread' -e '^cache_')
+                       grep -v -e '^million_tiny_tensors$' -e '^fork_while_' -e '^fork_after_nvrtc' -e '^cache_')
     FERRY_THREADS_ROUNDS=2 "${vg[@]}" build-valgrind/ferry_test_reliability "${rel[@]}"
     ;;
   fuzz)

@@ -167,7 +167,9 @@ typedef struct ferry_artifact ferry_artifact;
 
 /** Compiles `op` for `args`'s kind and the target of ferry_target_sm(args' device) — or returns the artifact
  *  already made: from the in-memory memo, else from the verified disk cache, else by NVRTC (and then stored).
- *  Compiling needs NVRTC and no GPU. When the operands' device is present and of the target's capability, the
+ *  What it returns is always NVRTC's output for this operator's source, options, target and toolchain (or the
+ *  disk cache's copy of it), never an imported artifact. Compiling needs NVRTC and no GPU. When the operands'
+ *  device is present and of the target's capability, the
  *  cubin is loaded too. On success *out holds a new reference the caller releases with ferry_artifact_release;
  *  on failure *out is untouched. Errors: FERRY_UNSUPPORTED (op does not support args, or the target is older than
  *  the op's min_sm or unknown to NVRTC), FERRY_NO_COMPILER, FERRY_COMPILE_FAILED (the NVRTC log, truncated, in
@@ -202,10 +204,13 @@ FERRY_API const void *ferry_artifact_cubin(const ferry_artifact *artifact, size_
 FERRY_API ferry_status ferry_artifact_export(const ferry_artifact *artifact, const char *path);
 
 /** Reads an artifact written by ferry_artifact_export, verifying everything (format, version, lengths, checksum,
- *  a cubin inside) and that an operator of the recorded name is registered with the same source. The artifact
- *  is memoised, so runs without an artifact use it too. On success *out is a new reference (release it); on
- *  failure nothing is loaded: FERRY_BAD_ARTIFACT says what did not verify, FERRY_IO_ERROR why the file could
- *  not be read. No NVRTC is needed. */
+ *  a cubin inside) and that an operator of the recorded name is registered with the same source. The checks find
+ *  damage, not tampering: an imported artifact is trusted GPU code, which the caller vouches for as it would for a
+ *  shared library it loads (nothing proves who made the file or that its cubin was compiled from that source).
+ *  It is not memoised: use it by passing it to ferry_op_run or ferry_graph_run; ferry_op_compile and runs
+ *  without an artifact never return or use it. On success *out is a new reference (release it); on failure
+ *  nothing is loaded: FERRY_BAD_ARTIFACT says what did not verify, FERRY_IO_ERROR why the file could not be read.
+ *  No NVRTC is needed. */
 FERRY_API ferry_status ferry_artifact_import(const char *path, ferry_artifact **out);
 
 /* Counters of the compile caches, for the process. The disk cache lives in $XDG_CACHE_HOME/ferry (else

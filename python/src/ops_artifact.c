@@ -1,6 +1,6 @@
 /* ops_artifact.c — ferry.ops.CompiledArtifact: one reference to a ferry_artifact (a cubin for one target and one
  * problem kind, loaded into the driver when the device is there), with save/load over ferry's artifact file
- * format (ferry_artifact_export / ferry_artifact_import: magic, version, key, lengths, SHA-256; everything is
+ * format (ferry_artifact_export / ferry_artifact_import: magic, version, key, lengths, a checksum; everything is
  * verified on load, and a damaged file is refused, never loaded).
  */
 #include "ops_py.h"
@@ -60,10 +60,11 @@ static PyObject *artifact_save(ferry_py_artifact *self, PyObject *arg) {
 
 PyDoc_STRVAR(load_doc,
              "load($type, path, /)\n--\n\n"
-             "Reads an artifact written by save(), verifying everything (format, version, lengths, SHA-256, a cubin\n"
-             "inside) and that an operator of the recorded name is registered with the same source; no NVRTC is\n"
-             "needed. The artifact is memoised too, so runs without an artifact use it. Returns a new\n"
-             "CompiledArtifact. Raises ferry.FerryError with status BAD_ARTIFACT saying what did not verify\n"
+             "Reads an artifact written by save(), verifying everything (format, version, lengths, checksum, a\n"
+             "cubin inside) and that an operator of the recorded name is registered with the same source; no NVRTC\n"
+             "is needed. The checks find damage, not tampering: the file is GPU code you vouch for, as for a shared\n"
+             "library. It is not memoised: pass it to runs (compile() and runs without an artifact never use it).\n"
+             "Returns a new CompiledArtifact. Raises ferry.FerryError with status BAD_ARTIFACT saying what did not verify\n"
              "(nothing is loaded then), OSError when the file cannot be read.");
 
 static PyObject *artifact_load(PyObject *cls, PyObject *arg) {

@@ -12,6 +12,11 @@
  * The checksum is there for damage (torn or truncated writes, flipped bits, files of another format), not for an
  * attacker: see xxh64.c for why a cryptographic hash would add nothing. Format version 1 carried a SHA-256 instead;
  * its files fail the version check and are rebuilt (cache) or refused (import), never read as version 2.
+ *
+ * So an imported artifact is GPU code the caller vouches for, like a shared library it loads: nothing proves who
+ * made it or that its cubin is what its recorded key claims. It is handed to the caller only and never enters the
+ * compile memo, so ferry_op_compile and runs without an artifact keep returning what NVRTC made from the
+ * operator's source (or the user's own disk cache's copy of it).
  */
 #include "ops.h"
 
@@ -107,10 +112,13 @@ static int runs_on(int cubin_sm, int device_sm) {
 ferry_status ferry__artifact_function(ferry_artifact *art, int device, CUfunction *out) {
   ferry_status st = FERRY_OK;
   int entered = 0, sm = 0;
+  /* Before the lock: a child forked while another thread loaded this artifact refuses here, never waiting for a
+   * lock that thread will not release in it (fork.c). */
+  st = ferry__driver_load();
+  if (st != FERRY_OK) return st;
   pthread_mutex_lock(&art->lock);
   CUfunction f = atomic_load_explicit(&art->fn[device], memory_order_acquire);
   if (f) goto cleanup;
-  FERRY_TRY((ferry_status)ferry__driver_load());
   FERRY_TRY(ferry__device_sm(device, &sm));
   if (!runs_on(art->sm, sm)) {
     st = FERRY_ERR(FERRY_INVALID_ARGUMENT, "the artifact of operator %s was compiled for sm_%d; cuda:%d is sm_%d "
@@ -255,15 +263,25 @@ int ferry__art_verify(const unsigned char *file, size_t size, const uint8_t *exp
 
 /* ---- files ------------------------------------------------------------------------------------------------- */
 
-ferry_status ferry__read_file(const char *path, int require_owner, unsigned char **out, size_t *out_size,
-                              int *missing) {
+/* "dir/name" for messages, or `name` itself when it is a path of its own (dir NULL). */
+static const char *shown(const char *dir, const char *name, char *buf, size_t size) {
+  if (!dir) return name;
+  snprintf(buf, size, "%s/%s", dir, name);
+  return buf;
+}
+
+ferry_status ferry__read_file_at(int dirfd, const char *dir, const char *name, int private_file, unsigned char **out,
+                                 size_t *out_size, int *missing) {
   ferry_status st = FERRY_OK;
   unsigned char *buf = NULL;
   struct stat sb;
+  char where[4200];
+  const char *path = shown(dir, name, where, sizeof where);
   if (missing) *missing = 0;
   /* O_NONBLOCK: opening a FIFO (or a device) placed where a file should be must not wait for a writer; it is
-   * refused below as not a regular file. Reads of a regular file ignore the flag. */
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+   * refused below as not a regular file. Reads of a regular file ignore the flag. Everything after the open is
+   * asked of the open file (fstat, pread), never of the path again. */
+  int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT && missing) {
       *missing = 1;
@@ -276,11 +294,16 @@ ferry_status ferry__read_file(const char *path, int require_owner, unsigned char
     st = ferry__call_error(FERRY_IO_ERROR, "fstat", __FILE__, __LINE__, "cannot stat %s: %s", path, strerror(errno));
     goto cleanup;
   }
-  if (!S_ISREG(sb.st_mode) || (require_owner && sb.st_uid != geteuid()) || sb.st_size > (off_t)FERRY__ART_MAX) {
-    st = ferry__call_error(FERRY_IO_ERROR, "fstat", __FILE__, __LINE__, "refusing %s: %s", path,
-                           !S_ISREG(sb.st_mode) ? "not a regular file"
-                           : sb.st_size > (off_t)FERRY__ART_MAX ? "larger than any artifact (64 MiB)"
-                                                                : "owned by another user");
+  /* A private file is the user's own and has no other name: a hard link planted into the directory would let
+   * whoever can write the file elsewhere change what is loaded from here. (No name at all is fine: a concurrent
+   * writer's rename replaced the entry after this open, and the file read is still whole.) */
+  const char *refused = !S_ISREG(sb.st_mode)                    ? "not a regular file"
+                        : sb.st_size > (off_t)FERRY__ART_MAX    ? "larger than any artifact (64 MiB)"
+                        : private_file && sb.st_uid != geteuid() ? "owned by another user"
+                        : private_file && sb.st_nlink > 1        ? "it has another name (a hard link)"
+                                                                 : NULL;
+  if (refused) {
+    st = ferry__call_error(FERRY_IO_ERROR, "fstat", __FILE__, __LINE__, "refusing %s: %s", path, refused);
     goto cleanup;
   }
   size_t size = (size_t)sb.st_size, got = 0;
@@ -308,15 +331,67 @@ cleanup:
   return st;
 }
 
+ferry_status ferry__read_file(const char *path, int private_file, unsigned char **out, size_t *out_size,
+                              int *missing) {
+  return ferry__read_file_at(AT_FDCWD, NULL, path, private_file, out, out_size, missing);
+}
+
 static _Atomic unsigned tmp_counter;
 
-ferry_status ferry__write_atomic(const char *path, const void *data, size_t size, int mode) {
+ferry_status ferry__write_atomic_at(int dirfd, const char *dir, const char *name, const void *data, size_t size,
+                                    int mode) {
   ferry_status st = FERRY_OK;
-  char tmp[4200], dir[4096];
+  char tmp[300], where[4200];
+  if (strchr(name, '/') || strlen(name) + 40 >= sizeof tmp)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "not a file name in the directory: %.80s", name);
+  /* The temporary file lives beside the target, so the rename is within one file system and atomic. */
+  snprintf(tmp, sizeof tmp, ".%s.tmp.%ld.%u", name, (long)getpid(), atomic_fetch_add(&tmp_counter, 1));
+  int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (fd < 0)
+    return ferry__call_error(FERRY_IO_ERROR, "open", __FILE__, __LINE__, "cannot create %s: %s",
+                             shown(dir, tmp, where, sizeof where), strerror(errno));
+  const unsigned char *p = data;
+  size_t done = 0;
+  while (done < size) {
+    ssize_t w = write(fd, p + done, size - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      st = ferry__call_error(FERRY_IO_ERROR, "write", __FILE__, __LINE__, "writing %s: %s",
+                             shown(dir, tmp, where, sizeof where), w < 0 ? strerror(errno) : "no progress");
+      goto cleanup;
+    }
+    done += (size_t)w;
+  }
+  if (fsync(fd) != 0) {
+    st = ferry__call_error(FERRY_IO_ERROR, "fsync", __FILE__, __LINE__, "flushing %s: %s",
+                           shown(dir, tmp, where, sizeof where), strerror(errno));
+    goto cleanup;
+  }
+  if (close(fd) != 0) {
+    fd = -1;
+    st = ferry__call_error(FERRY_IO_ERROR, "close", __FILE__, __LINE__, "closing %s: %s",
+                           shown(dir, tmp, where, sizeof where), strerror(errno));
+    goto cleanup;
+  }
+  fd = -1;
+  if (renameat(dirfd, tmp, dirfd, name) != 0) {
+    st = ferry__call_error(FERRY_IO_ERROR, "rename", __FILE__, __LINE__, "renaming %s to %s: %s", tmp,
+                           shown(dir, name, where, sizeof where), strerror(errno));
+    goto cleanup;
+  }
+  /* Make the rename itself durable; a failure here loses nothing already visible, so it is not reported. */
+  (void)fsync(dirfd);
+cleanup:
+  if (fd >= 0) close(fd);
+  if (st != FERRY_OK) unlinkat(dirfd, tmp, 0);
+  return st;
+}
+
+ferry_status ferry__write_atomic(const char *path, const void *data, size_t size, int mode) {
+  char dir[4096];
   const char *slash = strrchr(path, '/');
   size_t dir_len = slash ? (size_t)(slash - path) : 0;
-  if (dir_len >= sizeof dir || strlen(path) + 40 >= sizeof tmp)
-    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "path too long: %.80s...", path);
+  if (dir_len >= sizeof dir) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "path too long: %.80s...", path);
   if (slash) {
     memcpy(dir, path, dir_len);
     dir[dir_len] = '\0';
@@ -324,48 +399,12 @@ ferry_status ferry__write_atomic(const char *path, const void *data, size_t size
   } else {
     snprintf(dir, sizeof dir, ".");
   }
-  /* The temporary file lives beside the target, so the rename is within one file system and atomic. */
-  snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld.%u", dir, slash ? slash + 1 : path, (long)getpid(),
-           atomic_fetch_add(&tmp_counter, 1));
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-  if (fd < 0)
-    return ferry__call_error(FERRY_IO_ERROR, "open", __FILE__, __LINE__, "cannot create %s: %s", tmp, strerror(errno));
-  const unsigned char *p = data;
-  size_t done = 0;
-  while (done < size) {
-    ssize_t w = write(fd, p + done, size - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      st = ferry__call_error(FERRY_IO_ERROR, "write", __FILE__, __LINE__, "writing %s: %s", tmp,
-                             w < 0 ? strerror(errno) : "no progress");
-      goto cleanup;
-    }
-    done += (size_t)w;
-  }
-  if (fsync(fd) != 0) {
-    st = ferry__call_error(FERRY_IO_ERROR, "fsync", __FILE__, __LINE__, "flushing %s: %s", tmp, strerror(errno));
-    goto cleanup;
-  }
-  if (close(fd) != 0) {
-    fd = -1;
-    st = ferry__call_error(FERRY_IO_ERROR, "close", __FILE__, __LINE__, "closing %s: %s", tmp, strerror(errno));
-    goto cleanup;
-  }
-  fd = -1;
-  if (rename(tmp, path) != 0) {
-    st = ferry__call_error(FERRY_IO_ERROR, "rename", __FILE__, __LINE__, "renaming %s to %s: %s", tmp, path,
-                           strerror(errno));
-    goto cleanup;
-  }
-  /* Make the rename itself durable; a failure here loses nothing already visible, so it is not reported. */
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    (void)fsync(dfd);
-    close(dfd);
-  }
-cleanup:
-  if (fd >= 0) close(fd);
-  if (st != FERRY_OK) unlink(tmp);
+  int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dirfd < 0)
+    return ferry__call_error(FERRY_IO_ERROR, "open", __FILE__, __LINE__, "cannot open the directory of %s: %s", path,
+                             strerror(errno));
+  ferry_status st = ferry__write_atomic_at(dirfd, dir, slash ? slash + 1 : path, data, size, mode);
+  close(dirfd);
   return st;
 }
 
@@ -413,7 +452,8 @@ ferry_status ferry_artifact_import(const char *path, ferry_artifact **out) {
   st = ferry__artifact_new(op, meta.kind, meta.sm, key, file, file + offset, (size_t)meta.cubin_size, &art);
   file = NULL; /* owned (or freed) by ferry__artifact_new */
   if (st != FERRY_OK) goto cleanup;
-  ferry__memo_insert(art);
+  /* Not memoised: the file's recorded key is a claim nothing here can check (the checksum finds damage, not
+   * tampering), so what compile returns stays what NVRTC made from the source; runs use the import by name. */
   *out = art;
   art = NULL;
 cleanup:

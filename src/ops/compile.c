@@ -1,9 +1,11 @@
 /* compile.c — compile once: the in-memory memo, then the disk cache, then NVRTC.
  *
- * The memo is a small open-addressed table per operator, keyed by (kind, target). Lookups are lock-free (a run
- * without an artifact reads it on every call); inserts happen under the operator's lock. Compiles run outside
- * it, so one operator's kinds compile in parallel; two threads asking for the same kernel at the same moment may
- * both compile it, and the first to insert wins.
+ * The memo is a small open-addressed table per operator, keyed by (kind, target). A run without an artifact
+ * reads it lock-free on every call, borrowing the memo's reference (ferry_ops_clear_memo must not run beside such
+ * runs, as the header says); a compile takes its own reference under the operator's lock, as inserts and
+ * ferry_ops_clear_memo do, so a clear can never free the artifact between a compile's lookup and its retain.
+ * Compiles run outside the lock, so one operator's kinds compile in parallel; two threads asking for the same
+ * kernel at the same moment may both compile it, and the first to insert wins.
  */
 #include "ops.h"
 
@@ -28,7 +30,7 @@ ferry_artifact *ferry__memo_lookup(const ferry_op *op, uint32_t kind, int sm) {
   return NULL;
 }
 
-/* Under op->lock (or from import, which takes it here). */
+/* Under op->lock. */
 static void memo_insert_locked(ferry_op *op, ferry_artifact *art) {
   unsigned s = slot_of(art->kind, art->sm);
   for (unsigned probe = 0; probe < FERRY__MEMO_SLOTS; probe++, s = (s + 1) & (FERRY__MEMO_SLOTS - 1)) {
@@ -40,13 +42,6 @@ static void memo_insert_locked(ferry_op *op, ferry_artifact *art) {
     }
   }
   /* Full: the artifact works, it is just not remembered. */
-}
-
-void ferry__memo_insert(ferry_artifact *art) {
-  ferry_op *op = (ferry_op *)art->op;
-  pthread_mutex_lock(&op->lock);
-  memo_insert_locked(op, art);
-  pthread_mutex_unlock(&op->lock);
 }
 
 void ferry_ops_clear_memo(void) {
@@ -182,10 +177,12 @@ ferry_status ferry_op_compile_for(const ferry_op *op, const ferry_gemm_args *arg
     return FERRY_ERR(FERRY_UNSUPPORTED, "operator %s needs sm_%d or newer; the target is sm_%d", op->info.name,
                      (int)op->info.min_sm, target_sm);
   uint32_t kind = args->problem.kind;
-  art = ferry__memo_lookup(op, kind, target_sm);
+  pthread_mutex_lock(&((ferry_op *)op)->lock);
+  art = ferry_artifact_retain(ferry__memo_lookup(op, kind, target_sm));
+  pthread_mutex_unlock(&((ferry_op *)op)->lock);
   if (art) {
     ferry__stats_memo(1);
-    *out = ferry_artifact_retain(art);
+    *out = art;
     return FERRY_OK;
   }
   /* Build without holding the operator's lock, so that its other kinds compile in parallel; should two threads

@@ -47,7 +47,7 @@ ferry_status ferry_graph_begin(void *stream, ferry_graph **out) {
   if (!stream)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_graph_begin: capture needs a stream of your own; the legacy "
                      "default stream (NULL) cannot be captured");
-  FERRY_TRY((ferry_status)ferry__driver_load());
+  FERRY_TRY(ferry__driver_load());
   g = calloc(1, sizeof *g);
   if (!g) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating a graph");
   g->stream = (CUstream)stream;

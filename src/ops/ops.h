@@ -199,23 +199,28 @@ int ferry__art_verify(const unsigned char *file, size_t size, const uint8_t *exp
                       uint8_t key[32], size_t *cubin_offset, char *why, size_t why_size);
 
 /* Reads a whole regular file (no symlinks, at most FERRY__ART_MAX bytes) into a malloc'd buffer with one pread of
- * the size fstat reports (more only if the kernel returns less). Returns
- * FERRY_OK, or FERRY_IO_ERROR with `what` and errno in the message; `missing` (may be NULL) is set to 1 when the
- * file simply does not exist (no error recorded then). */
-ferry_status ferry__read_file(const char *path, int require_owner, unsigned char **out, size_t *out_size,
+ * the size fstat reports (more only if the kernel returns less). `name` is opened relative to `dirfd` (AT_FDCWD:
+ * a path of its own), whose path `dir` (NULL for AT_FDCWD) is only for messages; every check after the open is
+ * made on the open file. A `private_file` must also be owned by the user and have no other name (st_nlink <= 1).
+ * Returns FERRY_OK, or FERRY_IO_ERROR with the path and the reason in the message; `missing` (may be NULL) is set
+ * to 1 when the file simply does not exist (no error recorded then). */
+ferry_status ferry__read_file_at(int dirfd, const char *dir, const char *name, int private_file, unsigned char **out,
+                                 size_t *out_size, int *missing);
+ferry_status ferry__read_file(const char *path, int private_file, unsigned char **out, size_t *out_size,
                               int *missing);
 
-/* Writes `data` to `path` atomically: a temporary file (O_EXCL, `mode`) in the same directory, written, fsync'd,
- * renamed over `path`. Nothing is left behind on failure. */
+/* Writes `data` to `name` in the directory open as `dirfd` (path `dir`, for messages) atomically: a temporary file
+ * (O_EXCL, O_NOFOLLOW, `mode`) beside it, written, fsync'd, renamed over `name`, the directory fsync'd. Nothing is
+ * left behind on failure. ferry__write_atomic does the same for a path, in the directory that holds it. */
+ferry_status ferry__write_atomic_at(int dirfd, const char *dir, const char *name, const void *data, size_t size,
+                                    int mode);
 ferry_status ferry__write_atomic(const char *path, const void *data, size_t size, int mode);
 
 /* ---- memo (compile.c) ------------------------------------------------------------------------------------ */
 
-/* The memoised artifact of (op, kind, sm), borrowed (no reference taken), or NULL. Lock-free. */
+/* The memoised artifact of (op, kind, sm), borrowed (no reference taken), or NULL. Lock-free; a caller that keeps
+ * the artifact takes its reference under op->lock, where ferry_ops_clear_memo drops the memo's. */
 ferry_artifact *ferry__memo_lookup(const ferry_op *op, uint32_t kind, int sm);
-
-/* Memoises `art` (taking a reference) unless the slot of its (kind, sm) is already taken. */
-void ferry__memo_insert(ferry_artifact *art);
 
 /* ---- disk cache (cache.c) -------------------------------------------------------------------------------- */
 
@@ -228,8 +233,10 @@ int ferry__cache_load(const ferry_op *op, uint32_t kind, int sm, const uint8_t k
 /* Stores an artifact's file under its key; failures are counted, never reported. */
 void ferry__cache_store(const ferry_artifact *art);
 
-/* The cache directory when usable (created 0700 if missing), else 0 with a note in the stats. */
-int ferry__cache_dir(char *out, size_t size);
+/* Opens the cache directory (created 0700 if missing) and checks on the descriptor that it is the user's own and
+ * not writable by others: returns the descriptor (the caller closes it), with the path in `out`, or -1 with a note
+ * in the stats when the cache cannot be used. */
+int ferry__cache_dir_open(char *out, size_t size);
 
 void ferry__stats_add_compile(double seconds);
 void ferry__stats_memo(int hit);

@@ -468,3 +468,15 @@ cleanup:
   op_free(op);
   return st;
 }
+
+/* fork.c: the registry's lock, then every operator's in registry order (the operators are all reachable from the
+ * registry, which only grows), held across fork() so a child inherits none of them held. */
+void ferry__registry_fork_lock(int lock) {
+  if (lock) {
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < n_ops; i++) pthread_mutex_lock(&ops[i]->lock);
+  } else {
+    for (size_t i = n_ops; i-- > 0;) pthread_mutex_unlock(&ops[i]->lock);
+    pthread_mutex_unlock(&registry_lock);
+  }
+}

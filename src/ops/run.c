@@ -36,7 +36,7 @@ static ferry_status __attribute__((noinline)) memo_artifact(const ferry_op *op, 
   ferry_status st = FERRY_OK;
   int sm = 0;
   ferry_artifact *art = NULL;
-  FERRY_TRY((ferry_status)ferry__driver_load());
+  FERRY_TRY(ferry__driver_load());
   FERRY_TRY(ferry__device_sm(args->problem.device, &sm));
   *out = ferry__memo_lookup(op, args->problem.kind, sm);
   if (*out) return FERRY_OK;

@@ -152,7 +152,7 @@ void fake_driver_use(void) {
  * block, shared memory, the parameter bytes) instead of run. Capture on one stream at a time: each recorded
  * launch becomes a node; instantiation copies the nodes, node updates rewrite the copy, replays count. */
 static char fake_gemm_function;
-int fake_live_libraries, fake_live_graphs, fake_live_execs, fake_launches, fake_replays;
+_Atomic int fake_live_libraries, fake_live_graphs, fake_live_execs, fake_launches, fake_replays;
 fake_launch_record fake_last_launch;
 
 typedef struct fake_graph { int n; fake_launch_record nodes[FAKE_MAX_NODES]; } fake_graph;

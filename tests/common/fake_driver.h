@@ -12,7 +12,7 @@ typedef struct fake_launch_record {
   unsigned grid_x, grid_z, block, smem;
   unsigned char params[FERRY_OP_PARAMS_MAX];
 } fake_launch_record;
-extern int fake_live_libraries, fake_live_graphs, fake_live_execs, fake_launches, fake_replays;
+extern _Atomic int fake_live_libraries, fake_live_graphs, fake_live_execs, fake_launches, fake_replays;
 extern fake_launch_record fake_last_launch;
 const fake_launch_record *fake_exec_node(void *exec, int index);
 #endif

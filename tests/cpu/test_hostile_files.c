@@ -2,8 +2,9 @@
  * what the operator runtime's own tests (test_ops_cache.c) do not already cover. A cache directory or a cache
  * file owned by another user, a cache file that is a symbolic link, a FIFO where a file should be (which must not
  * block the caller), a sparse file far larger than any artifact, a cache "directory" that is a file. Every one is
- * refused — never loaded — and the compile still succeeds. The ownership tests need root (to give a file away);
- * elsewhere they say so and pass. The libFuzzer target tests/fuzz/fuzz_artifact.c covers the file's contents. */
+ * refused — never loaded — and the compile still succeeds; so is a cache file with a second name (a hard link).
+ * The ownership tests need root (to give a file away); elsewhere they report a skip. The libFuzzer target
+ * tests/fuzz/fuzz_artifact.c covers the file's contents. */
 #include "test_ops.h"
 
 #include <dirent.h>
@@ -61,14 +62,13 @@ static void expect_not_loaded(const ferry_op *op, const char *why) {
   ferry_ops_clear_memo();
 }
 
-static int is_root(void) {
-  if (geteuid() == 0) return 1;
-  fprintf(stderr, "  note: not root, so no file can be given to another user here; skipped\n");
-  return 0;
+static void need_root(void) {
+  if (geteuid() != 0) SKIP("not root, so no file can be given to another user here");
 }
 
 TEST(cache_dir_owned_by_another_user_is_refused) {
-  if (!test_have_nvrtc() || !is_root()) return;
+  need_root();
+  if (!test_have_nvrtc()) return;
   char home[300], file[600], dir[400];
   const ferry_op *op = cached_once("hostile_owner_dir", home, sizeof home, file, sizeof file);
   snprintf(dir, sizeof dir, "%s/ferry", home);
@@ -84,7 +84,8 @@ TEST(cache_dir_owned_by_another_user_is_refused) {
 }
 
 TEST(cache_file_owned_by_another_user_is_not_loaded) {
-  if (!test_have_nvrtc() || !is_root()) return;
+  need_root();
+  if (!test_have_nvrtc()) return;
   char home[300], file[600];
   const ferry_op *op = cached_once("hostile_owner_file", home, sizeof home, file, sizeof file);
   ASSERT(chown(file, OTHER_UID, OTHER_UID) == 0);
@@ -107,6 +108,21 @@ TEST(cache_file_that_is_a_symlink_is_not_loaded) {
   struct stat sb;
   ASSERT(lstat(file, &sb) == 0);
   ASSERT(S_ISREG(sb.st_mode)); /* the rebuilt entry replaced the link; the link's target was not written */
+  test_rm_rf(home);
+}
+
+TEST(cache_file_with_a_hard_link_is_not_loaded) {
+  if (!test_have_nvrtc()) return;
+  char home[300], file[600], other[700];
+  const ferry_op *op = cached_once("hostile_hardlink", home, sizeof home, file, sizeof file);
+  /* A second name for the entry, outside the cache directory: whoever can write there could change the file. */
+  snprintf(other, sizeof other, "%s/other-name", home);
+  ASSERT(link(file, other) == 0);
+  expect_not_loaded(op, "hard link");
+  struct stat sb, ob;
+  ASSERT(stat(file, &sb) == 0 && stat(other, &ob) == 0);
+  ASSERT(sb.st_ino != ob.st_ino); /* the rebuilt entry is a file of its own; the other name was not written */
+  ASSERT_EQ(sb.st_nlink, 1);
   test_rm_rf(home);
 }
 

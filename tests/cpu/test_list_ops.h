@@ -36,6 +36,7 @@
   X(compile_key_covers_the_whole_source)                  \
   X(compile_to_cubin_for_sm80_and_sm90)                   \
   X(compile_is_memoised)                                  \
+  X(compile_memo_hit_is_safe_against_clear_memo)          \
   X(compile_every_builtin_design_for_sm80)                \
   X(compile_every_builtin_design_for_sm90)                \
   X(compile_swizzled_designs_in_every_layout_for_sm90)    \
@@ -61,6 +62,7 @@
   X(cache_can_be_turned_off)                              \
   X(export_import_round_trip)                             \
   X(import_rejects_bad_files)                             \
+  X(import_never_replaces_what_compile_returns)           \
   X(checksum_covers_the_header)                           \
   X(cache_hit_costs_microseconds)                         \
   X(fault_at_every_compile_call_is_clean)                 \

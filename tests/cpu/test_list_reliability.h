@@ -8,10 +8,14 @@
   X(forked_child_makes_no_driver_call_and_leaves_the_pool_alone) \
   X(fork_while_another_thread_uses_the_pool_never_hangs)         \
   X(fork_before_init_leaves_the_child_free)                       \
+  X(forked_child_cannot_read_the_pinned_pool)                    \
+  X(fork_while_threads_use_the_operator_runtime_never_hangs)     \
+  X(fork_after_nvrtc_refuses_compiles_in_the_child)              \
   X(sixteen_threads_random_batches_exact)                        \
   X(cache_dir_owned_by_another_user_is_refused)                  \
   X(cache_file_owned_by_another_user_is_not_loaded)              \
   X(cache_file_that_is_a_symlink_is_not_loaded)                  \
+  X(cache_file_with_a_hard_link_is_not_loaded)                   \
   X(import_of_a_fifo_does_not_block)                             \
   X(cache_entry_that_is_a_fifo_does_not_block)                   \
   X(import_of_a_huge_sparse_file_is_refused_unread)              \

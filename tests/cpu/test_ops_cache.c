@@ -326,13 +326,15 @@ TEST(export_import_round_trip) {
   const void *a_cubin = ferry_artifact_cubin(art, &a_size), *b_cubin = ferry_artifact_cubin(back, &b_size);
   ASSERT_EQ(a_size, b_size);
   ASSERT(!memcmp(a_cubin, b_cubin, a_size));
-  /* the import is memoised: a run without an artifact uses it, without compiling */
+  /* a run with the import uses it; a run without an artifact uses compile's (from the disk cache: no NVRTC) */
   ferry_cache_stats before = stats();
   ferry_gemm_args args;
   test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 8, 8, 8);
   ASSERT_OK(ferry_op_run(op, &args, NULL, back, 0));
   ASSERT_OK(ferry_op_run(op, &args, NULL, NULL, 0));
+  ASSERT(ferry__memo_lookup(op, args.problem.kind, 90) != back);
   ASSERT_EQ(stats().compiles, before.compiles);
+  ASSERT_EQ(stats().disk_hits, before.disk_hits + 1);
   ASSERT_EQ(fake_launches, 2);
   ferry_artifact_release(back);
   ferry_artifact_release(art);
@@ -400,6 +402,43 @@ TEST(import_rejects_bad_files) {
   ASSERT(back == NULL);
   ASSERT_STATUS(ferry_artifact_import(NULL, &back), FERRY_INVALID_ARGUMENT);
   ferry_artifact_release(art);
+  test_rm_rf(home);
+}
+
+/* An imported artifact is the caller's to pass to runs: it never enters the memo, so compile keeps returning what
+ * NVRTC made even when a file that verifies holds another cubin under the same operator, kind, target and key. */
+TEST(import_never_replaces_what_compile_returns) {
+  if (!test_have_nvrtc()) return;
+  char home[300], file[400];
+  test_cache_home(home, sizeof home, "import_memo");
+  unsetenv("FERRY_ARCH");
+  fake_driver_use();
+  const ferry_op *op = tiny_op("tiny_import_memo");
+  ferry_artifact *art = compile_tiny(op, FERRY_SCALAR_F32), *imported = NULL;
+  size_t n = 0, m = 0;
+  const unsigned char *made = ferry_artifact_cubin(art, &n);
+  snprintf(file, sizeof file, "%s/other.ferry", home);
+  ASSERT_OK(ferry_artifact_export(art, file));
+  patch_payload(file, FERRY__ART_HEADER + FERRY__ART_META + 64, "\xde\xad\xbe\xef", 4); /* another cubin */
+  ferry_ops_clear_memo();
+  ASSERT_OK(ferry_artifact_import(file, &imported));
+  ASSERT_EQ(ferry_artifact_kind(imported), ferry_artifact_kind(art));
+  ASSERT_EQ(ferry_artifact_target_sm(imported), 90);
+  ASSERT(memcmp(ferry_artifact_cubin(imported, &m), made, n) != 0);
+  ferry_artifact *compiled = compile_tiny(op, FERRY_SCALAR_F32);
+  ASSERT(compiled != imported);
+  ASSERT(!memcmp(ferry_artifact_cubin(compiled, &m), made, n));
+  ASSERT_EQ(m, n);
+  /* The memo, which runs without an artifact use, holds compile's artifact, before and after a run. */
+  ferry_gemm_args args;
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 8, 8, 8);
+  ASSERT(ferry__memo_lookup(op, args.problem.kind, 90) == compiled);
+  ASSERT_OK(ferry_op_run(op, &args, NULL, NULL, 0));
+  ASSERT(ferry__memo_lookup(op, args.problem.kind, 90) == compiled);
+  ferry_artifact_release(compiled);
+  ferry_artifact_release(imported);
+  ferry_artifact_release(art);
+  ferry_ops_clear_memo();
   test_rm_rf(home);
 }
 

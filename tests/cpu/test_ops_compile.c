@@ -3,6 +3,7 @@
 #include "test_ops.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 /* The examples published with the standard (NIST's "abc", the two-block 448-bit message, a million 'a') and the
  * empty message; each checked against Python's hashlib. */
@@ -276,6 +277,53 @@ TEST(compile_is_memoised) {
 }
 
 /* ---- every built-in design through NVRTC ------------------------------------------------------------------- */
+
+/* A memo hit takes its reference under the operator's lock, so ferry_ops_clear_memo (which drops the memo's
+ * references) cannot free the artifact between the lookup and the retain: two threads compile the same kernel
+ * over and over while a third clears the memo. A reference taken too late shows as a use after free under ASan,
+ * or as a freed artifact's cubin handed out. */
+enum { RACE_COMPILES = 20000 };
+static const ferry_op *race_op;
+static atomic_int race_done;
+
+static void *race_compiler(void *unused) {
+  (void)unused;
+  ferry_gemm_args args;
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 8, 8, 8);
+  for (int i = 0; i < RACE_COMPILES; i++) {
+    ferry_artifact *art = NULL;
+    if (ferry_op_compile_for(race_op, &args, 80, &art) != FERRY_OK) abort();
+    size_t n = 0;
+    const unsigned char *cubin = ferry_artifact_cubin(art, &n);
+    if (n < 4 || memcmp(cubin, "\x7f" "ELF", 4) != 0) abort();
+    ferry_artifact_release(art);
+  }
+  atomic_fetch_add(&race_done, 1);
+  return NULL;
+}
+
+TEST(compile_memo_hit_is_safe_against_clear_memo) {
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "memo_race");
+  race_op = tiny_op("tiny_memo_race");
+  ferry_gemm_args args;
+  test_args(&args, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 8, 8, 8);
+  ferry_artifact *first = NULL;
+  ASSERT_OK(ferry_op_compile_for(race_op, &args, 80, &first)); /* NVRTC, then on disk for the threads */
+  ferry_artifact_release(first);
+  pthread_t tid[2];
+  for (int i = 0; i < 2; i++) ASSERT_EQ(pthread_create(&tid[i], NULL, race_compiler, NULL), 0);
+  while (atomic_load(&race_done) < 2) ferry_ops_clear_memo();
+  for (int i = 0; i < 2; i++) pthread_join(tid[i], NULL);
+  ferry_cache_stats st;
+  ferry_cache_stats_get(&st);
+  ASSERT_EQ(st.compiles, 1); /* NVRTC once; every other compile came from the memo or the disk */
+  ASSERT(st.memo_hits > 0);
+  ferry_ops_clear_memo();
+  test_rm_rf(home);
+}
+
 
 typedef struct build_job {
   const ferry_op *op;

@@ -1,20 +1,25 @@
 /* fork_gpu.c — ferry_stress fork_after_init_is_a_clear_error: fork after CUDA initialisation on the real driver
  * gives a clear error in the child, never a hang or a crash, and leaves the parent working.
  *
- * Case 1, ferry initialised the driver: the parent transfers (keeping a D2H and an H2D ticket), forks, and the
- * child must get FERRY_UNSUPPORTED with the fork sentence from a transfer, a reserve and a trim, must get through
- * releasing the inherited tickets and reading the pool's counters, all within 30 s; then the parent's next
- * transfer must be exact. Case 2, CUDA initialised by someone else (a framework) before ferry was ever called:
- * the child's first ferry call loads the driver itself; what the driver answers there is reported, and the check
- * is only that the child ends (no hang, no crash) and that nothing is presented as copied. Case 2 runs in a
- * spawned process of its own (ferry_stress --fork-foreign), where ferry has not loaded the driver yet.
+ * Case 1, ferry initialised the driver: the parent transfers (keeping a D2H and an H2D ticket), compiles and runs a
+ * GEMM operator, reserves 1 GiB of pinned pool, forks (the fork's time is printed: the pool is not copied into the
+ * child), and the child must get FERRY_UNSUPPORTED with the fork sentence from a transfer, a reserve, a trim and an
+ * operator run, must find the inherited D2H output inaccessible (not a copy of the pool), must get through releasing
+ * the inherited tickets, discovery, a memo hit and reading the pool's counters, all within 30 s; then the parent's
+ * next transfer must be exact. Case 2, CUDA initialised by someone else (a framework) before ferry was ever called:
+ * the child's first ferry call loads the driver itself; what the driver answers there is reported, and the check is
+ * only that the child ends (no hang, no crash) and that nothing is presented as copied. Case 2 runs in a spawned
+ * process of its own (ferry_stress --fork-foreign), where ferry has not loaded the driver yet.
  */
 #include "stress.h"
+
+#include <ferry/ops.h>
 
 #include <dlfcn.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -39,10 +44,73 @@ static int check_row(const char *what, int ok, const char *detail) {
   return !ok;
 }
 
+/* The permissions ("rw-p", "---p") of the mapping holding `addr` in /proc/self/maps; "" when none does. */
+static void mapping_of(const void *addr, char perms[5]) {
+  perms[0] = '\0';
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f) return;
+  unsigned long lo, hi;
+  char p[5];
+  while (fscanf(f, "%lx-%lx %4s%*[^\n]", &lo, &hi, p) == 3)
+    if ((uintptr_t)addr >= lo && (uintptr_t)addr < hi) memcpy(perms, p, 5);
+  fclose(f);
+}
+
+/* A GEMM compiled and run once by the parent, for the child to try. */
+typedef struct fork_gemm {
+  const ferry_op *op;
+  ferry_artifact *art;
+  ferry_gemm_args args;
+  int sm;
+} fork_gemm;
+
+/* 64×64 fp32 operands in the first 48 KiB of `d`. Returns 0 when no operator could be compiled here (said why). */
+static int gemm_setup(int dev, CUdeviceptr d, fork_gemm *g) {
+  static int64_t shape[2] = {64, 64};
+  ferry_tensor a = {(void *)(uintptr_t)d, {FERRY_DEVICE_CUDA, dev}, 2, {FERRY_DTYPE_FLOAT, 32, 1}, shape, NULL, 0};
+  ferry_tensor b = a, out = a;
+  b.data = (void *)(uintptr_t)(d + (16 << 10));
+  out.data = (void *)(uintptr_t)(d + (32 << 10));
+  size_t n = 0;
+  memset(g, 0, sizeof *g);
+  if (ferry_gemm_args_init(&g->args, &a, &b, &out, FERRY_SCALAR_F32) != FERRY_OK || ferry_target_sm(dev, &g->sm) != FERRY_OK ||
+      ferry_ops_find(&g->args, g->sm, NULL, NULL, &g->op, 1, &n) != FERRY_OK || n == 0 ||
+      ferry_op_compile_for(g->op, &g->args, g->sm, &g->art) != FERRY_OK ||
+      ferry_op_run(g->op, &g->args, NULL, g->art, 0) != FERRY_OK) {
+    check_row("parent: a GEMM to try in the child (needs NVRTC)", 0, ferry_last_error_message());
+    return 0;
+  }
+  return 1;
+}
+
+/* The child's checks of the operator runtime: discovery and the memo answer, a run is refused. */
+static int child_ops(const fork_gemm *g) {
+  int bad = 0;
+  const ferry_op *found = NULL;
+  size_t n = 0;
+  ferry_status st = ferry_ops_find(&g->args, g->sm, NULL, NULL, &found, 1, &n);
+  bad += check_row("child: ferry_ops_find on the target -> OK", st == FERRY_OK && found == g->op,
+                   ferry_status_name(st));
+  ferry_artifact *again = NULL;
+  st = ferry_op_compile_for(g->op, &g->args, g->sm, &again);
+  bad += check_row("child: a compile the memo answers -> the same artifact", st == FERRY_OK && again == g->art,
+                   ferry_status_name(st));
+  ferry_artifact_release(again);
+  st = ferry_op_run(g->op, &g->args, NULL, g->art, 0);
+  const char *msg = ferry_last_error_message();
+  bad += check_row("child: ferry_op_run -> UNSUPPORTED, names the fork", st == FERRY_UNSUPPORTED &&
+                   strstr(msg, "child forked after the parent initialised it") != NULL, msg);
+  return bad;
+}
+
 /* The child of case 1: everything must be refused or harmless. Exit 0 when so, 1 with a line per failure. */
 static int child_case1(int dev, ferry_transfer *down, ferry_transfer *up, const ferry_tensor *dt,
-                       const ferry_pool_stats *parent_stats) {
+                       const ferry_pool_stats *parent_stats, const fork_gemm *g) {
   int bad = 0;
+  char perms[5];
+  mapping_of(ferry_transfer_outputs(down)[0].data, perms);
+  bad += check_row("child: the inherited D2H output is not mapped readable", strcmp(perms, "---p") == 0, perms);
+  if (g) bad += child_ops(g);
   ferry_transfer_options o;
   ferry_transfer_options_init(&o);
   o.device = dev;
@@ -96,14 +164,25 @@ static int case1(void) {
   ferry_transfer *down = NULL, *up = NULL;
   REQUIRE_OK(ferry_transfer_d2h(&dt, 1, &o, &down)); /* not waited: in flight as far as the child knows */
   REQUIRE_OK(ferry_transfer_h2d(&ht, 1, &o, &up));
+  fork_gemm g;
+  int have_gemm = gemm_setup(dev, d, &g);
+  if (!have_gemm) failures++;
+  REQUIRE_OK(ferry_pool_reserve((size_t)1 << 30)); /* a pool worth copying, were it inherited */
   ferry_pool_stats before;
   ferry_pool_stats_get(&before);
   fflush(NULL);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   pid_t pid = fork();
   if (pid == 0) {
     alarm(TIMEOUT_S);
-    _exit(child_case1(dev, down, up, &dt, &before));
+    _exit(child_case1(dev, down, up, &dt, &before, have_gemm ? &g : NULL));
   }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  char took[96];
+  snprintf(took, sizeof took, "%.2f ms with %llu MiB pinned", (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+           (double)(t1.tv_nsec - t0.tv_nsec) / 1e6, (unsigned long long)(before.bytes_pinned >> 20));
+  printf("  %-58s %-4s %s\n", "parent: fork() returned", "info", took);
   int rc = wait_bounded(pid);
   char detail[64];
   snprintf(detail, sizeof detail, rc == -1 ? "hung: killed after %d s" : "exit %d", rc == -1 ? TIMEOUT_S : rc);
@@ -118,6 +197,11 @@ static int case1(void) {
   exact = exact && st == FERRY_OK && memcmp(ferry_transfer_outputs(down)[0].data, host, BYTES) == 0;
   ferry_transfer_release(down);
   failures += check_row("parent: its transfers after the fork are exact", exact, ferry_status_name(st));
+  if (have_gemm) {
+    st = ferry_op_run(g.op, &g.args, NULL, g.art, 0);
+    failures += check_row("parent: its operator still runs after the fork", st == FERRY_OK, ferry_status_name(st));
+    ferry_artifact_release(g.art);
+  }
   (void)ferry__drv.cuMemFreeAsync(d, NULL);
   (void)ferry__drv.cuStreamSynchronize(NULL);
   ferry__ctx_leave();
