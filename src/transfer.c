@@ -24,7 +24,8 @@ typedef struct part {
   size_t first, count;  /* its outputs: [first, first + count) */
   ferry_slab *slab;     /* the outputs' memory: pinned (D2H) or device (H2D) */
   ferry_slab *staging;  /* H2D: pinned staging for packed inputs and the kernel's work list */
-  CUdeviceptr scratch;  /* D2H: device staging of the gather, freed (stream-ordered) when the transfer settles */
+  CUdeviceptr scratch;  /* device staging of the gather (D2H) or its work list (H2D), freed (stream-ordered) when
+                           the transfer settles */
   int64_t *dims;        /* the shapes and strides of its copied outputs (one allocation) */
 } part;
 
@@ -443,21 +444,16 @@ static ferry_status submit_part(ferry_transfer *t, const ferry__plan_input *pin,
   FERRY_TRY(ferry__devmem_slab(t->device, (size_t)plan->total, t->stream, &p->slab));
   char *slab_base = p->slab->data;
   if (plan->n_items) {
-    /* Pinned sources the device can read: the kernel gathers them over PCIe straight into the device slab. */
-    CUdeviceptr list_dev = 0;
-    FERRY_TRY(ferry__devmem_alloc(t->device, work, t->stream, &list_dev));
+    /* Pinned sources the device can read: the kernel gathers them over PCIe straight into the device slab. The
+     * work list's device copy is the part's scratch, freed (stream-ordered) when the transfer settles. */
+    FERRY_TRY(ferry__devmem_alloc(t->device, work, t->stream, &p->scratch));
     char *list_host = (char *)p->staging->data + pack_bytes;
     ferry__gather_item *items = (ferry__gather_item *)list_host;
     ferry__gather_layout *layouts = (ferry__gather_layout *)(list_host + plan->n_items * sizeof(ferry__gather_item));
     size_t ni, nl;
-    st = ferry__plan_gather_items(pin, sc->entries, FERRY__GATHER, (uint64_t)(uintptr_t)slab_base, items, layouts,
-                                  &ni, &nl);
-    if (st == FERRY_OK) st = upload_and_gather(t->device, t->stream, list_host, list_dev, ni, nl);
-    /* Stream-ordered: freed after the kernel, which is queued on the same stream (or never was). */
-    CUresult r = FERRY_CU(cuMemFreeAsync, list_dev, t->stream);
-    if (st != FERRY_OK) return st;
-    if (r != CUDA_SUCCESS) return ferry__cu_error(r, "cuMemFreeAsync", __FILE__, __LINE__, "releasing the gather "
-                                                  "work list");
+    FERRY_TRY(ferry__plan_gather_items(pin, sc->entries, FERRY__GATHER, (uint64_t)(uintptr_t)slab_base, items,
+                                       layouts, &ni, &nl));
+    FERRY_TRY(upload_and_gather(t->device, t->stream, list_host, p->scratch, ni, nl));
   }
   if (plan->n_pack)
     FERRY_TRY(pack_and_copy(pin, sc->entries, plan, t->opts.producer_event, p->staging->data, slab_base, t->stream));
