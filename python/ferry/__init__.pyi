@@ -92,3 +92,6 @@ def transfer_tensor_h2d_async(
 
 def device_count() -> int:
     """Number of CUDA devices this process sees; 0 without a driver or a device."""
+
+def record_stream(output: Any, stream: Any) -> None:
+    """Makes the memory of a ferry output wait for the work queued on `stream` before ferry reuses it."""

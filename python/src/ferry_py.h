@@ -392,6 +392,7 @@ PyObject *ferry_py_transfer_h2d_async(PyObject *self, PyObject *const *args, Py_
 PyObject *ferry_py_pool_reserve(PyObject *self, PyObject *arg);
 PyObject *ferry_py_pool_trim(PyObject *self, PyObject *unused);
 PyObject *ferry_py_pool_stats(PyObject *self, PyObject *unused);
+PyObject *ferry_py_record_stream(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* ---- module.c ---------------------------------------------------------------------------------------------- */
 

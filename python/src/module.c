@@ -80,6 +80,16 @@ static PyMethodDef methods[] = {
      METH_FASTCALL | METH_KEYWORDS, h2d_async_doc},
     {"device_count", device_count, METH_NOARGS,
      "device_count()\n--\n\nNumber of CUDA devices this process sees; 0 without a driver or a device."},
+    {"record_stream", (PyCFunction)(void (*)(void))ferry_py_record_stream, METH_FASTCALL,
+     "record_stream(output, stream)\n--\n\n"
+     "Makes the memory of `output` (a tensor returned by a ferry transfer, or any view of it) wait for the work\n"
+     "queued on `stream` (a torch.cuda.Stream, CuPy stream, __cuda_stream__ object or int handle; None: the legacy\n"
+     "default stream) before ferry reuses it, as torch's Tensor.record_stream does for torch's own allocator. Use\n"
+     "it when work you queue on a stream reads or writes an output that may be dropped before that work runs,\n"
+     "from a thread other than the one that drops it. (When a torch output is dropped, ferry already waits for\n"
+     "the dropping thread's current stream.) The whole slab the output views waits, with the other outputs of\n"
+     "its part. ValueError when `output` is not a ferry output; ferry.FerryError when the stream is invalid.\n"
+     "A stream being captured into a CUDA graph when the memory is released is not waited for."},
     {"_pool_reserve", ferry_py_pool_reserve, METH_O, "See ferry.pool.reserve."},
     {"_pool_trim", ferry_py_pool_trim, METH_NOARGS, "See ferry.pool.trim."},
     {"_pool_stats", ferry_py_pool_stats, METH_NOARGS, "See ferry.pool.stats."},

@@ -24,6 +24,9 @@ struct ferry_py_outputs {
   atomic_long refs;
   ferry_slab **slabs;                   /* one reference each, released with the block */
   size_t n_slabs;
+  int device;                           /* the transfer's device */
+  const DLPackExchangeAPI *api;         /* the framework of its exchange-path outputs, NULL when none */
+  atomic_uintptr_t recorded;            /* 1 + the stream last recorded on the slabs, 0 before any */
   size_t count;
   DLManagedTensorVersioned *entries;    /* one per transfer output; used for copied ones only */
   atomic_uchar *handed;                 /* 1 while entry i is owned by a framework (makes its deleter idempotent) */
@@ -38,12 +41,33 @@ void ferry_py_outputs_unref(ferry_py_outputs *o) {
   free(o);
 }
 
+/* A framework dropped one of the block's outputs: work its caller queued on the current stream may still read or
+ * write the memory (a non-blocking .to("cuda") of a D2H output, a kernel on an H2D output), so the slabs wait for
+ * that stream before the memory is reused. The framework's current_work_stream may raise a Python error, so it is
+ * asked only with the GIL held (a framework that frees outputs on a thread of its own is not asked: see
+ * ferry.record_stream); consecutive drops on one stream record it once. */
+static void record_current_stream(ferry_py_outputs *o) {
+  if (!o->api || o->device < 0 || !PyGILState_Check()) return;
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb); /* a deleter may run while an exception propagates */
+  void *stream = NULL;
+  if (o->api->current_work_stream(kDLCUDA, o->device, &stream) == 0) {
+    uintptr_t mark = (uintptr_t)stream + 1;
+    if (atomic_exchange(&o->recorded, mark) != mark)
+      for (size_t k = 0; k < o->n_slabs; k++) (void)ferry_slab_record_stream(o->slabs[k], stream);
+  }
+  PyErr_Clear();
+  PyErr_Restore(type, value, tb);
+}
+
 /* The deleter of the block's own entries. A framework calls it once; ferry also calls it when handing the entry
  * over failed, in case the framework did not (the flag makes the second call a no-op). */
 static void entry_deleter(DLManagedTensorVersioned *m) {
   ferry_py_outputs *o = m->manager_ctx;
   size_t i = (size_t)(m - o->entries);
-  if (atomic_exchange_explicit(&o->handed[i], 0, memory_order_acq_rel) == 1) ferry_py_outputs_unref(o);
+  if (atomic_exchange_explicit(&o->handed[i], 0, memory_order_acq_rel) != 1) return;
+  record_current_stream(o);
+  ferry_py_outputs_unref(o);
 }
 
 ferry_py_outputs *ferry_py_outputs_new(ferry_transfer *ticket, size_t first, size_t count) {
@@ -71,7 +95,9 @@ ferry_py_outputs *ferry_py_outputs_new(ferry_transfer *ticket, size_t first, siz
   p += count;
   o->copied = (uint8_t *)p;
   atomic_init(&o->refs, 1);
+  atomic_init(&o->recorded, 0);
   o->count = count;
+  o->device = ferry_transfer_device(ticket);
   for (size_t i = 0; i < count; i++) {
     if (!ferry_transfer_output_copied(ticket, first + i)) continue;
     o->copied[i] = 1;
@@ -149,6 +175,7 @@ DLManagedTensor *ferry_py_outputs_export_legacy(ferry_py_outputs *o, size_t inde
 
 PyObject *ferry_py_output_exchange(ferry_py_outputs *o, size_t index, const DLPackExchangeAPI *api) {
   DLManagedTensorVersioned *m = &o->entries[index];
+  if (!o->api) o->api = api;
   ferry_py_outputs_ref(o);
   atomic_store_explicit(&o->handed[index], 1, memory_order_release);
   void *out = NULL;

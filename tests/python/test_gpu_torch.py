@@ -369,3 +369,82 @@ def test_a_torch_tensor_after_a_first_part_of_other_producers_is_still_ordered(t
     assert bool((out[-1] == 13).all())
     for got, want in zip(out[:-1], others):
         assert (got == cupy.asnumpy(want)).all()
+
+
+# ---- memory used by other streams after an output is dropped -------------------------------------------------------
+
+
+def test_a_dropped_d2h_output_read_later_on_a_side_stream_waits_for_record_stream():
+    """An output copied back to the GPU on a side stream (queued behind a long kernel), then dropped: without
+    record_stream the next transfer reuses the memory and the late copy reads its bytes (the control); with it,
+    the memory is kept until the side stream's work is done."""
+    x = random_tensor((1 << 24,), torch.uint8, 31)
+    y = random_tensor((1 << 24,), torch.uint8, 32)
+    side = torch.cuda.Stream()
+    for protect in (False, True):
+        ferry.pool.trim()
+        out = ferry.transfer_tensor_d2h(x)
+        where = out.data_ptr()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(SLEEP_CYCLES)
+            late = out.to(DEV, non_blocking=True)
+        if protect:
+            ferry.record_stream(out, side)
+        del out  # the main thread's current stream is not `side`: only record_stream covers it
+        again = ferry.transfer_tensor_d2h(y)
+        side.synchronize()
+        if protect:
+            assert torch.equal(late, x), "the memory was reused under the side stream's copy"
+        else:
+            assert again.data_ptr() == where, "control: the pool did not reuse the slab, so nothing was tested"
+            assert not torch.equal(late, x), "control: the late copy was not overwritten"
+        del again, late
+    torch.cuda.synchronize()
+
+
+def test_a_dropped_h2d_output_read_by_a_side_stream_kernel_waits_for_record_stream():
+    src = torch.arange(1 << 20, dtype=torch.float32).pin_memory()
+    other = torch.full((1 << 20,), -1.0).pin_memory()
+    side = torch.cuda.Stream()
+    out = ferry.transfer_tensor_h2d(src)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        doubled = out * 2
+    ferry.record_stream(out, side)
+    del out
+    for _ in range(4):  # transfers that would reuse the device memory at once if it were free
+        ferry.transfer_tensor_h2d(other)
+    side.synchronize()
+    assert torch.equal(doubled.cpu(), src * 2)
+
+
+def test_dropping_a_torch_output_waits_for_the_dropping_threads_current_stream():
+    """The default: a non-blocking copy on the current stream, then the output dropped, is safe without
+    record_stream."""
+    x = random_tensor((1 << 24,), torch.uint8, 33)
+    y = random_tensor((1 << 24,), torch.uint8, 34)
+    out = ferry.transfer_tensor_d2h(x)
+    torch.cuda._sleep(SLEEP_CYCLES)
+    late = out.to(DEV, non_blocking=True)
+    del out
+    again = ferry.transfer_tensor_d2h(y)
+    torch.cuda.synchronize()
+    assert torch.equal(late, x)
+    del again
+
+
+def test_releasing_outputs_during_a_graph_capture_leaves_the_capture_valid():
+    """torch.cuda.graph captures in global mode: ferry's release of an H2D output's device memory (an event on the
+    legacy default stream) and of a D2H output must not invalidate it."""
+    dev_out = ferry.transfer_tensor_h2d(torch.arange(1000, dtype=torch.float32).pin_memory())
+    host_out = ferry.transfer_tensor_d2h(random_tensor((1000,), torch.float32, 35))
+    a = torch.ones(1000, device=DEV)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        b = a * 3
+        del dev_out, host_out
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(b, a * 3)

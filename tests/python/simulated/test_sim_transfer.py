@@ -517,3 +517,37 @@ def test_failed_calls_leak_nothing():
     assert sys.getrefcount(x) == before
     assert x.exports == x.released == 200
     assert in_use() == 0
+
+
+# ---- memory used by streams after it is dropped -------------------------------------------------------------------
+
+
+def test_a_recorded_stream_keeps_the_memory_out_of_the_pool_until_its_work_is_done():
+    """A D2H output handed to work on a stream (a non-blocking copy back to the GPU), then dropped: the pool must
+    not hand the memory out before that stream's work, queued before the drop, has run."""
+    out = ferry.transfer_tensor_d2h(device(np.arange(1000)))
+    ferry.record_stream(out, 0x5150)  # a stream handle of cuda:0 in the simulation
+    _ferry._sim_hold(True)  # the stream's work is still running
+    del out
+    assert in_use() > 0
+    _ferry._sim_hold(False)  # ... and now it is done
+    assert in_use() == 0
+
+
+def test_dropping_a_torch_output_waits_for_the_current_stream():
+    out = ferry.transfer_tensor_d2h([_ferry._SimExchangeTensor(np.arange(1000))])
+    _ferry._sim_hold(True)
+    del out  # the releasing thread's current stream (torch's) is recorded by default
+    assert in_use() > 0
+    _ferry._sim_hold(False)
+    assert in_use() == 0
+
+
+def test_record_stream_refuses_what_is_not_a_ferry_output():
+    with pytest.raises(ValueError, match="not an output of a ferry transfer"):
+        ferry.record_stream(device(np.arange(4)), 0x5150)
+    with pytest.raises(TypeError, match="expected an output tensor"):
+        ferry.record_stream([1, 2], 0x5150)
+    out = ferry.transfer_tensor_d2h(device(np.arange(4)))
+    with pytest.raises(ValueError, match="context"):
+        ferry.record_stream(out, _ferry._sim_foreign_stream())
