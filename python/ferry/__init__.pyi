@@ -73,7 +73,7 @@ def transfer_tensor_d2h(
     batch: T, /, *, device: _Device = None, stream: _Stream = None, producer_event: _Event = None
 ) -> T:
     """Copy the CUDA tensors of `batch` on `device` to pinned host memory; return the batch rebuilt around the
-    copies. Outputs of one call share one pinned slab, returned to the pool when the last output is released."""
+    copies. Outputs view pinned slabs (one per part), each returned to the pool when its last output is released."""
 
 def transfer_tensor_h2d(
     batch: T, /, *, device: _Device = None, stream: _Stream = None, producer_event: _Event = None

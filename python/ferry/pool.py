@@ -1,8 +1,9 @@
 """ferry.pool: the pinned host memory pool that D2H outputs live in.
 
-One pool per process. Each D2H call takes one slab (a best-fit range of a pinned region) for all of its outputs;
-the slab goes back to the pool when the last output viewing it is released, and is handed out again only once
-the copies into it are known to be complete. Regions are pinned once (faulted in by several threads, then
+One pool per process. Each part of a D2H call (a large batch is submitted in parts) takes one slab (a best-fit
+range of a pinned region) for its outputs; the slab goes back to the pool when the last output viewing it is
+released, and is handed out again only once the copies into it, and the work recorded on streams that use it
+(``ferry.record_stream``), are known to be complete. Regions are pinned once (faulted in by several threads, then
 registered with the driver) and kept until ``trim()``.
 
 Without CUDA, ``reserve`` and ``trim`` do nothing and ``stats`` are all zero.

@@ -44,9 +44,11 @@ PyDoc_STRVAR(d2h_doc,
              "  'cuda' (torch's current device when torch is imported, else as None) or a torch.device.\n" STREAM_DOC
              "Outputs: torch -> torch CPU tensors (pinned: is_pinned() is True); JAX -> JAX CPU arrays (numpy when JAX\n"
              "has no CPU backend); CuPy, numpy and other producers -> numpy arrays (a ferry.SlabTensor without\n"
-             "numpy). Outputs are compact row-major copies, detached from autograd. All outputs of one call view one\n"
-             "pinned slab from ferry's pool, which gets the memory back only when the last output is released:\n"
-             "keeping outputs keeps pinned memory.\n\n" ERRORS_DOC);
+             "numpy). Outputs are compact row-major copies, detached from autograd. The outputs view pinned slabs\n"
+             "from ferry's pool (one per part: a large batch is submitted in parts while it is walked), each of which\n"
+             "goes back only when the last output viewing it is released: keeping outputs keeps pinned memory. The\n"
+             "memory is reused only after the work queued on the releasing thread's current stream (torch) when the\n"
+             "output was dropped; for work on other streams see ferry.record_stream.\n\n" ERRORS_DOC);
 
 PyDoc_STRVAR(h2d_doc,
              "transfer_tensor_h2d(batch, /, *, device=None, stream=None, producer_event=None)\n--\n\n"
@@ -55,8 +57,10 @@ PyDoc_STRVAR(h2d_doc,
              "Returns when the copies are done; the GIL is released while submitting and while waiting.\n\n" BATCH_DOC
              "device: the target device, as for transfer_tensor_d2h.\n" STREAM_DOC
              "Outputs: torch -> torch CUDA tensors; JAX -> JAX GPU arrays; numpy and other producers -> CuPy arrays\n"
-             "when CuPy can be imported, else ferry.SlabTensor objects (pass them to any from_dlpack). All outputs of\n"
-             "one call view one device allocation, freed (stream-ordered) when the last output is released.\n\n" ERRORS_DOC);
+             "when CuPy can be imported, else ferry.SlabTensor objects (pass them to any from_dlpack). The outputs\n"
+             "view device allocations (one per part), each freed stream-ordered when the last output viewing it is\n"
+             "released, after the work on the legacy default stream and the releasing thread's current stream.\n\n"
+             ERRORS_DOC);
 
 PyDoc_STRVAR(d2h_async_doc,
              "transfer_tensor_d2h_async(batch, /, *, device=None, stream=None, producer_event=None)\n--\n\n"
