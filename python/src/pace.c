@@ -7,8 +7,10 @@
  * to a waiter on release, and a waiter sleeps until its own timed wait (the switch interval) expires; only then
  * does it ask, and the holder's next release waits until the waiter has taken the GIL (CPython's forced
  * switching). So while sharing, ferry shortens the switch interval to its slice: a waiting thread asks within a
- * slice, and is handed the GIL at ferry's next release point, within another. With nobody waiting, a release
- * point costs a release and a re-acquisition (~0.1 us). docs/results.md has the measurements behind the numbers.
+ * slice, and is handed the GIL at ferry's next release point, within another. A thread that started waiting
+ * before that (released from the same barrier as the transfer's thread) still waits out its old interval, so a
+ * call that shares first steps aside for ~30 us. With nobody waiting, a release point costs a release and a
+ * re-acquisition (~0.1 us). docs/results.md has the measurements behind these numbers.
  */
 #include "ferry_py.h"
 
@@ -18,7 +20,7 @@
 
 int64_t ferry_py_gil_slice_ns = 50000;
 int64_t ferry_py_gil_switch_ns = 50000;
-int64_t ferry_py_gil_start_yield_ns = 0;
+int64_t ferry_py_gil_start_yield_ns = 30000;
 
 static int64_t now_ns(void) {
   struct timespec ts;
