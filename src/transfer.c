@@ -168,7 +168,7 @@ cleanup:
   return st;
 }
 
-/* Scratch for submitting one part, sized for its count and freed when the add returns. */
+/* Scratch for submitting one part, carved from the calling thread's scratch block. */
 typedef struct part_scratch {
   ferry_tensor *inputs;  /* the part's descriptors, copied: the plan reads only these */
   int64_t *dims;         /* their shapes and strides */
@@ -177,8 +177,37 @@ typedef struct part_scratch {
   uint8_t *pinned;
   CUdeviceptr *dsts, *srcs;
   size_t *sizes;
-  void *block;
 } part_scratch;
+
+/* The calling thread's scratch block, kept from one add to the next and grown when a part needs more: a large
+ * batch's plan then does not fault in fresh pages on every call (a fresh 600 KB block per 4096-tensor call cost the
+ * one-call D2H ~0.15 ms on the H200). Blocks past SCRATCH_KEEP are freed after their call. Freed at thread exit. */
+#define SCRATCH_KEEP ((size_t)16 << 20)
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static _Thread_local char *scratch_block;
+static _Thread_local size_t scratch_cap;
+
+static void make_scratch_key(void) { (void)pthread_key_create(&scratch_key, free); }
+
+static char *scratch_get(size_t bytes) {
+  if (bytes <= scratch_cap) return scratch_block;
+  pthread_once(&scratch_once, make_scratch_key);
+  char *p = realloc(scratch_block, bytes);
+  if (!p) return NULL;
+  scratch_block = p;
+  scratch_cap = bytes;
+  (void)pthread_setspecific(scratch_key, p);
+  return p;
+}
+
+static void scratch_put(void) {
+  if (scratch_cap <= SCRATCH_KEEP) return;
+  free(scratch_block);
+  scratch_block = NULL;
+  scratch_cap = 0;
+  (void)pthread_setspecific(scratch_key, NULL);
+}
 
 static ferry_status scratch_new(const ferry_tensor *in, size_t count, part_scratch *sc) {
   size_t dims = 0;
@@ -187,9 +216,8 @@ static ferry_status scratch_new(const ferry_tensor *in, size_t count, part_scrat
   for (size_t i = 0; i < count; i++) dims += (size_t)(VALID_NDIM(in[i].ndim) ? in[i].ndim : 0) * 2;
   size_t bytes = count * (sizeof(ferry_tensor) + sizeof(ferry__plan_entry) + 3 * sizeof(CUdeviceptr) + 2) +
                  dims * sizeof(int64_t);
-  char *p = malloc(bytes ? bytes : 1);
+  char *p = scratch_get(bytes ? bytes : 1);
   if (!p) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating the plan of %zu tensors", count);
-  sc->block = p;
   sc->inputs = (ferry_tensor *)p;
   p += count * sizeof(ferry_tensor);
   sc->entries = (ferry__plan_entry *)p;
@@ -665,7 +693,7 @@ ferry_status ferry_transfer_add(ferry_transfer *t, const ferry_tensor *in, size_
   t->count += count;
 cleanup:
   if (entered) ferry__ctx_leave();
-  free(sc.block);
+  scratch_put();
   if (st != FERRY_OK) return fail(t, st);
   return FERRY_OK;
 }
