@@ -235,7 +235,8 @@ typedef struct ferry__plan {
  * of size 1 may have any stride). */
 bool ferry__tensor_is_compact(const ferry_tensor *t);
 
-/* Collapses the tensor into a gather layout (merging dimensions that are contiguous with each other). Fails with
+/* Collapses the tensor into a gather layout (merging dimensions that are contiguous with each other; elements
+ * wider than 255 bytes become an innermost dimension of bytes). For a tensor ferry__plan_make accepted. Fails with
  * FERRY_UNSUPPORTED if more than FERRY_GATHER_MAX_DIMS dimensions remain. */
 ferry_status ferry__gather_layout_of(const ferry_tensor *t, ferry__gather_layout *out);
 
@@ -283,7 +284,9 @@ extern uint64_t ferry__pipeline_chunk_min;
 /* CPU version of what one gather item does (used to pack pageable H2D inputs, and by tests as the reference). */
 void ferry__gather_item_run_host(const ferry__gather_item *item, const ferry__gather_layout *layouts);
 
-/* Writes compact row-major strides for `shape` into `strides`. */
-void ferry__compact_strides(int32_t ndim, const int64_t *shape, int64_t *strides);
+/* Writes compact row-major strides for `shape` into `strides`. Returns false when they do not fit int64 (only an
+ * empty tensor can have such a shape: a non-empty one is bounded by its size); the overflowing ones are then
+ * INT64_MAX. */
+bool ferry__compact_strides(int32_t ndim, const int64_t *shape, int64_t *strides);
 
 #endif

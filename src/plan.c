@@ -40,28 +40,34 @@ ferry_status ferry_tensor_nbytes(const ferry_tensor *t, uint64_t *out_bytes) {
   return FERRY_OK;
 }
 
-void ferry__compact_strides(int32_t ndim, const int64_t *shape, int64_t *strides) {
+bool ferry__compact_strides(int32_t ndim, const int64_t *shape, int64_t *strides) {
   int64_t s = 1;
+  bool fits = true;
   for (int32_t d = ndim - 1; d >= 0; d--) {
     strides[d] = s;
-    s *= shape[d] > 0 ? shape[d] : 1;
+    if (fits && __builtin_mul_overflow(s, shape[d] > 0 ? shape[d] : 1, &s)) fits = false;
+    if (!fits) s = INT64_MAX;
   }
+  return fits;
 }
 
 bool ferry__tensor_is_compact(const ferry_tensor *t) {
   if (!t->strides) return true;
+  for (int32_t d = 0; d < t->ndim; d++)
+    if (t->shape[d] == 0) return true; /* empty: nothing to read */
   int64_t expect = 1;
   for (int32_t d = t->ndim - 1; d >= 0; d--) {
-    if (t->shape[d] == 0) return true; /* empty: nothing to read */
     if (t->shape[d] != 1 && t->strides[d] != expect) return false;
-    expect *= t->shape[d];
+    if (__builtin_mul_overflow(expect, t->shape[d], &expect)) return false; /* no compact stride is that large */
   }
   return true;
 }
 
 ferry_status ferry__gather_layout_of(const ferry_tensor *t, ferry__gather_layout *out) {
   int64_t eb = (int64_t)t->dtype.bits * t->dtype.lanes / 8;
-  int64_t shape[FERRY_MAX_NDIM], stride[FERRY_MAX_NDIM];
+  if (eb <= 0) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "dtype has no whole-byte width (bits=%u, lanes=%u)",
+                                (unsigned)t->dtype.bits, (unsigned)t->dtype.lanes);
+  int64_t shape[FERRY_MAX_NDIM + 1], stride[FERRY_MAX_NDIM + 1];
   int64_t compact[FERRY_MAX_NDIM];
   const int64_t *strides = t->strides;
   if (!strides) {
@@ -69,12 +75,14 @@ ferry_status ferry__gather_layout_of(const ferry_tensor *t, ferry__gather_layout
     strides = compact;
   }
   int n = 0;
-  /* Drop unit dimensions, then merge a dimension into the previous when the previous steps exactly over it. */
+  /* Drop unit dimensions, then merge a dimension into the previous when the previous steps exactly over it (a
+   * step that overflows int64 equals no stride, so such dimensions stay apart). */
   for (int32_t d = 0; d < t->ndim; d++) {
     if (t->shape[d] == 1) continue;
-    int64_t s = strides[d];
-    if (n > 0 && stride[n - 1] == t->shape[d] * s) {
-      shape[n - 1] *= t->shape[d];
+    int64_t s = strides[d], step, merged;
+    if (n > 0 && !__builtin_mul_overflow(t->shape[d], s, &step) && stride[n - 1] == step &&
+        !__builtin_mul_overflow(shape[n - 1], t->shape[d], &merged)) {
+      shape[n - 1] = merged;
       stride[n - 1] = s;
       continue;
     }
@@ -82,19 +90,31 @@ ferry_status ferry__gather_layout_of(const ferry_tensor *t, ferry__gather_layout
     stride[n] = s;
     n++;
   }
+  /* The layout's element field has 8 bits: wider elements become an innermost dimension of single bytes. */
+  int64_t unit = eb;
+  if (eb > 0xff) {
+    shape[n] = eb;
+    stride[n] = 1;
+    n++;
+    unit = 1;
+  }
   if (n > FERRY_GATHER_MAX_DIMS)
     return FERRY_ERR(FERRY_UNSUPPORTED, "a strided tensor with %d non-mergeable dimensions exceeds the gather "
                      "kernel's %d", n, FERRY_GATHER_MAX_DIMS);
   memset(out, 0, sizeof *out);
   out->ndim = n;
-  out->elem_bytes = (int32_t)eb;
-  bool aligned = (((uintptr_t)t->data + t->byte_offset) % (uint64_t)eb) == 0;
+  out->elem_bytes = (int32_t)unit;
+  bool aligned = (((uintptr_t)t->data + t->byte_offset) % (uint64_t)unit) == 0;
   for (int i = 0; i < n; i++) {
     out->shape[i] = shape[i];
-    out->stride_bytes[i] = stride[i] * eb;
-    if (out->stride_bytes[i] % eb != 0) aligned = false;
+    bool byte_dim = unit != eb && i == n - 1; /* the strides of the others are in elements of eb bytes */
+    if (!byte_dim && __builtin_mul_overflow(stride[i], eb, &out->stride_bytes[i]))
+      return FERRY_ERR(FERRY_OVERFLOW, "a stride of %lld elements of %lld bytes overflows 64 bits",
+                       (long long)stride[i], (long long)eb);
+    if (byte_dim) out->stride_bytes[i] = 1;
+    if (out->stride_bytes[i] % unit != 0) aligned = false;
   }
-  if ((eb & (eb - 1)) != 0 || eb > 16) aligned = false;
+  if ((unit & (unit - 1)) != 0 || unit > 16) aligned = false;
   if (!aligned) out->elem_bytes |= 0x100; /* the kernel copies bytewise */
   return FERRY_OK;
 }
@@ -176,6 +196,12 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e,
     }
     x->nbytes = nb;
     if (nb == 0) {
+      /* Its output carries compact strides too, and an empty shape's may not fit int64 (a non-empty one's do). */
+      int64_t strides[FERRY_MAX_NDIM];
+      char sh[200];
+      if (!ferry__compact_strides(t->ndim, t->shape, strides))
+        return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu: the compact strides of shape %s (empty) overflow 64 bits", i,
+                         dims_text(t->shape, t->ndim, sh, sizeof sh));
       x->route = FERRY__EMPTY;
       continue;
     }

@@ -141,6 +141,19 @@ TEST(fake_h2d_is_exact_over_every_route) {
   ferry__unpin(pinned, pinned_bytes);
 }
 
+/* An empty tensor whose compact strides do not fit 64 bits: its output could not be described, so the call
+ * refuses it before any copy (the outputs of an empty tensor carry compact strides like any other). */
+TEST(d2h_of_an_empty_tensor_with_overflowing_strides_is_refused) {
+  fake_driver_use();
+  ASSERT_OK(ferry_init());
+  int64_t shape[3] = {0, (int64_t)1 << 40, (int64_t)1 << 40};
+  ferry_tensor t = {NULL, {FERRY_DEVICE_CUDA, 0}, 3, {FERRY_DTYPE_UINT, 8, 1}, shape, NULL, 0};
+  ferry_transfer *tr = NULL;
+  ASSERT_STATUS(ferry_transfer_d2h(&t, 1, NULL, &tr), FERRY_OVERFLOW);
+  ASSERT(tr == NULL);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "strides");
+}
+
 /* ---- faults ---------------------------------------------------------------------------------------------- */
 
 enum { CASE_CLEAN = 0, CASE_BAD = 1, CASE_NOT_REACHED = 3 };

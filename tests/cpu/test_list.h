@@ -20,6 +20,10 @@
   X(plan_h2d_pageable_small_is_packed)      \
   X(gather_items_reproduce_strided_tensor)  \
   X(gather_items_split_large_contiguous)    \
+  X(layout_does_not_merge_dimensions_whose_step_overflows) \
+  X(compact_strides_report_overflow_of_an_empty_tensor) \
+  X(plan_refuses_an_empty_tensor_whose_strides_overflow) \
+  X(wide_strided_elements_gather_exactly) \
   X(no_driver_passes_everything_through)    \
   X(no_driver_reports_zero_devices)         \
   X(no_driver_pool_calls_fail_cleanly)      \
@@ -27,6 +31,7 @@
   X(fake_d2h_is_exact_and_returns_slab)     \
   X(fake_d2h_pipeline_chunks_are_exact)     \
   X(fake_h2d_is_exact_over_every_route)     \
+  X(d2h_of_an_empty_tensor_with_overflowing_strides_is_refused) \
   X(fault_at_every_d2h_call_is_clean)       \
   X(fault_at_every_h2d_call_is_clean)       \
   X(parts_d2h_outputs_follow_in_order_each_part_in_its_own_slab) \

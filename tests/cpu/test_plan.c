@@ -226,3 +226,66 @@ TEST(gather_items_split_large_contiguous) {
   }
   ASSERT_EQ(sum, 400000);
 }
+
+/* ---- hostile descriptors: the planner's arithmetic never overflows, it refuses or computes the right answer -- */
+
+TEST(layout_does_not_merge_dimensions_whose_step_overflows) {
+  /* [3, 2] with strides [1, 2^62]: merging would compare stride 1 with 2 * 2^62, which is past INT64_MAX. The
+   * extent (2^62 + 3 bytes from address 0x1000) is addressable, so the plan accepts it and keeps both dims. */
+  int64_t shape[2] = {3, 2}, strides[2] = {1, (int64_t)1 << 62};
+  ferry_tensor t = make((void *)0x1000, 2, shape, strides, 8);
+  uint8_t ours[1] = {1};
+  ferry__plan_entry e[1];
+  plan_of(&t, 1, ours, e, true, FERRY_OK);
+  ASSERT_EQ(e[0].route, FERRY__GATHER);
+  ferry__gather_layout L;
+  ASSERT_OK(ferry__gather_layout_of(&t, &L));
+  ASSERT_EQ(L.ndim, 2);
+  ASSERT_EQ(L.shape[0], 3);
+  ASSERT_EQ(L.stride_bytes[1], (int64_t)1 << 62);
+}
+
+TEST(compact_strides_report_overflow_of_an_empty_tensor) {
+  /* [0, 2^40, 2^40] holds nothing, but its compact row-major strides (2^80, 2^40, 1) do not fit 64 bits. */
+  int64_t shape[3] = {0, (int64_t)1 << 40, (int64_t)1 << 40}, strides[3];
+  ASSERT(!ferry__compact_strides(3, shape, strides));
+  ASSERT_EQ(strides[2], 1);
+  ASSERT_EQ(strides[1], (int64_t)1 << 40);
+  int64_t fits[3] = {0, 3, 5};
+  ASSERT(ferry__compact_strides(3, fits, strides));
+  ASSERT_EQ(strides[0], 15);
+}
+
+TEST(plan_refuses_an_empty_tensor_whose_strides_overflow) {
+  /* The output of an empty tensor still carries compact strides; ones that do not fit int64 cannot be written. */
+  int64_t shape[3] = {0, (int64_t)1 << 40, (int64_t)1 << 40};
+  ferry_tensor t = make(NULL, 3, shape, NULL, 8);
+  uint8_t ours[1] = {1};
+  ferry__plan_entry e[1];
+  plan_of(&t, 1, ours, e, true, FERRY_OVERFLOW);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "tensor 0");
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "strides");
+}
+
+TEST(wide_strided_elements_gather_exactly) {
+  /* 300-byte elements (uint8 x 300 lanes), every other one of 7: wider than the layout's 8-bit element field. */
+  enum { W = 300, N = 7 };
+  static unsigned char src[2 * N * W], out[N * W];
+  for (int i = 0; i < 2 * N * W; i++) src[i] = (unsigned char)(i * 13 + 5);
+  int64_t shape[1] = {N}, strides[1] = {2};
+  ferry_tensor t = make(src, 1, shape, strides, 8);
+  t.dtype.lanes = W;
+  uint8_t ours[1] = {1};
+  ferry__plan_input in = {&t, 1, ours, NULL, false, true, 0};
+  ferry__plan_entry e[1];
+  ferry__plan p;
+  ASSERT_OK(ferry__plan_make(&in, e, &p));
+  ASSERT_EQ(e[0].route, FERRY__GATHER);
+  ferry__gather_item items[4];
+  ferry__gather_layout layouts[1];
+  size_t ni, nl;
+  ASSERT_OK(ferry__plan_gather_items(&in, e, FERRY__GATHER, (uint64_t)(uintptr_t)out, items, layouts, &ni, &nl));
+  ASSERT_EQ(ni, p.n_items);
+  for (size_t k = 0; k < ni; k++) ferry__gather_item_run_host(&items[k], layouts);
+  for (int i = 0; i < N; i++) ASSERT(memcmp(out + i * W, src + 2 * i * W, W) == 0);
+}
