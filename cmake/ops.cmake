@@ -48,6 +48,10 @@ if(FERRY_BUILD_TESTS)
   if(FERRY_NVRTC_LIBRARY)
     set_tests_properties(ops PROPERTIES ENVIRONMENT "FERRY_REQUIRE_NVRTC=1")
   endif()
+  # A test that cannot run reports a skip, not a pass: a compile test with NVRTC pointed at nothing.
+  add_test(NAME compile_tests_skip_without_nvrtc COMMAND ferry_test_ops compile_is_memoised)
+  set_tests_properties(compile_tests_skip_without_nvrtc PROPERTIES
+    ENVIRONMENT "FERRY_NVRTC=/nonexistent/libnvrtc.so" PASS_REGULAR_EXPRESSION "skip compile_is_memoised.*0 passed, 0 failed, 1 skipped")
 
   # The operator runtime's GPU suite (ctest name ops_gpu, label gpu: skips without a GPU); its fault matrix also
   # runs through the simulated driver (ops_faults_simulated).
