@@ -113,29 +113,56 @@ ferry_status ferry_init(void) { return ferry__driver_load(); }
 
 void ferry__driver_install(const ferry__driver *fake) { installed_fake = fake; }
 
-/* ---- fault injection ------------------------------------------------------------------------------------- */
+/* ---- fault injection -------------------------------------------------------------------------------------
+ * Tests arm the seam from one thread while others make driver calls, so all of its state is atomic. The armed
+ * call's name is interned in a table whose slots are written once, under a lock, before their index is published,
+ * and never rewritten: a reader comparing a name against the armed slot never sees a torn string. Arming stores
+ * the count and result, then the slot, then the flag, each published with release; readers load with acquire. */
 
-volatile int ferry__fault_armed;
-static char fault_name[64];
-static int fault_nth, fault_hits;
-static CUresult fault_result;
+#define FAULT_NAMES 256
+static char fault_names[FAULT_NAMES][64];
+static int fault_names_used; /* under fault_names_lock */
+static pthread_mutex_t fault_names_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void ferry__fault_arm(const char *call_name, int nth, CUresult result) {
-  strncpy(fault_name, call_name, sizeof fault_name - 1);
-  fault_nth = nth;
-  fault_hits = 0;
-  fault_result = result;
-  ferry__fault_armed = 1;
+_Atomic int ferry__fault_armed;
+static atomic_int fault_slot = -1, fault_nth, fault_hits, fault_result;
+
+/* The slot holding `name`, added on first use; -1 when the table is full (nothing is armed then). */
+static int fault_intern(const char *name) {
+  pthread_mutex_lock(&fault_names_lock);
+  int i = 0;
+  while (i < fault_names_used && strncmp(fault_names[i], name, sizeof fault_names[i] - 1) != 0) i++;
+  if (i == fault_names_used && i < FAULT_NAMES)
+    snprintf(fault_names[fault_names_used++], sizeof fault_names[i], "%s", name);
+  pthread_mutex_unlock(&fault_names_lock);
+  return i < FAULT_NAMES ? i : -1;
 }
 
-void ferry__fault_disarm(void) { ferry__fault_armed = ferry__fork_child; /* a forked child stays blocked */ }
-int ferry__fault_hits(void) { return fault_hits; }
+void ferry__fault_arm(const char *call_name, int nth, CUresult result) {
+  int slot = fault_intern(call_name);
+  atomic_store_explicit(&fault_nth, nth, memory_order_relaxed);
+  atomic_store_explicit(&fault_result, (int)result, memory_order_relaxed);
+  atomic_store_explicit(&fault_hits, 0, memory_order_relaxed);
+  atomic_store_explicit(&fault_slot, slot, memory_order_release);
+  atomic_store_explicit(&ferry__fault_armed, 1, memory_order_release);
+}
+
+void ferry__fault_disarm(void) {
+  atomic_store_explicit(&fault_slot, -1, memory_order_release);
+  /* A forked child stays armed: every driver call there must reach ferry__fault_check's refusal. */
+  atomic_store_explicit(&ferry__fault_armed, ferry__fork_child, memory_order_release);
+}
+
+int ferry__fault_hits(void) { return atomic_load_explicit(&fault_hits, memory_order_relaxed); }
 
 CUresult ferry__fault_check(const char *call_name) {
   if (ferry__fork_child) return CUDA_ERROR_NOT_INITIALIZED; /* see fork.c: no driver call from a forked child */
-  if (strcmp(call_name, fault_name) != 0) return CUDA_SUCCESS;
-  fault_hits++;
-  if (fault_nth == 0 || fault_hits == fault_nth) return fault_result;
+  int slot = atomic_load_explicit(&fault_slot, memory_order_acquire);
+  if (slot < 0 || strcmp(call_name, fault_names[slot]) != 0) return CUDA_SUCCESS;
+  /* Each call takes its own use number, so with several threads exactly one of them gets the nth. */
+  int use = atomic_fetch_add_explicit(&fault_hits, 1, memory_order_relaxed) + 1;
+  int nth = atomic_load_explicit(&fault_nth, memory_order_relaxed);
+  if (nth == 0 || use == nth) return (CUresult)atomic_load_explicit(&fault_result, memory_order_relaxed);
   return CUDA_SUCCESS;
 }
 

@@ -10,6 +10,7 @@
 #include "ferry.h"
 
 #include <cuda.h> /* types and enums only: no symbol of libcuda is referenced at link time */
+#include <stdatomic.h>
 #include <stddef.h>
 
 /* CUDA 13 removed failIdx from cuMemcpyBatchAsync; both prototypes are written out so that the one matching the
@@ -115,11 +116,17 @@ void ferry__fault_arm(const char *call_name, int nth, CUresult result);
 void ferry__fault_disarm(void);
 int ferry__fault_hits(void);
 
-extern volatile int ferry__fault_armed;
+/* Set while a fault is armed (and in a child forked after initialisation, see fork.c). Other threads arm it while
+ * driver calls run, so it is atomic: written with release after the rest of the seam, read with acquire. */
+extern _Atomic int ferry__fault_armed;
 CUresult ferry__fault_check(const char *call_name);
+static inline int ferry__fault_is_armed(void) {
+  return atomic_load_explicit(&ferry__fault_armed, memory_order_acquire);
+}
 
-/* Calls a driver entry, honouring an armed fault. The branch costs one load when no fault is armed. (A GNU
- * statement expression, so the fault counter is consulted exactly once per call.)
+/* Calls a driver entry, honouring an armed fault. The branch costs one load when no fault is armed (an acquire
+ * load is a plain load on x86 and ARM64's LDAR). (A GNU statement expression, so the fault counter is consulted
+ * exactly once per call.)
  *
  * The name is stringized before macro expansion on purpose: cuda.h #defines many entry points to versioned
  * symbols (cuCtxPushCurrent -> cuCtxPushCurrent_v2), and errors and the fault seam must use the name as written
@@ -127,7 +134,7 @@ CUresult ferry__fault_check(const char *call_name);
 #define FERRY_CU(name, ...) FERRY__CU_CALL(#name, name, __VA_ARGS__)
 #define FERRY__CU_CALL(name_str, field, ...)                                                                  \
   __extension__({                                                                                             \
-    CUresult ferry_fault_ = ferry__fault_armed ? ferry__fault_check(name_str) : CUDA_SUCCESS;                 \
+    CUresult ferry_fault_ = ferry__fault_is_armed() ? ferry__fault_check(name_str) : CUDA_SUCCESS;            \
     ferry_fault_ != CUDA_SUCCESS ? ferry_fault_ : ferry__drv.field(__VA_ARGS__);                              \
   })
 

@@ -61,7 +61,7 @@ ferry_status ferry__rtc_error(nvrtcResult r, const char *call, const char *file,
  * NVRTC_ERROR_OUT_OF_MEMORY when armed with CUDA_ERROR_OUT_OF_MEMORY). */
 #define FERRY_RTC(name, ...)                                                                                  \
   __extension__({                                                                                             \
-    CUresult ferry_rtc_fault_ = ferry__fault_armed ? ferry__fault_check(#name) : CUDA_SUCCESS;                \
+    CUresult ferry_rtc_fault_ = ferry__fault_is_armed() ? ferry__fault_check(#name) : CUDA_SUCCESS;           \
     ferry_rtc_fault_ == CUDA_SUCCESS        ? ferry__rtc.name(__VA_ARGS__)                                    \
     : ferry_rtc_fault_ == CUDA_ERROR_OUT_OF_MEMORY ? NVRTC_ERROR_OUT_OF_MEMORY                                \
                                             : NVRTC_ERROR_INTERNAL_ERROR;                                     \

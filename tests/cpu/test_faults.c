@@ -6,6 +6,9 @@
 #include "fake_driver.h"
 #include "test.h"
 
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -246,6 +249,77 @@ TEST(fault_at_every_h2d_call_is_clean) {
       "cuMemAllocFromPoolAsync", "cuModuleLoadData", "cuModuleGetFunction", "cuMemcpyHtoDAsync", "cuLaunchKernel",
       "cuMemcpyBatchAsync_v13", "cuEventSynchronize"};
   fault_every_use_of(1, calls, sizeof calls / sizeof *calls);
+}
+
+/* ---- the fault seam under threads ------------------------------------------------------------------------ */
+
+/* One thread arms and disarms faults on several calls while four others transfer batches of small tensors (the
+ * gather route) and a strided one. The seam is shared state every driver call reads: arming must be race free
+ * (ThreadSanitizer runs this in CI), and a transfer either succeeds exactly or fails naming one of the armed calls. */
+enum { SEAM_THREADS = 4, SEAM_TENSORS = 12, SEAM_ROUNDS = 60 };
+static const char *const seam_calls[] = {"cuEventRecord", "cuLaunchKernel", "cuMemcpyAsync",
+                                         "cuMemAllocFromPoolAsync", "cuEventSynchronize", "cuMemcpyHtoDAsync"};
+static atomic_int seam_stop, seam_done, seam_bad;
+
+static void *seam_worker(void *arg) {
+  int id = (int)(intptr_t)arg;
+  static unsigned char src[SEAM_THREADS][SEAM_TENSORS][512];
+  int64_t shapes[SEAM_TENSORS][2], strides[2] = {1, 16};
+  ferry_tensor t[SEAM_TENSORS];
+  for (int i = 0; i < SEAM_TENSORS; i++) {
+    for (int k = 0; k < 512; k++) src[id][i][k] = (unsigned char)(id * 7 + i * 31 + k);
+    shapes[i][0] = 64 + i * 37;
+    t[i] = (ferry_tensor){src[id][i], {FERRY_DEVICE_CUDA, 0}, 1, {FERRY_DTYPE_UINT, 8, 1}, shapes[i], NULL, 0};
+  }
+  shapes[0][0] = 16, shapes[0][1] = 16; /* tensor 0: the transpose of a 16 x 16 block */
+  t[0].ndim = 2, t[0].strides = strides;
+  ferry_transfer_options o = options(FERRY_TRANSFER_BLOCKING);
+  while (!atomic_load(&seam_stop)) {
+    ferry_transfer *tr = NULL;
+    ferry_status st = ferry_transfer_d2h(t, SEAM_TENSORS, &o, &tr);
+    if (st == FERRY_OK) {
+      const ferry_tensor *out = ferry_transfer_outputs(tr);
+      const unsigned char *g = out[0].data;
+      for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) atomic_fetch_add(&seam_bad, g[r * 16 + c] != src[id][0][c * 16 + r]);
+      for (int i = 1; i < SEAM_TENSORS; i++)
+        atomic_fetch_add(&seam_bad, memcmp(out[i].data, src[id][i], (size_t)shapes[i][0]) != 0);
+      ferry_transfer_release(tr);
+    } else {
+      int named = 0;
+      for (size_t c = 0; c < sizeof seam_calls / sizeof *seam_calls; c++)
+        named |= !strcmp(ferry_last_error()->call, seam_calls[c]);
+      if (!named || tr != NULL) {
+        fprintf(stderr, "  a failed transfer named '%s': %s\n", ferry_last_error()->call, ferry_last_error_message());
+        atomic_fetch_add(&seam_bad, 1);
+      }
+    }
+    atomic_fetch_add(&seam_done, 1);
+  }
+  return NULL;
+}
+
+TEST(faults_armed_while_other_threads_transfer_hit_only_the_named_call) {
+  fake_driver_use();
+  ASSERT_OK(ferry_init());
+  pthread_t th[SEAM_THREADS];
+  for (int i = 0; i < SEAM_THREADS; i++) ASSERT_EQ(pthread_create(&th[i], NULL, seam_worker, (void *)(intptr_t)i), 0);
+  size_t ncalls = sizeof seam_calls / sizeof *seam_calls;
+  for (int round = 0; round < SEAM_ROUNDS; round++) {
+    ferry__fault_arm(seam_calls[round % ncalls], round % 3, CUDA_ERROR_LAUNCH_FAILED);
+    /* Until the workers have finished two more batches each, whatever the scheduler does. */
+    int until = atomic_load(&seam_done) + 2 * SEAM_THREADS;
+    while (atomic_load(&seam_done) < until) sched_yield();
+    (void)ferry__fault_hits();
+    ferry__fault_disarm();
+  }
+  atomic_store(&seam_stop, 1);
+  for (int i = 0; i < SEAM_THREADS; i++) pthread_join(th[i], NULL);
+  ASSERT_EQ(atomic_load(&seam_bad), 0);
+  ferry_pool_stats s;
+  ferry_pool_stats_get(&s);
+  ASSERT_EQ(s.bytes_in_use, 0);
+  ASSERT_EQ(fake_live_devmem, 0);
 }
 
 TEST(pool_reuses_and_trims) {

@@ -43,6 +43,7 @@
   X(parts_h2d_a_bad_later_part_kills_the_transfer_cleanly) \
   X(parts_a_driver_fault_in_a_later_part_kills_the_transfer_cleanly) \
   X(parts_without_a_driver_pass_through) \
+  X(faults_armed_while_other_threads_transfer_hit_only_the_named_call) \
   X(pool_reuses_and_trims)                  \
   X(device_index_past_count_names_both)     \
   X(bench_overlap_each_block_is_measured_against_the_no_op_workers_same_block) \
