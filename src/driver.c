@@ -125,7 +125,8 @@ static int fault_names_used; /* under fault_names_lock */
 static pthread_mutex_t fault_names_lock = PTHREAD_MUTEX_INITIALIZER;
 
 _Atomic int ferry__fault_armed;
-static atomic_int fault_slot = -1, fault_nth, fault_hits, fault_result;
+static atomic_int fault_slot = -1, fault_nth, fault_hits, fault_result, fault_counting;
+static atomic_int fault_counts[FAULT_NAMES]; /* calls per interned name while counting */
 
 /* The slot holding `name`, added on first use; -1 when the table is full (nothing is armed then). */
 static int fault_intern(const char *name) {
@@ -138,25 +139,51 @@ static int fault_intern(const char *name) {
   return i < FAULT_NAMES ? i : -1;
 }
 
+/* Every driver call consults the seam while a fault is armed, calls are counted, or in a forked child. */
+static void fault_publish(void) {
+  int on = ferry__fork_child || atomic_load_explicit(&fault_slot, memory_order_relaxed) >= 0 ||
+           atomic_load_explicit(&fault_counting, memory_order_relaxed);
+  atomic_store_explicit(&ferry__fault_armed, on, memory_order_release);
+}
+
 void ferry__fault_arm(const char *call_name, int nth, CUresult result) {
   int slot = fault_intern(call_name);
   atomic_store_explicit(&fault_nth, nth, memory_order_relaxed);
   atomic_store_explicit(&fault_result, (int)result, memory_order_relaxed);
   atomic_store_explicit(&fault_hits, 0, memory_order_relaxed);
   atomic_store_explicit(&fault_slot, slot, memory_order_release);
-  atomic_store_explicit(&ferry__fault_armed, 1, memory_order_release);
+  fault_publish();
 }
 
 void ferry__fault_disarm(void) {
   atomic_store_explicit(&fault_slot, -1, memory_order_release);
-  /* A forked child stays armed: every driver call there must reach ferry__fault_check's refusal. */
-  atomic_store_explicit(&ferry__fault_armed, ferry__fork_child, memory_order_release);
+  fault_publish(); /* a forked child stays armed: every driver call there must reach the refusal below */
 }
 
 int ferry__fault_hits(void) { return atomic_load_explicit(&fault_hits, memory_order_relaxed); }
 
+void ferry__fault_count(int on) {
+  if (on)
+    for (int i = 0; i < FAULT_NAMES; i++) atomic_store_explicit(&fault_counts[i], 0, memory_order_relaxed);
+  atomic_store_explicit(&fault_counting, on, memory_order_release);
+  fault_publish();
+}
+
+int ferry__fault_calls(int i, const char **name) {
+  pthread_mutex_lock(&fault_names_lock);
+  int used = fault_names_used;
+  pthread_mutex_unlock(&fault_names_lock);
+  if (i < 0 || i >= used) return -1;
+  *name = fault_names[i]; /* written once, before `used` counted it */
+  return atomic_load_explicit(&fault_counts[i], memory_order_relaxed);
+}
+
 CUresult ferry__fault_check(const char *call_name) {
   if (ferry__fork_child) return CUDA_ERROR_NOT_INITIALIZED; /* see fork.c: no driver call from a forked child */
+  if (atomic_load_explicit(&fault_counting, memory_order_acquire)) {
+    int counted = fault_intern(call_name);
+    if (counted >= 0) atomic_fetch_add_explicit(&fault_counts[counted], 1, memory_order_relaxed);
+  }
   int slot = atomic_load_explicit(&fault_slot, memory_order_acquire);
   if (slot < 0 || strcmp(call_name, fault_names[slot]) != 0) return CUDA_SUCCESS;
   /* Each call takes its own use number, so with several threads exactly one of them gets the nth. */

@@ -116,6 +116,12 @@ void ferry__fault_arm(const char *call_name, int nth, CUresult result);
 void ferry__fault_disarm(void);
 int ferry__fault_hits(void);
 
+/* Test seam: while counting is on (from zero at each ferry__fault_count(1)), every call that passes FERRY_CU or
+ * FERRY_RTC is counted by name. ferry__fault_calls(i, &name) gives the i-th name the seam has seen and its count,
+ * or -1 past the last, so a test can list every call a clean run makes and then fail each use of each. */
+void ferry__fault_count(int on);
+int ferry__fault_calls(int i, const char **name);
+
 /* Set while a fault is armed (and in a child forked after initialisation, see fork.c). Other threads arm it while
  * driver calls run, so it is atomic: written with release after the rest of the seam, read with acquire. */
 extern _Atomic int ferry__fault_armed;

@@ -1,6 +1,6 @@
 /* fake_driver.c — a CUDA driver table that simulates one device in host memory, for CPU tests of the transfer
  * path and of fault injection. "Device" pointers are host pointers; copies are memcpy; the gather kernel's
- * launch runs its work items on the CPU; events complete at once. */
+ * launch runs its work items on the CPU; events complete at once (a test may make queries answer "not ready"). */
 #include "fake_driver.h"
 
 #include <stdlib.h>
@@ -32,7 +32,14 @@ static CUresult f_ssync(CUstream s) { (void)s; return CUDA_SUCCESS; }
 static CUresult f_ecreate(CUevent *e, unsigned f) { (void)f; *e = malloc(1); fake_live_events++; return CUDA_SUCCESS; }
 static CUresult f_edestroy(CUevent e) { free(e); fake_live_events--; return CUDA_SUCCESS; }
 static CUresult f_erecord(CUevent e, CUstream s) { (void)e; (void)s; return CUDA_SUCCESS; }
-static CUresult f_equery(CUevent e) { (void)e; return CUDA_SUCCESS; }
+/* Events complete at once, except that the next fake_queries_not_ready queries answer "still running". */
+_Atomic int fake_queries_not_ready;
+static CUresult f_equery(CUevent e) {
+  (void)e;
+  int n = atomic_load(&fake_queries_not_ready);
+  while (n > 0 && !atomic_compare_exchange_weak(&fake_queries_not_ready, &n, n - 1)) {}
+  return n > 0 ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
 static CUresult f_esync(CUevent e) { (void)e; return CUDA_SUCCESS; }
 /* Registered ranges, so cuPointerGetAttribute can tell pinned (registered) host memory from pageable. */
 #define FAKE_MAX_RANGES 64

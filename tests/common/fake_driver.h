@@ -5,6 +5,8 @@
 #include "internal.h"
 void fake_driver_use(void);
 extern _Atomic int fake_live_events, fake_live_streams, fake_live_devmem, fake_registered;
+/* While positive, each cuEventQuery decrements it and answers CUDA_ERROR_NOT_READY (the copies "still run"). */
+extern _Atomic int fake_queries_not_ready;
 /* Operator runtime (see the end of fake_driver.c): live libraries, graphs and instances; launches of GEMM kernels
  * are recorded, not run. */
 #define FAKE_MAX_NODES 64
