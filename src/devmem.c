@@ -37,10 +37,13 @@ cleanup:
   return st;
 }
 
+static void queue_deferred(int device, CUstream stream);
+
 ferry_status ferry__devmem_alloc(int device, size_t bytes, CUstream stream, CUdeviceptr *out) {
   ferry_status st = FERRY_OK;
   CUmemoryPool p = NULL;
   FERRY_TRY(pool_of(device, &p));
+  queue_deferred(device, stream);
   FERRY_TRY_CU(("allocating %zu bytes on cuda:%d", bytes, device), cuMemAllocFromPoolAsync, out,
                bytes ? bytes : 1, p, stream);
 cleanup:
@@ -66,33 +69,83 @@ ferry_status ferry__devmem_slab(int device, size_t bytes, CUstream stream, ferry
   return FERRY_OK;
 }
 
-/* Frees a device slab stream-ordered on this thread's copy stream, after its own copies (the fence), after the
- * work recorded on other streams (slab.c), and after the work already queued on the legacy default stream, where
- * frameworks run by default: a consumer that dropped its last reference while a kernel on that stream still
- * reads the memory is still safe. The thread is in relaxed capture mode meanwhile, so that the legacy stream's
- * event does not invalidate another thread's graph capture. */
-void ferry__devmem_slab_free(ferry_slab *s) {
-  if (ferry__ctx_enter(s->device) == FERRY_OK) { /* else the context is gone: the process is ending */
-    CUstream stream;
-    CUevent legacy_done = NULL;
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    (void)FERRY_CU(cuThreadExchangeStreamCaptureMode, &mode);
-    if (ferry__thread_stream(s->device, &stream) == FERRY_OK) {
-      if (s->fence && !ferry__fence_done(s->fence)) (void)FERRY_CU(cuStreamWaitEvent, stream, s->fence->ev, 0);
-      for (int i = 0; i < s->n_use_fences; i++)
-        if (!ferry__fence_done(s->use_fences[i])) (void)FERRY_CU(cuStreamWaitEvent, stream, s->use_fences[i]->ev, 0);
-      if (ferry__event_get(s->device, &legacy_done) == FERRY_OK) {
-        if (FERRY_CU(cuEventRecord, legacy_done, CU_STREAM_LEGACY) == CUDA_SUCCESS)
-          (void)FERRY_CU(cuStreamWaitEvent, stream, legacy_done, 0);
-        ferry__event_put(s->device, legacy_done);
-      }
-      (void)FERRY_CU(cuMemFreeAsync, (CUdeviceptr)(uintptr_t)s->data, stream);
-    }
-    (void)FERRY_CU(cuThreadExchangeStreamCaptureMode, &mode);
-    ferry__ctx_leave();
+/* Device slabs whose free could not be queued (the context could not be entered, or a driver call on the way
+ * failed), per device, under pools_lock: the next allocation on that device, which has the context current and
+ * a stream, queues their free. Freeing one without its ordering could hand its memory to a new allocation while
+ * work that uses it still runs. */
+static ferry_slab *deferred[FERRY_MAX_DEVICES];
+
+static void defer_free(ferry_slab *s) {
+  pthread_mutex_lock(&pools_lock);
+  s->next_pending = deferred[s->device];
+  deferred[s->device] = s;
+  pthread_mutex_unlock(&pools_lock);
+}
+
+/* Queues the free of `s` on `stream` (its device's context current, the thread in relaxed capture mode) after its
+ * own copies (the fence), after the work recorded on other streams (slab.c), and after the work already queued on
+ * the legacy default stream, where frameworks run by default: a consumer that dropped its last reference while a
+ * kernel on that stream still reads the memory is still safe. Defers the slab when a call fails, and frees the
+ * record once the free is queued. */
+static void queue_free(ferry_slab *s, CUstream stream) {
+  CUresult r = CUDA_SUCCESS;
+  if (s->fence && !ferry__fence_done(s->fence)) r = FERRY_CU(cuStreamWaitEvent, stream, s->fence->ev, 0);
+  for (int i = 0; i < s->n_use_fences && r == CUDA_SUCCESS; i++)
+    if (!ferry__fence_done(s->use_fences[i])) r = FERRY_CU(cuStreamWaitEvent, stream, s->use_fences[i]->ev, 0);
+  CUevent legacy_done = NULL;
+  if (r == CUDA_SUCCESS && ferry__event_get(s->device, &legacy_done) != FERRY_OK) r = CUDA_ERROR_UNKNOWN;
+  if (legacy_done) {
+    r = FERRY_CU(cuEventRecord, legacy_done, CU_STREAM_LEGACY);
+    if (r == CUDA_SUCCESS) r = FERRY_CU(cuStreamWaitEvent, stream, legacy_done, 0);
+    ferry__event_put(s->device, legacy_done);
+  }
+  if (r == CUDA_SUCCESS) r = FERRY_CU(cuMemFreeAsync, (CUdeviceptr)(uintptr_t)s->data, stream);
+  if (r != CUDA_SUCCESS) {
+    defer_free(s);
+    return;
   }
   ferry__slab_drop_fences(s);
   free(s);
+}
+
+/* The deferred frees of `device` (context current), queued on `stream`. A release returns no status, so errors
+ * met here are not the caller's: the thread's last error is left as it was. */
+static void queue_deferred(int device, CUstream stream) {
+  pthread_mutex_lock(&pools_lock);
+  ferry_slab *list = deferred[device];
+  deferred[device] = NULL;
+  pthread_mutex_unlock(&pools_lock);
+  if (!list) return;
+  ferry_error saved = *ferry_last_error();
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  (void)FERRY_CU(cuThreadExchangeStreamCaptureMode, &mode);
+  while (list) {
+    ferry_slab *s = list;
+    list = s->next_pending;
+    s->next_pending = NULL;
+    queue_free(s, stream);
+  }
+  (void)FERRY_CU(cuThreadExchangeStreamCaptureMode, &mode);
+  ferry__error_restore(&saved);
+}
+
+/* Frees a device slab stream-ordered on this thread's copy stream (queue_free says after what). The thread is in
+ * relaxed capture mode meanwhile, so that the legacy stream's event does not invalidate another thread's graph
+ * capture. A release returns no status: the thread's last error is left as it was. */
+void ferry__devmem_slab_free(ferry_slab *s) {
+  ferry_error saved = *ferry_last_error();
+  if (ferry__ctx_enter(s->device) != FERRY_OK) {
+    defer_free(s);
+  } else {
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    (void)FERRY_CU(cuThreadExchangeStreamCaptureMode, &mode);
+    CUstream stream;
+    if (ferry__thread_stream(s->device, &stream) == FERRY_OK) queue_free(s, stream);
+    else defer_free(s);
+    (void)FERRY_CU(cuThreadExchangeStreamCaptureMode, &mode);
+    ferry__ctx_leave();
+  }
+  ferry__error_restore(&saved);
 }
 
 CUmemoryPool ferry__devmem_pool(int device) {

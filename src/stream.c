@@ -22,11 +22,12 @@ static void destroy_thread_streams(void *p) {
   thread_streams *ts = p;
   for (int d = 0; d < FERRY_MAX_DEVICES; d++) {
     if (!ts->stream[d][0] && !ts->stream[d][1]) continue;
-    if (ferry__ctx_enter(d) == FERRY_OK) {
-      for (int k = 0; k < 2; k++)
-        if (ts->stream[d][k]) (void)FERRY_CU(cuStreamDestroy, ts->stream[d][k]);
-      ferry__ctx_leave();
-    }
+    /* Destroyed even when the context cannot be made current: the call names its stream, whose context it
+     * knows, and skipping it would leak the stream for the process's life. */
+    bool entered = ferry__ctx_enter(d) == FERRY_OK;
+    for (int k = 0; k < 2; k++)
+      if (ts->stream[d][k]) (void)FERRY_CU(cuStreamDestroy, ts->stream[d][k]);
+    if (entered) ferry__ctx_leave();
   }
   free(ts);
 }

@@ -20,10 +20,10 @@ static int64_t strides[N][2];
 /* 40 uint8 tensors: two of 3000 bytes (DMA), many small (gather or pack), one transposed view (strided), one
  * zero-size, and for D2H one host tensor that must pass through. `host_pinned` (H2D) moves the first half of
  * the sources into registered memory so both the kernel-over-PCIe and the CPU-pack routes run. */
-static void make_batch(ferry_tensor *t, int h2d, unsigned char *pinned) {
+static void make_batch(ferry_tensor *t, int h2d, unsigned char *pinned, int npinned) {
   for (int i = 0; i < N; i++) {
     int64_t len = i < 2 ? 3000 : 100 + i * 50;
-    unsigned char *p = (pinned && i < N / 2) ? pinned + (size_t)i * 3000 : src[i];
+    unsigned char *p = (pinned && i < npinned) ? pinned + (size_t)i * 3000 : src[i];
     for (int k = 0; k < 3000; k++) p[k] = (unsigned char)(i * 31 + k);
     shapes[i][0] = len;
     t[i] = (ferry_tensor){p, {h2d ? FERRY_DEVICE_CPU : FERRY_DEVICE_CUDA, 0}, 1, {FERRY_DTYPE_UINT, 8, 1},
@@ -42,9 +42,9 @@ static unsigned char expected_at(const ferry_tensor *in, int i, int64_t k) {
   return p[k];
 }
 
-static void check_exact(const ferry_tensor *in, ferry_transfer *tr, int h2d) {
+static void check_exact(const ferry_tensor *in, ferry_transfer *tr, int h2d, int count) {
   const ferry_tensor *o = ferry_transfer_outputs(tr);
-  for (int i = 0; i < N; i++) {
+  for (int i = 0; i < count; i++) {
     if (!h2d && i == 7) {
       ASSERT(o[i].data == in[i].data); /* passed through untouched */
       ASSERT_EQ(ferry_transfer_output_copied(tr, (size_t)i), 0);
@@ -68,20 +68,21 @@ static ferry_transfer_options options(uint32_t flags) {
   return o;
 }
 
-static ferry_status submit(int h2d, const ferry_tensor *t, const ferry_transfer_options *o, ferry_transfer **tr) {
-  return h2d ? ferry_transfer_h2d(t, N, o, tr) : ferry_transfer_d2h(t, N, o, tr);
+static ferry_status submit(int h2d, const ferry_tensor *t, size_t count, const ferry_transfer_options *o,
+                           ferry_transfer **tr) {
+  return h2d ? ferry_transfer_h2d(t, count, o, tr) : ferry_transfer_d2h(t, count, o, tr);
 }
 
 TEST(fake_d2h_is_exact_and_returns_slab) {
   fake_driver_use();
   ASSERT_OK(ferry_init());
   ferry_tensor t[N];
-  make_batch(t, 0, NULL);
+  make_batch(t, 0, NULL, 0);
   ferry_transfer_options o = options(0);
   ferry_transfer *tr = NULL;
   ASSERT_OK(ferry_transfer_d2h(t, N, &o, &tr));
   ASSERT_OK(ferry_transfer_wait(tr));
-  check_exact(t, tr, 0);
+  check_exact(t, tr, 0, N);
   ferry_pool_stats s;
   ferry_pool_stats_get(&s);
   ASSERT(s.bytes_in_use > 0);
@@ -131,11 +132,11 @@ TEST(fake_h2d_is_exact_over_every_route) {
   size_t pinned_bytes;
   ASSERT_OK(ferry__pin(N * 3000, &pinned, &pinned_bytes));
   ferry_tensor t[N];
-  make_batch(t, 1, pinned);
+  make_batch(t, 1, pinned, N / 2);
   ferry_transfer_options o = options(FERRY_TRANSFER_BLOCKING);
   ferry_transfer *tr = NULL;
   ASSERT_OK(ferry_transfer_h2d(t, N, &o, &tr));
-  check_exact(t, tr, 1);
+  check_exact(t, tr, 1, N);
   ferry_transfer_release(tr);
   ASSERT_EQ(fake_live_devmem, 0);
   ferry_pool_stats s;
@@ -157,99 +158,345 @@ TEST(d2h_of_an_empty_tensor_with_overflowing_strides_is_refused) {
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "strides");
 }
 
-/* ---- faults ---------------------------------------------------------------------------------------------- */
+/* ---- the fault matrix -------------------------------------------------------------------------------------
+ *
+ * A transfer's life is a list of steps through the public API: submit, query, wait, query and wait again,
+ * release, trim the pool, and the end of the submitting thread (its streams are destroyed then). For one
+ * configuration (direction × blocking or not × a batch with or without the gather route), a clean run in a fresh
+ * process counts every driver call each step makes (ferry__fault_count); then, for every call and every use n of
+ * it, a fresh process fails exactly that use and checks:
+ *   - the step it fell in returns an error whose call and message name the failed call (a failed submission
+ *     returns no ticket), unless the call is one whose failure that step absorbs (see `absorbed`);
+ *   - the error sticks: every later query and wait of the ticket returns the same status and names the call;
+ *   - no step returns an error before the fault, and a ticket whose steps all returned FERRY_OK is byte-exact;
+ *   - nothing leaks: after release and trim the pool has no bytes in use or pinned, and the simulated driver has
+ *     no live event, stream, device allocation or registered range left (a failed destroy or free may leave its
+ *     one object: ferry cannot free what the driver refuses to);
+ *   - the library stays usable: a clean transfer afterwards is byte-exact and returns everything.
+ * New steps (a chunked submission, say) are new rows of `steps` and run through the same checks. */
 
-enum { CASE_CLEAN = 0, CASE_BAD = 1, CASE_NOT_REACHED = 3 };
+enum { MODE_BLOCKING, MODE_ASYNC, MODE_ASYNC_RUNNING };
+static const char *const mode_names[] = {"blocking", "async", "async, still running at the first query"};
+enum { BATCH_GATHER, BATCH_DMA };
 
-/* Runs in a child process: arms `call` to fail at its `nth` use, submits, and checks everything listed above. */
-static int fault_case(int h2d, const char *call, int nth) {
+typedef struct matrix_config {
+  int h2d, mode, batch;
+} matrix_config;
+
+typedef enum step_id {
+  STEP_SUBMIT, STEP_QUERY, STEP_WAIT, STEP_QUERY_AGAIN, STEP_WAIT_AGAIN, STEP_RELEASE, STEP_TRIM, STEP_THREAD_EXIT,
+  STEPS
+} step_id;
+static const char *const step_names[STEPS] = {"submit", "query", "wait", "query again", "wait again", "release",
+                                               "trim", "thread exit"};
+static int step_reports(int s) { return s != STEP_RELEASE && s != STEP_THREAD_EXIT; } /* returns a status */
+
+/* The inputs of one configuration, and what a run of its life recorded. */
+typedef struct life {
+  matrix_config c;
+  ferry_tensor t[N];
+  size_t count;
+  void *pinned;
+  size_t pinned_bytes;
+  ferry_transfer_options o;
+  ferry_status st[STEPS];
+  ferry_error err[STEPS];
+  int ticket;                  /* the submission returned a ticket */
+  int exact;                   /* -1: not checked (some step failed), else 1 */
+  void (*after)(struct life *, int step);
+  /* fault runs */
+  const char *call;
+  int nth, fired;              /* the step in which the armed use happened, -1 before */
+  /* counting runs */
+  int counts[STEPS][64];
+  const char *names[64];
+  int nnames;
+} life;
+
+static void life_make(life *l, matrix_config c) {
+  memset(l, 0, sizeof *l);
+  l->c = c;
+  l->fired = -1;
+  l->exact = -1;
+  if (c.h2d && ferry__pin(N * 3000, &l->pinned, &l->pinned_bytes) != FERRY_OK)
+    FAIL_AT("pinning the sources: %s", ferry_last_error_message());
+  /* The gather batch: 40 tensors, half of the H2D sources pinned. The DMA batch: its two 3000-byte tensors, one
+   * pinned and one pageable for H2D; nothing for the gather kernel. */
+  make_batch(l->t, c.h2d, l->pinned, c.batch == BATCH_GATHER ? N / 2 : 1);
+  l->count = c.batch == BATCH_GATHER ? N : 2;
+  l->o = options(c.mode == MODE_BLOCKING ? FERRY_TRANSFER_BLOCKING : 0);
+  ferry__pipeline_chunk_min = 4096; /* several gather chunks, so every per-chunk call is faulted too */
+}
+
+static void life_free(life *l) {
+  if (l->pinned) ferry__unpin(l->pinned, l->pinned_bytes);
+}
+
+/* One step: clear the thread's error first, so an error must be reported by the step itself. */
+static void step_done(life *l, int s, ferry_status st) {
+  l->st[s] = st;
+  l->err[s] = *ferry_last_error();
+  if (l->after) l->after(l, s);
+}
+
+/* The steps up to the thread's end (run on a thread of its own, so that end is a step too). */
+static void *live(void *arg) {
+  life *l = arg;
+  ferry_transfer *tr = NULL;
+  ferry_clear_error();
+  step_done(l, STEP_SUBMIT, submit(l->c.h2d, l->t, l->count, &l->o, &tr));
+  l->ticket = tr != NULL;
+  static const step_id completion[] = {STEP_QUERY, STEP_WAIT, STEP_QUERY_AGAIN, STEP_WAIT_AGAIN};
+  int failed = l->st[STEP_SUBMIT] != FERRY_OK;
+  for (size_t k = 0; k < sizeof completion / sizeof *completion; k++) {
+    int s = completion[k];
+    ferry_clear_error();
+    if (s == STEP_QUERY && l->c.mode == MODE_ASYNC_RUNNING) atomic_store(&fake_queries_not_ready, 1);
+    ferry_status st = !tr ? FERRY_OK : (s == STEP_QUERY || s == STEP_QUERY_AGAIN) ? ferry_transfer_query(tr)
+                                                                                   : ferry_transfer_wait(tr);
+    atomic_store(&fake_queries_not_ready, 0);
+    failed |= st != FERRY_OK && !(s == STEP_QUERY && st == FERRY_NOT_READY);
+    step_done(l, s, st);
+  }
+  if (tr && !failed) {
+    check_exact(l->t, tr, l->c.h2d, (int)l->count);
+    l->exact = 1;
+  }
+  /* Release returns nothing, and leaves the thread's last error as it was (here: a known one). */
+  (void)ferry_transfer_wait(NULL);
+  ferry_error before = *ferry_last_error();
+  ferry_transfer_release(tr);
+  if (strcmp(ferry_last_error()->message, before.message) != 0)
+    FAIL_AT("release changed the thread's last error to: %s", ferry_last_error_message());
+  step_done(l, STEP_RELEASE, FERRY_OK);
+  ferry_clear_error();
+  step_done(l, STEP_TRIM, ferry_pool_trim());
+  return NULL;
+}
+
+static void live_on_a_thread(life *l) {
+  pthread_t th;
+  if (pthread_create(&th, NULL, live, l) != 0) FAIL_AT("pthread_create failed");
+  pthread_join(th, NULL);
+  step_done(l, STEP_THREAD_EXIT, FERRY_OK);
+}
+
+/* ---- counting: which calls each step makes in a clean run ---- */
+
+static void count_after(life *l, int s) {
+  const char *name;
+  int c;
+  for (int i = 0; (c = ferry__fault_calls(i, &name)) >= 0 && i < 64; i++) {
+    l->names[i] = name;
+    l->counts[s][i] = c;
+    if (i >= l->nnames) l->nnames = i + 1;
+  }
+}
+
+/* In a child: the clean run, written to `fd` as one line per call: "name count-in-step-0 count-in-step-1 ...". */
+static int count_calls(matrix_config c, int fd) {
   fake_driver_use();
   ASSERT_OK(ferry_init());
-  void *pinned = NULL;
-  size_t pinned_bytes = 0;
-  if (h2d && ferry__pin(N * 3000, &pinned, &pinned_bytes) != FERRY_OK) return CASE_BAD;
-  ferry_tensor t[N];
-  make_batch(t, h2d, pinned);
-  ferry_transfer_options o = options(FERRY_TRANSFER_BLOCKING);
-  ferry__pipeline_chunk_min = 4096; /* several gather chunks, so every per-chunk call is faulted too */
-  ferry_pool_stats before;
-  ferry_pool_stats_get(&before);
-  ferry__fault_arm(call, nth, CUDA_ERROR_LAUNCH_FAILED);
-  ferry_transfer *tr = NULL;
-  ferry_status st = submit(h2d, t, &o, &tr);
-  int hits = ferry__fault_hits();
-  ferry__fault_disarm();
-  if (hits < nth) {
-    ASSERT_OK(st);
-    ferry_transfer_release(tr);
-    return CASE_NOT_REACHED;
+  life *l = calloc(1, sizeof *l);
+  life_make(l, c);
+  l->after = count_after;
+  ferry__fault_count(1);
+  live_on_a_thread(l);
+  ferry__fault_count(0);
+  if (l->exact != 1) FAIL_AT("the clean run of this configuration was not exact");
+  FILE *out = fdopen(fd, "w");
+  for (int i = 0; i < l->nnames; i++) {
+    fprintf(out, "%s", l->names[i]);
+    for (int s = 0; s < STEPS; s++) fprintf(out, " %d", l->counts[s][i] - (s ? l->counts[s - 1][i] : 0));
+    fprintf(out, "\n");
   }
-  if (!strcmp(call, "cuPointerGetAttribute")) {
-    /* A failed pinned-memory query only makes ferry treat the source as pageable: still exact. */
-    ASSERT_OK(st);
-    check_exact(t, tr, h2d);
-    ferry_transfer_release(tr);
-    return CASE_CLEAN;
-  }
-  if (st == FERRY_OK) FAIL_AT("a failing %s (use %d) was not reported", call, nth);
-  ASSERT(tr == NULL);
-  ASSERT_STR_CONTAINS(ferry_last_error()->call, call);
-  ASSERT_STR_CONTAINS(ferry_last_error_message(), call);
-  ASSERT_EQ(ferry_last_error()->cu_result, CUDA_ERROR_LAUNCH_FAILED);
-  ferry_pool_stats after;
-  ferry_pool_stats_get(&after);
-  if (after.bytes_in_use != before.bytes_in_use)
-    FAIL_AT("after a failing %s (use %d) the pool holds %llu bytes in use (before: %llu)", call, nth,
-            (unsigned long long)after.bytes_in_use, (unsigned long long)before.bytes_in_use);
-  if (fake_live_devmem != 0) FAIL_AT("after a failing %s (use %d), %d device allocations leaked", call, nth,
-                                     fake_live_devmem);
-  /* The thread's stream and the pool stay usable: the next transfer is exact. */
-  ASSERT_OK(submit(h2d, t, &o, &tr));
-  check_exact(t, tr, h2d);
-  ferry_transfer_release(tr);
-  ferry_pool_stats_get(&after);
-  ASSERT_EQ(after.bytes_in_use, before.bytes_in_use);
-  ASSERT_EQ(fake_live_devmem, 0);
-  if (pinned) ferry__unpin(pinned, pinned_bytes);
-  return CASE_CLEAN;
+  fclose(out);
+  life_free(l);
+  return 0;
 }
 
-static void fault_every_use_of(int h2d, const char *const *calls, size_t ncalls) {
-  for (size_t c = 0; c < ncalls; c++) {
-    for (int nth = 1; nth <= 48; nth++) {
-      fflush(NULL);
-      pid_t pid = fork();
-      if (pid == 0) _exit(fault_case(h2d, calls[c], nth));
-      int status = 0;
-      waitpid(pid, &status, 0);
-      int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
-      if (rc == CASE_NOT_REACHED) {
-        /* A listed call the path never makes means the list no longer describes the code. */
-        if (nth == 1) FAIL_AT("%s is never called on the %s path: update the list", calls[c], h2d ? "H2D" : "D2H");
-        break;
-      }
-      if (rc != CASE_CLEAN) FAIL_AT("%s failing at use %d was not handled cleanly (child status %d)", calls[c], nth, rc);
+/* ---- failing one use of one call ---- */
+
+/* Calls whose failure a step absorbs by design, so the step may still return FERRY_OK (and then its result must
+ * be exact). Destroys and frees have no caller to report to (their objects may stay, see above); a failed
+ * pinned-memory query only makes ferry treat the H2D source as pageable. */
+static int absorbed(const char *call, int step) {
+  if (!strcmp(call, "cuEventDestroy") || !strcmp(call, "cuStreamDestroy") || !strcmp(call, "cuMemFreeAsync") ||
+      !strcmp(call, "cuMemHostUnregister") || !strcmp(call, "cuModuleUnload") || !strcmp(call, "cuMemPoolDestroy"))
+    return 1;
+  if (!strcmp(call, "cuPointerGetAttribute") && step == STEP_SUBMIT) return 1;
+  /* Leaving the context after the work is done: the result stands; the context merely stays current. */
+  if (!strcmp(call, "cuCtxPopCurrent")) return 1;
+  return 0;
+}
+
+static void fault_after(life *l, int s) {
+  if (l->fired < 0 && ferry__fault_hits() >= l->nth) l->fired = s;
+  if (s == STEP_THREAD_EXIT) ferry__fault_disarm();
+}
+
+static void expect_names_call(const life *l, int s) {
+  const ferry_error *e = &l->err[s];
+  if (e->status != l->st[s])
+    FAIL_AT("%s returned %s but recorded %s as the thread's error", step_names[s], ferry_status_name(l->st[s]),
+            ferry_status_name(e->status));
+  if (strcmp(e->call, l->call) != 0 || !strstr(e->message, l->call) || e->cu_result != CUDA_ERROR_LAUNCH_FAILED)
+    FAIL_AT("%s after %s failed at use %d (in %s): error names '%s' (CUresult %d): %s", step_names[s], l->call,
+            l->nth, step_names[l->fired], e->call, e->cu_result, e->message);
+}
+
+/* `live` objects of a kind remain; at most `allowed`, one more when the failed call was the one destroying them. */
+static void expect_at_most(const life *l, const char *what, int live, int allowed, const char *destroy) {
+  if (!strcmp(l->call, destroy)) allowed++;
+  if (live > allowed)
+    FAIL_AT("%s failing at use %d (in %s): %d %s live at the end (at most %d expected)", l->call, l->nth,
+            step_names[l->fired], live, what, allowed);
+}
+
+static int fault_case(matrix_config c, const char *call, int nth) {
+  fake_driver_use();
+  ASSERT_OK(ferry_init());
+  life *l = calloc(1, sizeof *l);
+  life_make(l, c);
+  l->after = fault_after;
+  l->call = call;
+  l->nth = nth;
+  ferry__fault_arm(call, nth, CUDA_ERROR_LAUNCH_FAILED);
+  live_on_a_thread(l);
+  if (l->fired < 0) FAIL_AT("%s use %d was never made, though the clean run made it", call, nth);
+  const char *where = step_names[l->fired];
+
+  /* No error before the fault; the step it fell in reports it, unless it absorbs it. */
+  for (int s = 0; s < l->fired; s++)
+    if (step_reports(s) && l->st[s] != FERRY_OK && !(s == STEP_QUERY && l->st[s] == FERRY_NOT_READY))
+      FAIL_AT("%s returned %s before %s failed (use %d, in %s)", step_names[s], ferry_status_name(l->st[s]), call, nth,
+              where);
+  int reported = step_reports(l->fired) && l->st[l->fired] != FERRY_OK &&
+                 !(l->fired == STEP_QUERY && l->st[l->fired] == FERRY_NOT_READY);
+  if (step_reports(l->fired) && !reported && !absorbed(call, l->fired) && !(l->fired > STEP_SUBMIT && !l->ticket))
+    FAIL_AT("%s failing at use %d (in %s) was not reported: %s returned %s", call, nth, where, where,
+            ferry_status_name(l->st[l->fired]));
+  if (reported) expect_names_call(l, l->fired);
+  if (l->fired == STEP_SUBMIT && reported && l->ticket) FAIL_AT("a failed submission returned a ticket");
+
+  /* Sticky: once a query or wait failed, every later one returns that status and names the call. */
+  int first_failed = -1;
+  for (int s = STEP_QUERY; s <= STEP_WAIT_AGAIN; s++) {
+    int failed = l->st[s] != FERRY_OK && !(s == STEP_QUERY && l->st[s] == FERRY_NOT_READY);
+    if (first_failed >= 0) {
+      if (l->st[s] != l->st[first_failed])
+        FAIL_AT("%s returned %s after %s had returned %s (%s failed at use %d, in %s): the error did not stick",
+                step_names[s], ferry_status_name(l->st[s]), step_names[first_failed],
+                ferry_status_name(l->st[first_failed]), call, nth, where);
+      expect_names_call(l, s);
+    } else if (failed) {
+      first_failed = s;
     }
   }
+  if (l->exact != 1 && l->ticket && first_failed < 0 && l->st[STEP_SUBMIT] == FERRY_OK)
+    FAIL_AT("every step succeeded but the outputs were not checked");
+
+  /* Nothing leaks. The pool has no bytes in use once the ticket is released, and the submitting thread's
+   * streams are gone with it. */
+  ferry_pool_stats ps;
+  ferry_pool_stats_get(&ps);
+  if (ps.bytes_in_use != 0)
+    FAIL_AT("%s failing at use %d (in %s): %llu pool bytes in use after release", call, nth, where,
+            (unsigned long long)ps.bytes_in_use);
+  expect_at_most(l, "streams", atomic_load(&fake_live_streams), 0, "cuStreamDestroy");
+
+  /* Still usable: a clean transfer on this (main) thread is exact and returns its memory. It also queues the
+   * frees a failed release had to defer. */
+  ferry_transfer *tr = NULL;
+  ferry_transfer_options o = options(FERRY_TRANSFER_BLOCKING);
+  ASSERT_OK(submit(c.h2d, l->t, l->count, &o, &tr));
+  check_exact(l->t, tr, c.h2d, (int)l->count);
+  ferry_transfer_release(tr);
+  ferry_pool_stats_get(&ps);
+  ASSERT_EQ(ps.bytes_in_use, 0);
+
+  /* Then a trim (of a region reserved for the purpose, so it also empties the event list) leaves nothing pinned,
+   * and the simulated driver holds no event, device allocation or registered range but the test's own. */
+  ASSERT_OK(ferry_pool_reserve(1));
+  ASSERT_OK(ferry_pool_trim());
+  ferry_pool_stats_get(&ps);
+  if (ps.bytes_pinned != 0 && strcmp(call, "cuMemHostUnregister") != 0)
+    FAIL_AT("%s failing at use %d (in %s): %llu bytes still pinned after trim", call, nth, where,
+            (unsigned long long)ps.bytes_pinned);
+  expect_at_most(l, "events", atomic_load(&fake_live_events), 0, "cuEventDestroy");
+  expect_at_most(l, "device allocations", atomic_load(&fake_live_devmem), 0, "cuMemFreeAsync");
+  expect_at_most(l, "registered ranges", atomic_load(&fake_registered), c.h2d ? 1 : 0, "cuMemHostUnregister");
+  life_free(l);
+  return 0;
 }
 
-TEST(fault_at_every_d2h_call_is_clean) {
-  static const char *const calls[] = {
-      "cuCtxPushCurrent", "cuDevicePrimaryCtxRetain", "cuStreamCreate", "cuEventCreate", "cuEventRecord",
-      "cuStreamWaitEvent", "cuMemHostRegister", "cuMemPoolCreate", "cuMemPoolSetAttribute",
-      "cuMemAllocFromPoolAsync", "cuModuleLoadData", "cuModuleGetFunction", "cuMemcpyHtoDAsync", "cuLaunchKernel",
-      "cuMemcpyAsync", "cuMemFreeAsync", "cuMemcpyBatchAsync_v13", "cuEventSynchronize"};
-  fault_every_use_of(0, calls, sizeof calls / sizeof *calls);
+/* Runs `fn` in a child process; its exit status (0: passed). */
+static int in_child(int (*fn)(matrix_config, const char *, int), matrix_config c, const char *call, int nth) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) _exit(fn(c, call, nth));
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-TEST(fault_at_every_h2d_call_is_clean) {
-  static const char *const calls[] = {
-      "cuCtxPushCurrent", "cuDevicePrimaryCtxRetain", "cuPointerGetAttribute", "cuStreamCreate", "cuEventCreate",
-      "cuEventRecord", "cuStreamWaitEvent", "cuMemHostRegister", "cuMemPoolCreate", "cuMemPoolSetAttribute",
-      "cuMemAllocFromPoolAsync", "cuModuleLoadData", "cuModuleGetFunction", "cuMemcpyHtoDAsync", "cuLaunchKernel",
-      "cuMemcpyBatchAsync_v13", "cuEventSynchronize"};
-  fault_every_use_of(1, calls, sizeof calls / sizeof *calls);
+static int count_child(matrix_config c, const char *unused, int fd) {
+  (void)unused;
+  return count_calls(c, fd);
 }
+
+/* The whole matrix of one configuration: prints one line, returns the number of failed cases. */
+static int fault_matrix(matrix_config c) {
+  int fds[2];
+  ASSERT(pipe(fds) == 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    _exit(count_child(c, NULL, fds[1]));
+  }
+  close(fds[1]);
+  FILE *in = fdopen(fds[0], "r");
+  char name[64];
+  int per_step[STEPS], cases = 0, calls = 0, failures = 0, in_step[STEPS] = {0};
+  while (fscanf(in, "%63s", name) == 1) {
+    int total = 0;
+    for (int s = 0; s < STEPS; s++) {
+      if (fscanf(in, "%d", &per_step[s]) != 1) FAIL_AT("unreadable call counts");
+      total += per_step[s];
+      in_step[s] += per_step[s];
+    }
+    if (total == 0) continue;
+    calls++;
+    for (int nth = 1; nth <= total; nth++, cases++)
+      if (in_child(fault_case, c, name, nth) != 0) {
+        fprintf(stderr, "  ^ %s %s, %s batch: %s failing at use %d\n", c.h2d ? "H2D" : "D2H", mode_names[c.mode],
+                c.batch == BATCH_GATHER ? "gather" : "DMA-only", name, nth);
+        failures++;
+      }
+  }
+  fclose(in);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) FAIL_AT("the counting run failed");
+  printf("  %s, %s, %s batch: %d calls, %d call x use cases (per step:", c.h2d ? "H2D" : "D2H", mode_names[c.mode],
+         c.batch == BATCH_GATHER ? "gather" : "DMA-only", calls, cases);
+  for (int s = 0; s < STEPS; s++) printf(" %s %d%s", step_names[s], in_step[s], s + 1 < STEPS ? "," : ")");
+  printf(", %d failed\n", failures);
+  return failures;
+}
+
+static void fault_matrix_all_modes(int h2d, int batch) {
+  int failures = 0;
+  for (int mode = MODE_BLOCKING; mode <= MODE_ASYNC_RUNNING; mode++)
+    failures += fault_matrix((matrix_config){h2d, mode, batch});
+  if (failures) FAIL_AT("%d cases failed (listed above)", failures);
+}
+
+TEST(every_call_failing_in_a_d2h_with_gather_is_reported_and_leaks_nothing) { fault_matrix_all_modes(0, BATCH_GATHER); }
+TEST(every_call_failing_in_a_d2h_of_dma_only_is_reported_and_leaks_nothing) { fault_matrix_all_modes(0, BATCH_DMA); }
+TEST(every_call_failing_in_an_h2d_with_gather_is_reported_and_leaks_nothing) { fault_matrix_all_modes(1, BATCH_GATHER); }
+TEST(every_call_failing_in_an_h2d_of_dma_only_is_reported_and_leaks_nothing) { fault_matrix_all_modes(1, BATCH_DMA); }
 
 /* ---- the fault seam under threads ------------------------------------------------------------------------ */
 
@@ -326,7 +573,7 @@ TEST(pool_reuses_and_trims) {
   fake_driver_use();
   ASSERT_OK(ferry_init());
   ferry_tensor t[N];
-  make_batch(t, 0, NULL);
+  make_batch(t, 0, NULL, 0);
   ferry_transfer_options o = options(0);
   ferry_transfer *a = NULL, *b = NULL;
   ASSERT_OK(ferry_transfer_d2h(t, N, &o, &a));

@@ -32,8 +32,10 @@
   X(fake_d2h_pipeline_chunks_are_exact)     \
   X(fake_h2d_is_exact_over_every_route)     \
   X(d2h_of_an_empty_tensor_with_overflowing_strides_is_refused) \
-  X(fault_at_every_d2h_call_is_clean)       \
-  X(fault_at_every_h2d_call_is_clean)       \
+  X(every_call_failing_in_a_d2h_with_gather_is_reported_and_leaks_nothing) \
+  X(every_call_failing_in_a_d2h_of_dma_only_is_reported_and_leaks_nothing) \
+  X(every_call_failing_in_an_h2d_with_gather_is_reported_and_leaks_nothing) \
+  X(every_call_failing_in_an_h2d_of_dma_only_is_reported_and_leaks_nothing) \
   X(parts_d2h_outputs_follow_in_order_each_part_in_its_own_slab) \
   X(parts_h2d_outputs_follow_in_order_each_part_in_its_own_slab) \
   X(parts_are_planned_from_copies_of_the_descriptors) \
