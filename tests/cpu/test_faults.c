@@ -160,36 +160,41 @@ TEST(d2h_of_an_empty_tensor_with_overflowing_strides_is_refused) {
 
 /* ---- the fault matrix -------------------------------------------------------------------------------------
  *
- * A transfer's life is a list of steps through the public API: submit, query, wait, query and wait again,
- * release, trim the pool, and the end of the submitting thread (its streams are destroyed then). For one
- * configuration (direction × blocking or not × a batch with or without the gather route), a clean run in a fresh
- * process counts every driver call each step makes (ferry__fault_count); then, for every call and every use n of
- * it, a fresh process fails exactly that use and checks:
- *   - the step it fell in returns an error whose call and message name the failed call (a failed submission
- *     returns no ticket), unless the call is one whose failure that step absorbs (see `absorbed`);
- *   - the error sticks: every later query and wait of the ticket returns the same status and names the call;
+ * A transfer's life is a list of steps through the public API: the submission (one call, or begin, add, order
+ * after the legacy stream, add more, end), query, wait, query and wait again, release, trim the pool, and the end
+ * of the submitting thread (its streams are destroyed then). For one configuration (direction, one call or
+ * parts, blocking or not, a batch with or without the gather route), a clean run in a fresh process counts every
+ * driver call each step makes (ferry__fault_count); then, for every call and every use n of it, a fresh process
+ * fails exactly that use and checks:
+ *   - the step it fell in returns an error whose call and message name the failed call (a failed submission or
+ *     begin returns no ticket), unless the call is one whose failure that step absorbs (see `absorbed`);
+ *   - the error sticks: every later add, end, query and wait of the ticket returns the same status and names the
+ *     call;
  *   - no step returns an error before the fault, and a ticket whose steps all returned FERRY_OK is byte-exact;
+ *   - release leaves the thread's last error alone;
  *   - nothing leaks: after release and trim the pool has no bytes in use or pinned, and the simulated driver has
  *     no live event, stream, device allocation or registered range left (a failed destroy or free may leave its
  *     one object: ferry cannot free what the driver refuses to);
  *   - the library stays usable: a clean transfer afterwards is byte-exact and returns everything.
- * New steps (a chunked submission, say) are new rows of `steps` and run through the same checks. */
+ * A new entry point is a new step here, and runs through the same checks. */
 
 enum { MODE_BLOCKING, MODE_ASYNC, MODE_ASYNC_RUNNING };
 static const char *const mode_names[] = {"blocking", "async", "async, still running at the first query"};
 enum { BATCH_GATHER, BATCH_DMA };
 
 typedef struct matrix_config {
-  int h2d, mode, batch;
+  int h2d, parts, mode, batch;
 } matrix_config;
 
 typedef enum step_id {
-  STEP_SUBMIT, STEP_QUERY, STEP_WAIT, STEP_QUERY_AGAIN, STEP_WAIT_AGAIN, STEP_RELEASE, STEP_TRIM, STEP_THREAD_EXIT,
-  STEPS
+  STEP_BEGIN, STEP_ADD, STEP_ORDER_AFTER, STEP_ADD_MORE, STEP_END, STEP_QUERY, STEP_WAIT, STEP_QUERY_AGAIN,
+  STEP_WAIT_AGAIN, STEP_RELEASE, STEP_TRIM, STEP_THREAD_EXIT, STEPS
 } step_id;
-static const char *const step_names[STEPS] = {"submit", "query", "wait", "query again", "wait again", "release",
-                                               "trim", "thread exit"};
+static const char *const step_names[STEPS] = {"submit", "add", "order after", "add more", "end", "query", "wait",
+                                               "query again", "wait again", "release", "trim", "thread exit"};
 static int step_reports(int s) { return s != STEP_RELEASE && s != STEP_THREAD_EXIT; } /* returns a status */
+static int step_on_ticket(int s) { return s >= STEP_ADD && s <= STEP_WAIT_AGAIN; }    /* errors stick here */
+static int step_failed(int s, ferry_status st) { return st != FERRY_OK && !(s == STEP_QUERY && st == FERRY_NOT_READY); }
 
 /* The inputs of one configuration, and what a run of its life recorded. */
 typedef struct life {
@@ -201,7 +206,7 @@ typedef struct life {
   ferry_transfer_options o;
   ferry_status st[STEPS];
   ferry_error err[STEPS];
-  int ticket;                  /* the submission returned a ticket */
+  int ticket;                  /* the submission or begin returned a ticket */
   int exact;                   /* -1: not checked (some step failed), else 1 */
   void (*after)(struct life *, int step);
   /* fault runs */
@@ -213,6 +218,12 @@ typedef struct life {
   int nnames;
 } life;
 
+static const char *config_text(matrix_config c, char *buf, size_t size) {
+  snprintf(buf, size, "%s %s, %s, %s batch", c.h2d ? "H2D" : "D2H", c.parts ? "in parts" : "in one call",
+           mode_names[c.mode], c.batch == BATCH_GATHER ? "gather" : "DMA-only");
+  return buf;
+}
+
 static void life_make(life *l, matrix_config c) {
   memset(l, 0, sizeof *l);
   l->c = c;
@@ -221,7 +232,7 @@ static void life_make(life *l, matrix_config c) {
   if (c.h2d && ferry__pin(N * 3000, &l->pinned, &l->pinned_bytes) != FERRY_OK)
     FAIL_AT("pinning the sources: %s", ferry_last_error_message());
   /* The gather batch: 40 tensors, half of the H2D sources pinned. The DMA batch: its two 3000-byte tensors, one
-   * pinned and one pageable for H2D; nothing for the gather kernel. */
+   * pinned and one pageable for H2D; nothing for the gather kernel. Parts: the first half, then the rest. */
   make_batch(l->t, c.h2d, l->pinned, c.batch == BATCH_GATHER ? N / 2 : 1);
   l->count = c.batch == BATCH_GATHER ? N : 2;
   l->o = options(c.mode == MODE_BLOCKING ? FERRY_TRANSFER_BLOCKING : 0);
@@ -232,30 +243,43 @@ static void life_free(life *l) {
   if (l->pinned) ferry__unpin(l->pinned, l->pinned_bytes);
 }
 
-/* One step: clear the thread's error first, so an error must be reported by the step itself. */
 static void step_done(life *l, int s, ferry_status st) {
   l->st[s] = st;
   l->err[s] = *ferry_last_error();
   if (l->after) l->after(l, s);
 }
 
-/* The steps up to the thread's end (run on a thread of its own, so that end is a step too). */
+/* Step s of the submission or of the ticket's completion; FERRY_OK without a call for a step this form lacks. */
+static ferry_status run_step(life *l, int s, ferry_transfer **tr) {
+  size_t half = l->count / 2;
+  int h2d = l->c.h2d;
+  if (s == STEP_BEGIN && !l->c.parts) return submit(h2d, l->t, l->count, &l->o, tr);
+  if (s == STEP_BEGIN) return h2d ? ferry_transfer_begin_h2d(&l->o, tr) : ferry_transfer_begin_d2h(&l->o, tr);
+  if (!*tr || (s <= STEP_END && !l->c.parts)) return FERRY_OK;
+  switch (s) {
+  case STEP_ADD: return ferry_transfer_add(*tr, l->t, half);
+  case STEP_ORDER_AFTER: return ferry_transfer_order_after(*tr, NULL, NULL); /* the legacy default stream */
+  case STEP_ADD_MORE: return ferry_transfer_add(*tr, l->t + half, l->count - half);
+  case STEP_END: return ferry_transfer_end(*tr);
+  case STEP_QUERY:
+  case STEP_QUERY_AGAIN: return ferry_transfer_query(*tr);
+  default: return ferry_transfer_wait(*tr);
+  }
+}
+
+/* The steps up to the thread's end (run on a thread of its own, so that end is a step too). Each starts with the
+ * thread's error cleared, so an error must be recorded by the step itself. */
 static void *live(void *arg) {
   life *l = arg;
   ferry_transfer *tr = NULL;
-  ferry_clear_error();
-  step_done(l, STEP_SUBMIT, submit(l->c.h2d, l->t, l->count, &l->o, &tr));
-  l->ticket = tr != NULL;
-  static const step_id completion[] = {STEP_QUERY, STEP_WAIT, STEP_QUERY_AGAIN, STEP_WAIT_AGAIN};
-  int failed = l->st[STEP_SUBMIT] != FERRY_OK;
-  for (size_t k = 0; k < sizeof completion / sizeof *completion; k++) {
-    int s = completion[k];
+  int failed = 0;
+  for (int s = STEP_BEGIN; s <= STEP_WAIT_AGAIN; s++) {
     ferry_clear_error();
     if (s == STEP_QUERY && l->c.mode == MODE_ASYNC_RUNNING) atomic_store(&fake_queries_not_ready, 1);
-    ferry_status st = !tr ? FERRY_OK : (s == STEP_QUERY || s == STEP_QUERY_AGAIN) ? ferry_transfer_query(tr)
-                                                                                   : ferry_transfer_wait(tr);
+    ferry_status st = run_step(l, s, &tr);
     atomic_store(&fake_queries_not_ready, 0);
-    failed |= st != FERRY_OK && !(s == STEP_QUERY && st == FERRY_NOT_READY);
+    failed |= step_failed(s, st);
+    if (s == STEP_BEGIN) l->ticket = tr != NULL;
     step_done(l, s, st);
   }
   if (tr && !failed) {
@@ -324,7 +348,7 @@ static int absorbed(const char *call, int step) {
   if (!strcmp(call, "cuEventDestroy") || !strcmp(call, "cuStreamDestroy") || !strcmp(call, "cuMemFreeAsync") ||
       !strcmp(call, "cuMemHostUnregister") || !strcmp(call, "cuModuleUnload") || !strcmp(call, "cuMemPoolDestroy"))
     return 1;
-  if (!strcmp(call, "cuPointerGetAttribute") && step == STEP_SUBMIT) return 1;
+  if (!strcmp(call, "cuPointerGetAttribute") && step <= STEP_END) return 1; /* where H2D sources are read */
   /* Leaving the context after the work is done: the result stands; the context merely stays current. */
   if (!strcmp(call, "cuCtxPopCurrent")) return 1;
   return 0;
@@ -366,34 +390,35 @@ static int fault_case(matrix_config c, const char *call, int nth) {
   if (l->fired < 0) FAIL_AT("%s use %d was never made, though the clean run made it", call, nth);
   const char *where = step_names[l->fired];
 
-  /* No error before the fault; the step it fell in reports it, unless it absorbs it. */
+  /* No error before the fault; the step it fell in reports it, unless it absorbs it (or, with no ticket, the
+   * step was not run at all). */
   for (int s = 0; s < l->fired; s++)
-    if (step_reports(s) && l->st[s] != FERRY_OK && !(s == STEP_QUERY && l->st[s] == FERRY_NOT_READY))
+    if (step_reports(s) && step_failed(s, l->st[s]))
       FAIL_AT("%s returned %s before %s failed (use %d, in %s)", step_names[s], ferry_status_name(l->st[s]), call, nth,
               where);
-  int reported = step_reports(l->fired) && l->st[l->fired] != FERRY_OK &&
-                 !(l->fired == STEP_QUERY && l->st[l->fired] == FERRY_NOT_READY);
-  if (step_reports(l->fired) && !reported && !absorbed(call, l->fired) && !(l->fired > STEP_SUBMIT && !l->ticket))
+  int reported = step_reports(l->fired) && step_failed(l->fired, l->st[l->fired]);
+  int ran = l->fired == STEP_BEGIN || !step_on_ticket(l->fired) || l->ticket;
+  if (step_reports(l->fired) && ran && !reported && !absorbed(call, l->fired))
     FAIL_AT("%s failing at use %d (in %s) was not reported: %s returned %s", call, nth, where, where,
             ferry_status_name(l->st[l->fired]));
   if (reported) expect_names_call(l, l->fired);
-  if (l->fired == STEP_SUBMIT && reported && l->ticket) FAIL_AT("a failed submission returned a ticket");
+  if (l->fired == STEP_BEGIN && reported && l->ticket) FAIL_AT("a failed submission returned a ticket");
 
-  /* Sticky: once a query or wait failed, every later one returns that status and names the call. */
+  /* Sticky: once a call on the ticket failed, every later one returns that status and names the call. */
   int first_failed = -1;
-  for (int s = STEP_QUERY; s <= STEP_WAIT_AGAIN; s++) {
-    int failed = l->st[s] != FERRY_OK && !(s == STEP_QUERY && l->st[s] == FERRY_NOT_READY);
+  for (int s = STEP_ADD; s <= STEP_WAIT_AGAIN && l->ticket; s++) {
+    if (!l->c.parts && s <= STEP_END) continue; /* not made in this form */
     if (first_failed >= 0) {
       if (l->st[s] != l->st[first_failed])
         FAIL_AT("%s returned %s after %s had returned %s (%s failed at use %d, in %s): the error did not stick",
                 step_names[s], ferry_status_name(l->st[s]), step_names[first_failed],
                 ferry_status_name(l->st[first_failed]), call, nth, where);
       expect_names_call(l, s);
-    } else if (failed) {
+    } else if (step_failed(s, l->st[s])) {
       first_failed = s;
     }
   }
-  if (l->exact != 1 && l->ticket && first_failed < 0 && l->st[STEP_SUBMIT] == FERRY_OK)
+  if (l->exact != 1 && l->ticket && first_failed < 0)
     FAIL_AT("every step succeeded but the outputs were not checked");
 
   /* Nothing leaks. The pool has no bytes in use once the ticket is released, and the submitting thread's
@@ -457,7 +482,7 @@ static int fault_matrix(matrix_config c) {
   }
   close(fds[1]);
   FILE *in = fdopen(fds[0], "r");
-  char name[64];
+  char name[64], text[120];
   int per_step[STEPS], cases = 0, calls = 0, failures = 0, in_step[STEPS] = {0};
   while (fscanf(in, "%63s", name) == 1) {
     int total = 0;
@@ -470,8 +495,7 @@ static int fault_matrix(matrix_config c) {
     calls++;
     for (int nth = 1; nth <= total; nth++, cases++)
       if (in_child(fault_case, c, name, nth) != 0) {
-        fprintf(stderr, "  ^ %s %s, %s batch: %s failing at use %d\n", c.h2d ? "H2D" : "D2H", mode_names[c.mode],
-                c.batch == BATCH_GATHER ? "gather" : "DMA-only", name, nth);
+        fprintf(stderr, "  ^ %s: %s failing at use %d\n", config_text(c, text, sizeof text), name, nth);
         failures++;
       }
   }
@@ -479,24 +503,105 @@ static int fault_matrix(matrix_config c) {
   int status = 0;
   waitpid(pid, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) FAIL_AT("the counting run failed");
-  printf("  %s, %s, %s batch: %d calls, %d call x use cases (per step:", c.h2d ? "H2D" : "D2H", mode_names[c.mode],
-         c.batch == BATCH_GATHER ? "gather" : "DMA-only", calls, cases);
-  for (int s = 0; s < STEPS; s++) printf(" %s %d%s", step_names[s], in_step[s], s + 1 < STEPS ? "," : ")");
-  printf(", %d failed\n", failures);
+  printf("  %s: %d calls, %d call x use cases (uses per step:", config_text(c, text, sizeof text), calls, cases);
+  for (int s = 0; s < STEPS; s++)
+    if (in_step[s]) printf(" %s %d", step_names[s], in_step[s]);
+  printf("), %d failed\n", failures);
   return failures;
 }
 
-static void fault_matrix_all_modes(int h2d, int batch) {
+/* Every mode and batch of one direction and form. */
+static void fault_matrix_of(int h2d, int parts) {
   int failures = 0;
-  for (int mode = MODE_BLOCKING; mode <= MODE_ASYNC_RUNNING; mode++)
-    failures += fault_matrix((matrix_config){h2d, mode, batch});
+  for (int batch = BATCH_GATHER; batch <= BATCH_DMA; batch++)
+    for (int mode = MODE_BLOCKING; mode <= MODE_ASYNC_RUNNING; mode++)
+      failures += fault_matrix((matrix_config){h2d, parts, mode, batch});
   if (failures) FAIL_AT("%d cases failed (listed above)", failures);
 }
 
-TEST(every_call_failing_in_a_d2h_with_gather_is_reported_and_leaks_nothing) { fault_matrix_all_modes(0, BATCH_GATHER); }
-TEST(every_call_failing_in_a_d2h_of_dma_only_is_reported_and_leaks_nothing) { fault_matrix_all_modes(0, BATCH_DMA); }
-TEST(every_call_failing_in_an_h2d_with_gather_is_reported_and_leaks_nothing) { fault_matrix_all_modes(1, BATCH_GATHER); }
-TEST(every_call_failing_in_an_h2d_of_dma_only_is_reported_and_leaks_nothing) { fault_matrix_all_modes(1, BATCH_DMA); }
+TEST(every_call_failing_in_a_d2h_is_reported_and_leaks_nothing) { fault_matrix_of(0, 0); }
+TEST(every_call_failing_in_an_h2d_is_reported_and_leaks_nothing) { fault_matrix_of(1, 0); }
+TEST(every_call_failing_in_a_d2h_in_parts_is_reported_and_leaks_nothing) { fault_matrix_of(0, 1); }
+TEST(every_call_failing_in_an_h2d_in_parts_is_reported_and_leaks_nothing) { fault_matrix_of(1, 1); }
+
+/* ---- sticky completion errors ----------------------------------------------------------------------------- */
+
+/* The last error names `call` and carries the injected result. */
+static void expect_error_of(ferry_status st, const char *call) {
+  ASSERT_STATUS(st, FERRY_DRIVER_ERROR);
+  ASSERT_EQ(ferry_last_error()->status, FERRY_DRIVER_ERROR);
+  ASSERT_STR_CONTAINS(ferry_last_error()->call, call);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), call);
+  ASSERT_EQ(ferry_last_error()->cu_result, CUDA_ERROR_LAUNCH_FAILED);
+}
+
+/* Queries then waits `n` times with the fault disarmed and the thread's error cleared before each: every one
+ * must return the error again, naming the call, by itself. */
+static void expect_error_sticks(ferry_transfer *tr, const char *call, int n) {
+  for (int k = 0; k < n; k++) {
+    ferry_clear_error();
+    expect_error_of(ferry_transfer_query(tr), call);
+    ferry_clear_error();
+    expect_error_of(ferry_transfer_wait(tr), call);
+  }
+}
+
+static ferry_transfer *async_d2h(ferry_tensor *t) {
+  fake_driver_use();
+  ASSERT_OK(ferry_init());
+  make_batch(t, 0, NULL, 0);
+  ferry_transfer_options o = options(0);
+  ferry_transfer *tr = NULL;
+  ASSERT_OK(ferry_transfer_d2h(t, N, &o, &tr));
+  return tr;
+}
+
+static void expect_nothing_held(void) {
+  ferry_pool_stats s;
+  ferry_pool_stats_get(&s);
+  ASSERT_EQ(s.bytes_in_use, 0);
+  ASSERT_EQ(fake_live_devmem, 0);
+}
+
+TEST(a_failed_query_fails_the_wait_and_every_later_query_and_wait) {
+  ferry_tensor t[N];
+  ferry_transfer *tr = async_d2h(t);
+  ferry__fault_arm("cuEventQuery", 1, CUDA_ERROR_LAUNCH_FAILED);
+  expect_error_of(ferry_transfer_query(tr), "cuEventQuery");
+  ferry__fault_disarm();
+  expect_error_sticks(tr, "cuEventQuery", 3);
+  ferry_transfer_release(tr);
+  expect_nothing_held();
+}
+
+TEST(a_failed_wait_fails_every_later_query_and_wait) {
+  ferry_tensor t[N];
+  ferry_transfer *tr = async_d2h(t);
+  atomic_store(&fake_queries_not_ready, 1);
+  ASSERT_STATUS(ferry_transfer_query(tr), FERRY_NOT_READY); /* still running: not an error */
+  ferry__fault_arm("cuEventSynchronize", 1, CUDA_ERROR_LAUNCH_FAILED);
+  expect_error_of(ferry_transfer_wait(tr), "cuEventSynchronize");
+  ferry__fault_disarm();
+  expect_error_sticks(tr, "cuEventSynchronize", 3);
+  ferry_transfer_release(tr);
+  expect_nothing_held();
+}
+
+/* A blocking transfer waits before returning: if its copies fail, it returns their error and no ticket, as any
+ * other failure (never outputs that look complete). */
+TEST(a_blocking_transfer_whose_copies_fail_returns_no_ticket) {
+  fake_driver_use();
+  ASSERT_OK(ferry_init());
+  ferry_tensor t[N];
+  make_batch(t, 0, NULL, 0);
+  ferry_transfer_options o = options(FERRY_TRANSFER_BLOCKING);
+  ferry_transfer *tr = NULL;
+  ferry__fault_arm("cuEventSynchronize", 1, CUDA_ERROR_LAUNCH_FAILED);
+  expect_error_of(ferry_transfer_d2h(t, N, &o, &tr), "cuEventSynchronize");
+  ferry__fault_disarm();
+  ASSERT(tr == NULL);
+  expect_nothing_held();
+}
 
 /* ---- the fault seam under threads ------------------------------------------------------------------------ */
 

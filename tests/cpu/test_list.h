@@ -32,10 +32,13 @@
   X(fake_d2h_pipeline_chunks_are_exact)     \
   X(fake_h2d_is_exact_over_every_route)     \
   X(d2h_of_an_empty_tensor_with_overflowing_strides_is_refused) \
-  X(every_call_failing_in_a_d2h_with_gather_is_reported_and_leaks_nothing) \
-  X(every_call_failing_in_a_d2h_of_dma_only_is_reported_and_leaks_nothing) \
-  X(every_call_failing_in_an_h2d_with_gather_is_reported_and_leaks_nothing) \
-  X(every_call_failing_in_an_h2d_of_dma_only_is_reported_and_leaks_nothing) \
+  X(every_call_failing_in_a_d2h_is_reported_and_leaks_nothing) \
+  X(every_call_failing_in_an_h2d_is_reported_and_leaks_nothing) \
+  X(every_call_failing_in_a_d2h_in_parts_is_reported_and_leaks_nothing) \
+  X(every_call_failing_in_an_h2d_in_parts_is_reported_and_leaks_nothing) \
+  X(a_failed_query_fails_the_wait_and_every_later_query_and_wait) \
+  X(a_failed_wait_fails_every_later_query_and_wait) \
+  X(a_blocking_transfer_whose_copies_fail_returns_no_ticket) \
   X(parts_d2h_outputs_follow_in_order_each_part_in_its_own_slab) \
   X(parts_h2d_outputs_follow_in_order_each_part_in_its_own_slab) \
   X(parts_are_planned_from_copies_of_the_descriptors) \
