@@ -630,9 +630,9 @@ ferry_status ferry_transfer_order_after(ferry_transfer *t, void *producer_event,
   FERRY_TRY(ferry__ctx_enter(t->device));
   st = order_after(t->device, producer_event, producer_stream, t->stream, t->dma_stream);
   ferry__ctx_leave();
-  if (st != FERRY_OK) return fail(t, st);
 cleanup:
-  return st;
+  if (st != FERRY_OK) return fail(t, st); /* unordered parts must never follow: the failure kills the transfer */
+  return FERRY_OK;
 }
 
 ferry_status ferry_transfer_add(ferry_transfer *t, const ferry_tensor *in, size_t count) {
