@@ -27,9 +27,17 @@ ferry_status ferry_tensor_nbytes(const ferry_tensor *t, uint64_t *out_bytes) {
     return FERRY_ERR(FERRY_UNSUPPORTED, "dtype of %u bits x %u lanes is not a whole number of bytes",
                      (unsigned)t->dtype.bits, (unsigned)t->dtype.lanes);
   uint64_t n = bits / 8;
+  bool empty = false;
   for (int32_t d = 0; d < t->ndim; d++) {
     if (t->shape[d] < 0) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "dimension %d is negative (%lld)", (int)d,
                                           (long long)t->shape[d]);
+    empty = empty || t->shape[d] == 0;
+  }
+  if (empty) { /* holds nothing, however large the other dimensions */
+    *out_bytes = 0;
+    return FERRY_OK;
+  }
+  for (int32_t d = 0; d < t->ndim; d++) {
     if (mul_overflows(n, (uint64_t)t->shape[d], &n))
       return FERRY_ERR(FERRY_OVERFLOW, "the tensor's size in bytes overflows 64 bits at dimension %d (%lld)", (int)d,
                        (long long)t->shape[d]);

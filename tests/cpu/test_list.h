@@ -8,6 +8,7 @@
   X(nbytes_multiplies_shape_and_dtype)      \
   X(nbytes_rejects_negative_dimension)      \
   X(nbytes_detects_overflow)                \
+  X(nbytes_of_an_empty_tensor_is_zero_whatever_its_other_dimensions) \
   X(nbytes_rejects_sub_byte_dtype)          \
   X(compact_detection)                      \
   X(layout_merges_contiguous_dimensions)    \

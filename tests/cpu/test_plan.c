@@ -39,6 +39,17 @@ TEST(nbytes_detects_overflow) {
   ASSERT_STATUS(ferry_tensor_nbytes(&t, &n), FERRY_OVERFLOW);
 }
 
+TEST(nbytes_of_an_empty_tensor_is_zero_whatever_its_other_dimensions) {
+  /* Holding nothing, whatever the order of its dimensions: no product overflows on the way to a zero. */
+  int64_t shape[3] = {(int64_t)1 << 40, (int64_t)1 << 40, 0};
+  ferry_tensor t = make(NULL, 3, shape, NULL, 64);
+  uint64_t n = 1;
+  ASSERT_OK(ferry_tensor_nbytes(&t, &n));
+  ASSERT_EQ(n, 0);
+  shape[0] = -1; /* a negative dimension is refused even beside a zero */
+  ASSERT_STATUS(ferry_tensor_nbytes(&t, &n), FERRY_INVALID_ARGUMENT);
+}
+
 TEST(nbytes_rejects_sub_byte_dtype) {
   int64_t shape[1] = {8};
   ferry_tensor t = make((void *)16, 1, shape, NULL, 4);
