@@ -240,8 +240,9 @@ bool ferry__tensor_is_compact(const ferry_tensor *t);
  * FERRY_UNSUPPORTED if more than FERRY_GATHER_MAX_DIMS dimensions remain. */
 ferry_status ferry__gather_layout_of(const ferry_tensor *t, ferry__gather_layout *out);
 
-/* Number of gather items the tensor needs (one per FERRY_GATHER_CHUNK bytes of output). */
-size_t ferry__gather_items_for(uint64_t nbytes);
+/* Number of gather items `nbytes` of output take when cut in whole units of `unit` bytes (1 for a contiguous
+ * range; a strided tensor's element width): one per FERRY_GATHER_CHUNK bytes rounded down to whole units. */
+size_t ferry__gather_items_for(uint64_t nbytes, uint64_t unit);
 
 /* Routes the tensors and lays out the slab. `is_ours[i]` says whether tensor i is on the transfer's source side;
  * `pinned[i]` (H2D only) whether its memory is pinned. `entries` has `count` slots. */

@@ -52,9 +52,9 @@ bool ferry__compact_strides(int32_t ndim, const int64_t *shape, int64_t *strides
   int64_t s = 1;
   bool fits = true;
   for (int32_t d = ndim - 1; d >= 0; d--) {
-    strides[d] = s;
-    if (fits && __builtin_mul_overflow(s, shape[d] > 0 ? shape[d] : 1, &s)) fits = false;
-    if (!fits) s = INT64_MAX;
+    strides[d] = fits ? s : INT64_MAX;
+    /* The product past the outermost dimension is no stride: it may be as large as it likes. */
+    if (d > 0 && fits && __builtin_mul_overflow(s, shape[d] > 0 ? shape[d] : 1, &s)) fits = false;
   }
   return fits;
 }
@@ -66,9 +66,16 @@ bool ferry__tensor_is_compact(const ferry_tensor *t) {
   int64_t expect = 1;
   for (int32_t d = t->ndim - 1; d >= 0; d--) {
     if (t->shape[d] != 1 && t->strides[d] != expect) return false;
-    if (__builtin_mul_overflow(expect, t->shape[d], &expect)) return false; /* no compact stride is that large */
+    if (d > 0 && __builtin_mul_overflow(expect, t->shape[d], &expect)) return false; /* no stride is that large */
   }
   return true;
+}
+
+/* The element width a strided tensor's items are cut in: its own, or single bytes past the layout's 8-bit field
+ * (see ferry__gather_layout_of). */
+static uint64_t strided_unit(const ferry_tensor *t) {
+  uint64_t eb = (uint64_t)t->dtype.bits * t->dtype.lanes / 8;
+  return eb > 0xff ? 1 : eb;
 }
 
 ferry_status ferry__gather_layout_of(const ferry_tensor *t, ferry__gather_layout *out) {
@@ -99,8 +106,8 @@ ferry_status ferry__gather_layout_of(const ferry_tensor *t, ferry__gather_layout
     n++;
   }
   /* The layout's element field has 8 bits: wider elements become an innermost dimension of single bytes. */
-  int64_t unit = eb;
-  if (eb > 0xff) {
+  int64_t unit = (int64_t)strided_unit(t);
+  if (unit != eb) {
     shape[n] = eb;
     stride[n] = 1;
     n++;
@@ -127,9 +134,11 @@ ferry_status ferry__gather_layout_of(const ferry_tensor *t, ferry__gather_layout
   return FERRY_OK;
 }
 
-size_t ferry__gather_items_for(uint64_t nbytes) {
-  return (size_t)((nbytes + FERRY_GATHER_CHUNK - 1) / FERRY_GATHER_CHUNK);
+size_t ferry__gather_items_for(uint64_t nbytes, uint64_t unit) {
+  uint64_t chunk = FERRY_GATHER_CHUNK / unit * unit; /* as entry_items cuts them: whole elements */
+  return (size_t)((nbytes + chunk - 1) / chunk);
 }
+
 
 /* Writes "[a, b, c]" of `n` values into buf (for error messages only). */
 static const char *dims_text(const int64_t *v, int32_t n, char *buf, size_t size) {
@@ -218,7 +227,7 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e,
     st = check_extent(t, i, nb);
     if (st != FERRY_OK) return st;
     x->route = FERRY__DMA; /* provisional: pass 2 decides */
-    x->src = (const char *)t->data + t->byte_offset;
+    x->src = (const char *)(uintptr_t)((uint64_t)(uintptr_t)t->data + t->byte_offset); /* data may be NULL */
     x->src_pinned = in->pinned ? in->pinned[i] : 1;
     x->compact = ferry__tensor_is_compact(t);
     if (x->compact && nb <= gmax) small++;
@@ -238,7 +247,7 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e,
     } else if (in->h2d && !x->src_pinned) {
       x->route = FERRY__PACK; /* the device cannot read pageable memory: the CPU packs it */
       if (!x->compact) p.n_pack_layouts++;
-      p.n_pack_items += ferry__gather_items_for(x->nbytes);
+      p.n_pack_items += ferry__gather_items_for(x->nbytes, x->compact ? 1 : strided_unit(&in->tensors[i]));
     } else if (!in->gather_ok) {
       if (!x->compact)
         return FERRY_ERR(FERRY_UNSUPPORTED, "tensor %zu is strided and the gather kernel is %s", i,
@@ -252,7 +261,7 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e,
         if (st != FERRY_OK) return st;
         p.n_layouts++;
       }
-      p.n_items += ferry__gather_items_for(x->nbytes);
+      p.n_items += ferry__gather_items_for(x->nbytes, x->compact ? 1 : strided_unit(&in->tensors[i]));
     }
     int r = x->route == FERRY__GATHER ? 0 : x->route == FERRY__PACK ? 1 : 2;
     region[r] = align_up(region[r] + x->nbytes); /* no wrap: both terms are at most 2^62 */

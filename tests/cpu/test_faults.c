@@ -158,6 +158,42 @@ TEST(d2h_of_an_empty_tensor_with_overflowing_strides_is_refused) {
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "strides");
 }
 
+/* A transposed 256 x 256 view of 3-byte elements (192 KiB): each gather item holds whole elements, 65535 bytes,
+ * so the tensor takes one item more than its size in 64 KiB units. D2H (gathered), H2D from pinned memory
+ * (gathered) and from pageable memory (packed) must all be exact. */
+TEST(strided_tensors_of_3_byte_elements_are_exact_across_items) {
+  fake_driver_use();
+  ASSERT_OK(ferry_init());
+  enum { R = 256, C = 256, EB = 3 };
+  void *pinned;
+  size_t pinned_bytes;
+  ASSERT_OK(ferry__pin(R * C * EB, &pinned, &pinned_bytes));
+  static unsigned char pageable[R * C * EB];
+  unsigned char *sources[2] = {pageable, pinned};
+  for (int k = 0; k < R * C * EB; k++) pageable[k] = ((unsigned char *)pinned)[k] = (unsigned char)(k * 7 + k / 251);
+  int64_t shape[2] = {R, C}, strides[2] = {1, R};
+  for (int run = 0; run < 3; run++) { /* D2H, H2D pageable, H2D pinned */
+    int h2d = run > 0;
+    unsigned char *src = sources[run == 2];
+    ferry_tensor t = {src, {h2d ? FERRY_DEVICE_CPU : FERRY_DEVICE_CUDA, 0}, 2, {FERRY_DTYPE_UINT, 24, 1}, shape,
+                      strides, 0};
+    ferry_transfer_options o = options(FERRY_TRANSFER_BLOCKING);
+    o.gather_max_bytes = 0;
+    ferry_transfer *tr = NULL;
+    ASSERT_OK(h2d ? ferry_transfer_h2d(&t, 1, &o, &tr) : ferry_transfer_d2h(&t, 1, &o, &tr));
+    const unsigned char *out = ferry_transfer_outputs(tr)[0].data;
+    for (int r = 0; r < R; r++)
+      for (int c = 0; c < C; c++)
+        if (memcmp(out + ((size_t)r * C + c) * EB, src + ((size_t)c * R + r) * EB, EB) != 0)
+          FAIL_AT("run %d: element (%d, %d) differs", run, r, c);
+    ferry_transfer_release(tr);
+  }
+  ferry__unpin(pinned, pinned_bytes);
+  ferry_pool_stats s;
+  ferry_pool_stats_get(&s);
+  ASSERT_EQ(s.bytes_in_use, 0);
+}
+
 /* ---- the fault matrix -------------------------------------------------------------------------------------
  *
  * A transfer's life is a list of steps through the public API: the submission (one call, or begin, add, order

@@ -25,6 +25,7 @@
   X(compact_strides_report_overflow_of_an_empty_tensor) \
   X(plan_refuses_an_empty_tensor_whose_strides_overflow) \
   X(wide_strided_elements_gather_exactly) \
+  X(plan_counts_every_item_of_a_strided_tensor_of_odd_width) \
   X(no_driver_passes_everything_through)    \
   X(no_driver_reports_zero_devices)         \
   X(no_driver_pool_calls_fail_cleanly)      \
@@ -33,6 +34,7 @@
   X(fake_d2h_pipeline_chunks_are_exact)     \
   X(fake_h2d_is_exact_over_every_route)     \
   X(d2h_of_an_empty_tensor_with_overflowing_strides_is_refused) \
+  X(strided_tensors_of_3_byte_elements_are_exact_across_items) \
   X(every_call_failing_in_a_d2h_is_reported_and_leaks_nothing) \
   X(every_call_failing_in_an_h2d_is_reported_and_leaks_nothing) \
   X(every_call_failing_in_a_d2h_in_parts_is_reported_and_leaks_nothing) \

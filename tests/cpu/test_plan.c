@@ -265,6 +265,10 @@ TEST(compact_strides_report_overflow_of_an_empty_tensor) {
   int64_t fits[3] = {0, 3, 5};
   ASSERT(ferry__compact_strides(3, fits, strides));
   ASSERT_EQ(strides[0], 15);
+  /* Only the strides must fit: [2^62, INT64_MAX, 0] has strides (INT64_MAX, 1, 1), its total is no stride. */
+  int64_t outer[3] = {(int64_t)1 << 62, INT64_MAX, 0};
+  ASSERT(ferry__compact_strides(3, outer, strides));
+  ASSERT_EQ(strides[0], INT64_MAX);
 }
 
 TEST(plan_refuses_an_empty_tensor_whose_strides_overflow) {
@@ -299,4 +303,28 @@ TEST(wide_strided_elements_gather_exactly) {
   ASSERT_EQ(ni, p.n_items);
   for (size_t k = 0; k < ni; k++) ferry__gather_item_run_host(&items[k], layouts);
   for (int i = 0; i < N; i++) ASSERT(memcmp(out + i * W, src + 2 * i * W, W) == 0);
+}
+
+TEST(plan_counts_every_item_of_a_strided_tensor_of_odd_width) {
+  /* 3-byte elements, strided, 192 KiB: items hold whole elements (65535 bytes), so 4 of them, not 3. The work
+   * lists are sized from the plan's count. */
+  enum { R = 256, C = 256 };
+  int64_t shape[2] = {R, C}, strides[2] = {1, R};
+  ferry_tensor t = make((void *)0x10000, 2, shape, strides, 24);
+  uint8_t ours[1] = {1}, pageable[1] = {0};
+  for (int h2d = 0; h2d < 2; h2d++) {
+    ferry__plan_input in = {&t, 1, ours, h2d ? pageable : NULL, h2d, true, 0};
+    ferry__plan_entry e[1];
+    ferry__plan p;
+    ASSERT_OK(ferry__plan_make(&in, e, &p));
+    uint8_t route = h2d ? FERRY__PACK : FERRY__GATHER;
+    ASSERT_EQ(e[0].route, route);
+    size_t planned = h2d ? p.n_pack_items : p.n_items;
+    ferry__gather_item items[8];
+    ferry__gather_layout layouts[1];
+    size_t ni, nl;
+    ASSERT_OK(ferry__plan_gather_items(&in, e, route, 0, items, layouts, &ni, &nl));
+    ASSERT_EQ(ni, 4);
+    ASSERT_EQ(planned, ni);
+  }
 }
