@@ -184,6 +184,16 @@ static ferry_status check_extent(const ferry_tensor *t, size_t i, uint64_t nbyte
   return FERRY_OK;
 }
 
+/* Fails early, naming the tensor, on a strided layout the gather items cannot describe. */
+static ferry_status check_layout(const ferry_tensor *t, size_t i) {
+  ferry__gather_layout L;
+  ferry_status st = ferry__gather_layout_of(t, &L);
+  if (st == FERRY_OK) return FERRY_OK;
+  char msg[sizeof ferry_last_error()->message];
+  memcpy(msg, ferry_last_error()->message, sizeof msg);
+  return FERRY_ERR(st, "tensor %zu: %s", i, msg);
+}
+
 /* A batch's slab is bounded like a tensor (2^62 bytes), so the layout's sums cannot wrap. */
 #define FERRY_SLAB_MAX ((uint64_t)1 << 62)
 
@@ -246,7 +256,11 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e,
       x->route = FERRY__DMA;
     } else if (in->h2d && !x->src_pinned) {
       x->route = FERRY__PACK; /* the device cannot read pageable memory: the CPU packs it */
-      if (!x->compact) p.n_pack_layouts++;
+      if (!x->compact) {
+        ferry_status st = check_layout(&in->tensors[i], i); /* the CPU walks the same layouts */
+        if (st != FERRY_OK) return st;
+        p.n_pack_layouts++;
+      }
       p.n_pack_items += ferry__gather_items_for(x->nbytes, x->compact ? 1 : strided_unit(&in->tensors[i]));
     } else if (!in->gather_ok) {
       if (!x->compact)
@@ -256,8 +270,7 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e,
     } else {
       x->route = FERRY__GATHER;
       if (!x->compact) {
-        ferry__gather_layout L; /* fails early on a layout the kernel cannot walk */
-        ferry_status st = ferry__gather_layout_of(&in->tensors[i], &L);
+        ferry_status st = check_layout(&in->tensors[i], i);
         if (st != FERRY_OK) return st;
         p.n_layouts++;
       }

@@ -26,6 +26,7 @@
   X(plan_refuses_an_empty_tensor_whose_strides_overflow) \
   X(wide_strided_elements_gather_exactly) \
   X(plan_counts_every_item_of_a_strided_tensor_of_odd_width) \
+  X(plan_refuses_early_a_strided_layout_too_deep_for_the_items) \
   X(no_driver_passes_everything_through)    \
   X(no_driver_reports_zero_devices)         \
   X(no_driver_pool_calls_fail_cleanly)      \

@@ -328,3 +328,18 @@ TEST(plan_counts_every_item_of_a_strided_tensor_of_odd_width) {
     ASSERT_EQ(planned, ni);
   }
 }
+
+TEST(plan_refuses_early_a_strided_layout_too_deep_for_the_items) {
+  /* Nine dimensions that do not merge: neither the gather kernel nor the CPU pack (same items) can walk them. The
+   * plan says so for both routes, naming the tensor, before anything is allocated or queued. */
+  int64_t shape[9] = {2, 2, 2, 2, 2, 2, 2, 2, 2}, strides[9] = {3, 3, 3, 3, 3, 3, 3, 3, 3};
+  ferry_tensor t = make((void *)0x10000, 9, shape, strides, 8);
+  uint8_t ours[1] = {1}, pageable[1] = {0};
+  for (int h2d = 0; h2d < 2; h2d++) {
+    ferry__plan_input in = {&t, 1, ours, h2d ? pageable : NULL, h2d, true, 0};
+    ferry__plan_entry e[1];
+    ferry__plan p;
+    ASSERT_STATUS(ferry__plan_make(&in, e, &p), FERRY_UNSUPPORTED);
+    ASSERT_STR_CONTAINS(ferry_last_error_message(), "tensor 0: a strided tensor with 9 non-mergeable dimensions");
+  }
+}
