@@ -133,6 +133,11 @@ static void queue_deferred(int device, CUstream stream) {
  * relaxed capture mode meanwhile, so that the legacy stream's event does not invalidate another thread's graph
  * capture. A release returns no status: the thread's last error is left as it was. */
 void ferry__devmem_slab_free(ferry_slab *s) {
+  if (ferry__fork_child) { /* the parent's memory: a forked child frees nothing and takes no lock (fork.c) */
+    ferry__slab_drop_fences(s);
+    free(s);
+    return;
+  }
   ferry_error saved = *ferry_last_error();
   if (ferry__ctx_enter(s->device) != FERRY_OK) {
     defer_free(s);
