@@ -4,6 +4,7 @@
 #define TEST_LIST(X)                              \
   X(round_trips)                                  \
   X(mixed_dtypes_and_pass_through)                \
+  X(odd_width_strided_elements)                   \
   X(producer_event_is_waited_for)                 \
   X(producer_stream_is_waited_for)                \
   X(pool_never_reuses_under_a_running_copy)       \

@@ -159,3 +159,53 @@ TEST(mixed_dtypes_and_pass_through) {
   ferry_transfer_release(up);
   for (int i = 0; i < MIX; i++) free(bufs[i]);
 }
+
+/* ---- strided tensors of odd element widths -------------------------------------------------------------- */
+
+/* Transposed views of R x C elements of `eb` bytes: uploaded compact, read back transposed (the gather kernel
+ * walks them on the device), and uploaded transposed from pageable host memory (the CPU packs them). 3-byte
+ * elements cut gather items at 65535 bytes (a 192 KiB tensor takes 4); 300-byte elements are wider than the
+ * layout's element field and travel as an inner dimension of bytes. */
+static void odd_width_round_trip(int dev, int64_t R, int64_t C, uint8_t bits, uint16_t lanes) {
+  size_t eb = (size_t)bits * lanes / 8, bytes = (size_t)(R * C) * eb;
+  unsigned char *host = malloc(bytes), *want = malloc(bytes);
+  for (size_t k = 0; k < bytes; k++) host[k] = (unsigned char)(k * 131 + k / 251);
+  for (int64_t r = 0; r < R; r++) /* want = the transpose, [C, R] */
+    for (int64_t c = 0; c < C; c++) memcpy(want + (size_t)(c * R + r) * eb, host + (size_t)(r * C + c) * eb, eb);
+  int64_t shape[2] = {R, C}, tshape[2] = {C, R}, tstrides[2] = {1, C};
+  ferry_tensor t = {host, {FERRY_DEVICE_CPU, 0}, 2, {FERRY_DTYPE_UINT, bits, lanes}, shape, NULL, 0};
+  ferry_transfer_options o = gpu_options(dev, FERRY_TRANSFER_BLOCKING);
+  o.gather_max_bytes = 0;
+  ferry_transfer *up = NULL, *down = NULL, *packed = NULL, *back = NULL;
+  REQUIRE_OK(ferry_transfer_h2d(&t, 1, &o, &up));
+  ferry_tensor view = ferry_transfer_outputs(up)[0];
+  view.shape = tshape;
+  view.strides = tstrides;
+  ferry_status st = ferry_transfer_d2h(&view, 1, &o, &down);
+  EXPECT(st == FERRY_OK, "d2h of a transposed %lldx%lld view of %zu-byte elements: %s", (long long)R,
+         (long long)C, eb, ferry_status_name(st));
+  if (st == FERRY_OK)
+    EXPECT(memcmp(ferry_transfer_outputs(down)[0].data, want, bytes) == 0,
+           "gathered transpose of %zu-byte elements differs", eb);
+  ferry_tensor tview = {host, {FERRY_DEVICE_CPU, 0}, 2, {FERRY_DTYPE_UINT, bits, lanes}, tshape, tstrides, 0};
+  st = ferry_transfer_h2d(&tview, 1, &o, &packed);
+  EXPECT(st == FERRY_OK, "h2d of a transposed pageable view of %zu-byte elements: %s", eb, ferry_status_name(st));
+  if (st == FERRY_OK) {
+    REQUIRE_OK(ferry_transfer_d2h(ferry_transfer_outputs(packed), 1, &o, &back));
+    EXPECT(memcmp(ferry_transfer_outputs(back)[0].data, want, bytes) == 0,
+           "packed transpose of %zu-byte elements differs", eb);
+  }
+  printf("   transposed %lld x %lld of %zu-byte elements, gathered and packed: %s\n", (long long)R, (long long)C, eb,
+         st == FERRY_OK ? "checked" : "failed");
+  ferry_transfer_release(back);
+  ferry_transfer_release(packed);
+  ferry_transfer_release(down);
+  ferry_transfer_release(up);
+  free(host);
+  free(want);
+}
+
+TEST(odd_width_strided_elements) {
+  odd_width_round_trip(gpu_dev, 256, 256, 24, 1); /* 192 KiB of 3-byte elements */
+  odd_width_round_trip(gpu_dev, 7, 9, 8, 300);    /* 300-byte elements */
+}
