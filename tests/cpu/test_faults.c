@@ -209,8 +209,8 @@ TEST(strided_tensors_of_3_byte_elements_are_exact_across_items) {
  *   - no step returns an error before the fault, and a ticket whose steps all returned FERRY_OK is byte-exact;
  *   - release leaves the thread's last error alone;
  *   - nothing leaks: after release and trim the pool has no bytes in use or pinned, and the simulated driver has
- *     no live event, stream, device allocation or registered range left (a failed destroy or free may leave its
- *     one object: ferry cannot free what the driver refuses to);
+ *     no live event, stream, device allocation or registered range left (a failed destroy of an event or stream,
+ *     or a failed unregistration, may leave its one object; a failed device free is retried);
  *   - the library stays usable: a clean transfer afterwards is byte-exact and returns everything.
  * A new entry point is a new step here, and runs through the same checks. */
 
@@ -405,9 +405,9 @@ static void expect_names_call(const life *l, int s) {
             l->nth, step_names[l->fired], e->call, e->cu_result, e->message);
 }
 
-/* `live` objects of a kind remain; at most `allowed`, one more when the failed call was the one destroying them. */
+/* `live` objects of a kind remain; at most `allowed`, one more when the failed call was `destroy` (NULL: none). */
 static void expect_at_most(const life *l, const char *what, int live, int allowed, const char *destroy) {
-  if (!strcmp(l->call, destroy)) allowed++;
+  if (destroy && !strcmp(l->call, destroy)) allowed++;
   if (live > allowed)
     FAIL_AT("%s failing at use %d (in %s): %d %s live at the end (at most %d expected)", l->call, l->nth,
             step_names[l->fired], live, what, allowed);
@@ -485,7 +485,7 @@ static int fault_case(matrix_config c, const char *call, int nth) {
     FAIL_AT("%s failing at use %d (in %s): %llu bytes still pinned after trim", call, nth, where,
             (unsigned long long)ps.bytes_pinned);
   expect_at_most(l, "events", atomic_load(&fake_live_events), 0, "cuEventDestroy");
-  expect_at_most(l, "device allocations", atomic_load(&fake_live_devmem), 0, "cuMemFreeAsync");
+  expect_at_most(l, "device allocations", atomic_load(&fake_live_devmem), 0, NULL); /* a failed free is retried */
   expect_at_most(l, "registered ranges", atomic_load(&fake_registered), c.h2d ? 1 : 0, "cuMemHostUnregister");
   life_free(l);
   return 0;
