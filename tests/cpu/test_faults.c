@@ -378,12 +378,11 @@ static int count_calls(matrix_config c, int fd) {
 /* ---- failing one use of one call ---- */
 
 /* Calls whose failure a step absorbs by design, so the step may still return FERRY_OK (and then its result must
- * be exact). Destroys and frees have no caller to report to (their objects may stay, see above); a failed
- * pinned-memory query only makes ferry treat the H2D source as pageable. */
+ * be exact). A trim gives back what the driver lets it (a range it cannot unregister stays pinned, an event it
+ * cannot destroy is dropped) and the pool stays usable; a failed pinned-memory query only makes ferry treat the
+ * H2D source as pageable. */
 static int absorbed(const char *call, int step) {
-  if (!strcmp(call, "cuEventDestroy") || !strcmp(call, "cuStreamDestroy") || !strcmp(call, "cuMemFreeAsync") ||
-      !strcmp(call, "cuMemHostUnregister") || !strcmp(call, "cuModuleUnload") || !strcmp(call, "cuMemPoolDestroy"))
-    return 1;
+  if (step == STEP_TRIM && (!strcmp(call, "cuEventDestroy") || !strcmp(call, "cuMemHostUnregister"))) return 1;
   if (!strcmp(call, "cuPointerGetAttribute") && step <= STEP_END) return 1; /* where H2D sources are read */
   /* Leaving the context after the work is done: the result stands; the context merely stays current. */
   if (!strcmp(call, "cuCtxPopCurrent")) return 1;
