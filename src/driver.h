@@ -10,8 +10,10 @@
 #include "ferry.h"
 
 #include <cuda.h> /* types and enums only: no symbol of libcuda is referenced at link time */
-#include <stdatomic.h>
 #include <stddef.h>
+#ifndef __cplusplus
+#include <stdatomic.h>
+#endif
 
 /* CUDA 13 removed failIdx from cuMemcpyBatchAsync; both prototypes are written out so that the one matching the
  * running driver is called, whatever cuda.h the build saw. */
@@ -124,14 +126,16 @@ int ferry__fault_calls(int i, const char **name);
 
 /* Set while a fault is armed (and in a child forked after initialisation, see fork.c). Other threads arm it while
  * driver calls run, so it is atomic: written with release after the rest of the seam, read with acquire. */
-extern _Atomic int ferry__fault_armed;
 CUresult ferry__fault_check(const char *call_name);
+#ifndef __cplusplus /* C11 atomics; C++ only ever reads this header's declarations (tests/header) */
+extern _Atomic int ferry__fault_armed;
 static inline int ferry__fault_is_armed(void) {
   return atomic_load_explicit(&ferry__fault_armed, memory_order_acquire);
 }
+#endif
 
 /* Calls a driver entry, honouring an armed fault. The branch costs one load when no fault is armed (an acquire
- * load is a plain load on x86 and ARM64's LDAR). (A GNU statement expression, so the fault counter is consulted
+ * load: a plain load on x86, LDAR on ARM64). (A GNU statement expression, so the fault counter is consulted
  * exactly once per call.)
  *
  * The name is stringized before macro expansion on purpose: cuda.h #defines many entry points to versioned
