@@ -64,9 +64,15 @@ typedef struct fork_gemm {
   int sm;
 } fork_gemm;
 
-/* 64×64 fp32 operands in the first 48 KiB of `d`. Returns 0 when no operator could be compiled here (said why). */
-static int gemm_setup(int dev, CUdeviceptr d, fork_gemm *g) {
+/* 64×64 fp32 operands in 48 KiB of their own (not the transfers' source, which the GEMM would overwrite). Returns
+ * 0 when no operator could be compiled here (said why). */
+static int gemm_setup(int dev, fork_gemm *g) {
   static int64_t shape[2] = {64, 64};
+  CUdeviceptr d = 0;
+  if (ferry__devmem_alloc(dev, 48 << 10, NULL, &d) != FERRY_OK) {
+    check_row("parent: memory for a GEMM to try in the child", 0, ferry_last_error_message());
+    return 0;
+  }
   ferry_tensor a = {(void *)(uintptr_t)d, {FERRY_DEVICE_CUDA, dev}, 2, {FERRY_DTYPE_FLOAT, 32, 1}, shape, NULL, 0};
   ferry_tensor b = a, out = a;
   b.data = (void *)(uintptr_t)(d + (16 << 10));
@@ -165,7 +171,7 @@ static int case1(void) {
   REQUIRE_OK(ferry_transfer_d2h(&dt, 1, &o, &down)); /* not waited: in flight as far as the child knows */
   REQUIRE_OK(ferry_transfer_h2d(&ht, 1, &o, &up));
   fork_gemm g;
-  int have_gemm = gemm_setup(dev, d, &g);
+  int have_gemm = gemm_setup(dev, &g);
   if (!have_gemm) failures++;
   REQUIRE_OK(ferry_pool_reserve((size_t)1 << 30)); /* a pool worth copying, were it inherited */
   ferry_pool_stats before;
