@@ -26,16 +26,14 @@ PyObject *ferry_py_pool_reserve(PyObject *self, PyObject *arg) {
   }
   ferry_status st;
   Py_BEGIN_ALLOW_THREADS st = ferry_pool_reserve((size_t)nbytes); /* pinning takes milliseconds */
-  Py_END_ALLOW_THREADS if (no_cuda(st)) ferry_clear_error();
-  else if (st != FERRY_OK) return ferry_py_raise(st);
+  Py_END_ALLOW_THREADS if (st != FERRY_OK && !no_cuda(st)) return ferry_py_raise(st);
   Py_RETURN_NONE;
 }
 
 PyObject *ferry_py_pool_trim(PyObject *self, PyObject *unused) {
   ferry_status st;
   Py_BEGIN_ALLOW_THREADS st = ferry_pool_trim();
-  Py_END_ALLOW_THREADS if (no_cuda(st)) ferry_clear_error();
-  else if (st != FERRY_OK) return ferry_py_raise(st);
+  Py_END_ALLOW_THREADS if (st != FERRY_OK && !no_cuda(st)) return ferry_py_raise(st);
   Py_RETURN_NONE;
 }
 

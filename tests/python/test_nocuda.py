@@ -77,3 +77,35 @@ def test_failed_calls_leak_nothing():
         with pytest.raises(ValueError):
             ferry.transfer_tensor_d2h(batch, device="cpu")
     assert sys.getrefcount(batch) == before
+
+
+# ---- what can be checked without a driver is checked, as with one --------------------------------------------------
+
+
+def test_a_bad_local_rank_is_refused_without_a_driver_too(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "abc")
+    with pytest.raises(ValueError, match="LOCAL_RANK"):
+        ferry.transfer_tensor_d2h([np.arange(3)])
+    with pytest.raises(ValueError, match="LOCAL_RANK"):
+        ferry.transfer_tensor_h2d_async([np.arange(3)])
+
+
+def test_a_batch_that_contains_itself_is_refused_without_a_driver_too():
+    batch = [np.arange(3)]
+    batch.append(batch)
+    with pytest.raises(ValueError, match="reference cycle"):
+        ferry.transfer_tensor_d2h(batch)
+
+
+def test_a_batch_nested_too_deep_is_refused_without_a_driver_too():
+    batch = []
+    for _ in range(10**6):
+        batch = [batch]
+    with pytest.raises(RecursionError):
+        ferry.transfer_tensor_d2h(batch)
+
+
+def test_an_explicit_device_index_passes_through_without_a_driver():
+    """No driver, no device count to check an index against: SPDL's contract returns the batch as it is."""
+    batch = [np.arange(3)]
+    assert ferry.transfer_tensor_d2h(batch, device="cuda:99") is batch
