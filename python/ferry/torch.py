@@ -1,0 +1,343 @@
+"""ferry.torch: staging torch state dicts to host memory through ferry, for torch.distributed.checkpoint.
+
+``Stager`` implements DCP's ``AsyncStager`` protocol::
+
+    import torch.distributed.checkpoint as dcp
+    import ferry.torch
+
+    stager = ferry.torch.Stager()
+    future = dcp.async_save(state_dict, checkpoint_id=path, async_stager=stager)   # returns once staged
+    ...  # training goes on while DCP writes the staged copy
+    future.result()
+    stager.close()
+
+Importing this module imports torch; ``import ferry`` never does.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+from typing import Any
+
+import torch
+
+from ._ferry import transfer_tensor_d2h_async
+
+__all__ = ["Stager"]
+
+# Leaves that are immutable and hold no tensor: kept as they are instead of deep-copied.
+_IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.Size, torch.layout,
+              torch.memory_format)
+
+
+class Stager:
+    """Stages a state dict for ``torch.distributed.checkpoint.async_save``: a copy in host memory that training
+    cannot change.
+
+    - CUDA tensors are copied to pinned host memory by ferry, one call per device, on ferry's copy stream, after
+      the work already queued on the calling thread's current stream. The copies are compact: a non-contiguous
+      tensor comes back contiguous with its shape. Tensors sharing storage (tied weights) share it in the copy,
+      which holds the storage's bytes once.
+    - CPU tensors are cloned; tensors on other devices are copied with ``Tensor.to("cpu")``. A DTensor keeps its
+      mesh and placements around a staged local tensor.
+    - Dicts (with their type, attributes and ``default_factory``), lists, tuples and named tuples are rebuilt, an
+      object met twice is staged once, and every other object is deep-copied.
+
+    ``async_staging=False`` (the default): ``stage`` returns once the copies are done, so ``async_save`` returns
+    its usual Future, as with DCP's default stager, and the model may change as soon as it returns.
+
+    ``async_staging=True``: ``stage`` returns a ``concurrent.futures.Future`` at once (a worker thread of this
+    stager waits for the copies) and ``async_save`` returns an ``AsyncSaveResponse``; wait for its
+    ``staging_completion`` before changing the model. This needs a torch whose ``async_save`` accepts a Future
+    from ``stage`` (one that has ``AsyncSaveResponse``); ValueError otherwise.
+
+    Memory: the staged CUDA tensors of one call view pinned slabs of ferry's pool (``ferry.pool``). Once DCP has
+    written them and they are dropped, the memory goes back to the pool, so the next save of the same state dict
+    reuses it without pinning; ``ferry.pool.trim()`` gives it back to the system. Keeping any staged tensor keeps
+    its whole slab.
+
+    ``device`` is not needed: each CUDA tensor is staged from its own device. Not thread-safe: use one stager per
+    thread, as with DCP's stagers.
+    """
+
+    # DCP calls synchronize_staging() after stage() when this is True; stage() never leaves work for it to wait
+    # for in the synchronous mode, and the asynchronous mode reports completion through its Future.
+    _synchronize_after_execute: bool = False
+
+    def __init__(self, *, async_staging: bool = False) -> None:
+        if async_staging and not _async_save_accepts_futures():
+            raise ValueError(
+                f"Stager(async_staging=True) needs a torch whose dcp.async_save accepts a Future from stage() "
+                f"(torch.distributed.checkpoint.state_dict_saver.AsyncSaveResponse); torch {torch.__version__} "
+                f"has none: use async_staging=False")
+        self._async = async_staging
+        self._executor = (concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-stager")
+                          if async_staging else None)
+        # Completion of the last asynchronous staging, without its result: holding the staged dict here would
+        # keep its pinned memory while the next save stages, doubling what the pool needs.
+        self._last_staging: concurrent.futures.Future | None = None
+        self._closed = False
+
+    @property
+    def should_synchronize_after_execute(self) -> bool:
+        return self._synchronize_after_execute
+
+    def stage(self, state_dict: Any) -> Any:
+        """Returns the staged copy of ``state_dict`` (``async_staging=False``), or a Future of it."""
+        if self._closed:
+            raise RuntimeError("Stager.stage() after close()")
+        staging = _Staging(state_dict)
+        if not self._async:
+            return staging.finish()
+        done: concurrent.futures.Future = concurrent.futures.Future()
+
+        def finish() -> Any:
+            try:
+                return staging.finish()
+            finally:
+                done.set_result(None)
+
+        self._last_staging = done
+        return self._executor.submit(finish)
+
+    def synchronize_staging(self) -> None:
+        """Waits until the last ``stage`` call's copies are done (immediately in the synchronous mode). Errors of
+        the staging are raised by its Future, not here."""
+        if self._last_staging is not None:
+            self._last_staging.result()
+
+    def close(self) -> None:
+        """Waits for staging in flight and stops the worker thread. The pool's pinned memory stays for other
+        users (``ferry.pool.trim()`` frees it)."""
+        self._closed = True
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+    def __enter__(self) -> Stager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _async_save_accepts_futures() -> bool:
+    try:
+        from torch.distributed.checkpoint import state_dict_saver
+    except ImportError:
+        return False
+    return hasattr(state_dict_saver, "AsyncSaveResponse")
+
+
+_IN_PROGRESS = ("in progress",)   # the walk's mark on a container being walked: meeting it again is a cycle
+
+_dtensor_class: type | None = None
+
+
+def _is_dtensor(t: torch.Tensor) -> bool:
+    """Whether t is a DTensor, without importing torch.distributed for plain tensors."""
+    global _dtensor_class
+    if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:
+        return False
+    if _dtensor_class is None:
+        try:
+            from torch.distributed.tensor import DTensor
+        except ImportError:
+            return False
+        _dtensor_class = DTensor
+    return isinstance(t, _dtensor_class)
+
+
+class _Staging:
+    """One stage() call: the walk, which submits the copies, then finish(), which waits and rebuilds.
+
+    The walk turns the state dict into nodes, each a tuple whose first item says what it is:
+      ("tensor", slot)            the tensor staged into results[slot]
+      ("dtensor", slot, source)   a DTensor whose local tensor is staged into results[slot]
+      ("dict", source, items)     items: [(key, node)]; rebuilt from a shallow copy of source
+      ("list", source, nodes)
+      ("tuple", source, nodes)    tuple, named tuple or other tuple subclass
+      ("keep", obj)               an immutable leaf, kept
+      ("copy", obj)               any other leaf, deep-copied
+    Nodes are memoised by the id of their object, so an object met twice is staged once and rebuilt shared.
+    """
+
+    def __init__(self, state_dict: Any) -> None:
+        self._nodes: dict[int, tuple] = {}
+        self._sources: list[torch.Tensor] = []   # tensors to stage, by slot
+        self._slot_of: dict[int, int] = {}       # id(tensor) -> slot
+        self._root = self._walk(state_dict)
+        self.results: list[torch.Tensor | None] = [None] * len(self._sources)
+        self._pending = self._submit()
+
+    # ---- the walk --------------------------------------------------------------------------------------------
+
+    def _walk(self, obj: Any) -> tuple:
+        node = self._nodes.get(id(obj))
+        if node is _IN_PROGRESS:
+            raise ValueError(f"the state dict contains itself: a {type(obj).__name__} holds itself, directly or "
+                             f"through other containers")
+        if node is not None:
+            return node
+        self._nodes[id(obj)] = _IN_PROGRESS
+        if isinstance(obj, _IMMUTABLE):
+            node = ("keep", obj)
+        elif isinstance(obj, torch.Tensor):
+            if _is_dtensor(obj):
+                node = ("dtensor", self._slot(obj._local_tensor), obj)
+            else:
+                node = ("tensor", self._slot(obj))
+        elif isinstance(obj, dict):
+            node = ("dict", obj, [(key, self._walk(value)) for key, value in obj.items()])
+        elif isinstance(obj, list):
+            node = ("list", obj, [self._walk(value) for value in obj])
+        elif isinstance(obj, tuple):
+            node = ("tuple", obj, [self._walk(value) for value in obj])
+        else:
+            node = ("copy", obj)
+        self._nodes[id(obj)] = node   # the state dict keeps obj alive, so its id is not reused during the walk
+        return node
+
+    def _slot(self, t: torch.Tensor) -> int:
+        slot = self._slot_of.get(id(t))
+        if slot is None:
+            slot = self._slot_of[id(t)] = len(self._sources)
+            self._sources.append(t)
+        return slot
+
+    # ---- the copies ------------------------------------------------------------------------------------------
+
+    def _submit(self) -> list[tuple[Any, list[tuple[list[int], bool]]]]:
+        """Stages the tensors that are not on a CUDA device now and submits one ferry transfer per CUDA device.
+        Returns, per transfer, its handle and what each of its outputs becomes: (slots, False) for one tensor
+        copied as it is, (slots, True) for a storage shared by several tensors, copied whole."""
+        by_storage: dict[tuple, list[int]] = {}
+        for slot, t in enumerate(self._sources):
+            by_storage.setdefault(_storage_key(t, slot), []).append(slot)
+
+        per_device: dict[int, tuple[list[torch.Tensor], list[tuple[list[int], bool]]]] = {}
+        for key, slots in by_storage.items():
+            first = self._sources[slots[0]]
+            shared = len(slots) > 1 and _can_share(first, [self._sources[s] for s in slots])
+            if first.device.type != "cuda" or type(first) not in _PLAIN:
+                self._stage_here(slots, shared)
+                continue
+            sources, outputs = per_device.setdefault(first.device.index, ([], []))
+            if shared:
+                sources.append(torch.empty(0, dtype=torch.uint8, device=first.device).set_(first.untyped_storage()))
+                outputs.append((slots, True))
+            else:
+                for slot in slots:
+                    t = self._sources[slot]
+                    sources.append(t.detach() if t.requires_grad else t)
+                    outputs.append(([slot], False))
+        return [(transfer_tensor_d2h_async(sources, device=index), outputs)
+                for index, (sources, outputs) in per_device.items()]
+
+    def _stage_here(self, slots: list[int], shared: bool) -> None:
+        """Tensors that are not on a CUDA device, and tensor subclasses ferry cannot export (quantized wrappers and
+        the like), staged with torch on the calling thread."""
+        first = self._sources[slots[0]]
+        if shared:
+            storage = first.untyped_storage()
+            copy_of_storage = storage.clone() if first.device.type == "cpu" else storage.cpu()
+            whole = torch.empty(0, dtype=torch.uint8).set_(copy_of_storage)
+            for slot in slots:
+                self.results[slot] = _view_of(whole, self._sources[slot])
+            return
+        for slot in slots:
+            t = self._sources[slot].detach()
+            self.results[slot] = t.clone() if t.device.type == "cpu" else t.to("cpu", copy=True)
+
+    def finish(self) -> Any:
+        """Waits for the copies, then rebuilds the state dict around them."""
+        for handle, outputs in self._pending:
+            copies = handle.wait()
+            for (slots, shared), copied in zip(outputs, copies):
+                if copied.device.type != "cpu":
+                    raise RuntimeError(
+                        f"ferry did not copy a tensor on {copied.device}: ferry sees no CUDA driver or device "
+                        f"while torch does (ferry.device_count() is 0?)")
+                if not shared:
+                    self.results[slots[0]] = copied
+                else:
+                    for slot in slots:
+                        self.results[slot] = _view_of(copied, self._sources[slot])
+        self._pending = []
+        return _Rebuild(self.results).node(self._root)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)   # the tensor types ferry copies; a DTensor is staged by its local tensor
+
+
+def _storage_key(t: torch.Tensor, slot: int) -> tuple:
+    """Tensors with equal keys share storage. Tensors without a (non-empty) strided storage key on their slot."""
+    if type(t) not in _PLAIN or t.layout != torch.strided or t.numel() == 0:
+        return ("alone", slot)
+    try:
+        pointer = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return ("alone", slot)
+    return (t.device.type, t.device.index, pointer) if pointer else ("alone", slot)
+
+
+def _can_share(first: torch.Tensor, members: list[torch.Tensor]) -> bool:
+    """Whether the members can all be rebuilt as views of one byte copy of their storage: plain strided tensors
+    whose element size divides the storage's size (a uint8 copy is viewed as each member's dtype)."""
+    nbytes = first.untyped_storage().nbytes()
+    return all(nbytes % m.element_size() == 0 for m in members)
+
+
+def _view_of(whole: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
+    """member's view of `whole`, a uint8 host copy of member's whole storage."""
+    typed = whole.view(member.dtype)
+    return typed.as_strided(member.size(), member.stride(), typed.storage_offset() + member.storage_offset())
+
+
+class _Rebuild:
+    """Builds the staged objects from the walk's nodes; a node met twice gives the same object."""
+
+    def __init__(self, results: list[torch.Tensor | None]) -> None:
+        self._results = results
+        self._built: dict[int, Any] = {}
+        self._deepcopy_memo: dict[int, Any] = {}
+
+    def node(self, node: tuple) -> Any:
+        built = self._built.get(id(node), self)
+        if built is not self:
+            return built
+        kind = node[0]
+        if kind == "tensor":
+            built = self._results[node[1]]
+        elif kind == "keep":
+            built = node[1]
+        elif kind == "dtensor":
+            source = node[2]
+            # DTensor.from_local would move the local tensor back to the mesh's device; the constructor does not.
+            built = type(source)(self._results[node[1]], source._spec, requires_grad=False)
+        elif kind == "dict":
+            built = copy.copy(node[1])   # keeps the dict's type, default_factory and attributes
+            if getattr(built, "__dict__", None):
+                built.__dict__ = copy.deepcopy(built.__dict__, self._deepcopy_memo)
+            self._built[id(node)] = built
+            for key, value in node[2]:
+                built[key] = self.node(value)
+            return built
+        elif kind == "list":
+            built = copy.copy(node[1])
+            self._built[id(node)] = built
+            built[:] = [self.node(value) for value in node[2]]
+            return built
+        elif kind == "tuple":
+            items = [self.node(value) for value in node[2]]
+            cls = type(node[1])
+            if cls is tuple:
+                built = tuple(items)
+            elif hasattr(cls, "_fields"):
+                built = cls(*items)
+            else:
+                built = cls(items)
+        else:
+            built = copy.deepcopy(node[1], self._deepcopy_memo)
+        self._built[id(node)] = built
+        return built

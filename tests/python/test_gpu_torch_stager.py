@@ -1,0 +1,160 @@
+"""ferry.torch.Stager with CUDA state dicts (run on the H200; skipped without torch or CUDA): exact pinned copies
+of a model's and an optimizer's state with tied weights, ordering after the current stream, pinned memory reused
+by the next save of the same layout, and DCP round trips through async_save and load in both staging modes.
+"""
+
+import gc
+import subprocess
+import sys
+
+import ferry
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available() or ferry.device_count() == 0:
+    pytest.skip("needs a CUDA device and torch with CUDA", allow_module_level=True)
+dcp = pytest.importorskip("torch.distributed.checkpoint")
+
+import ferry.torch  # noqa: E402
+
+DEV = torch.device("cuda", 0)
+SLEEP_CYCLES = 200_000_000  # ~0.1 s of torch.cuda._sleep on an H200: far longer than the copies here
+
+
+class TiedLM(torch.nn.Module):
+    """A small decoder-shaped model whose output head shares the embedding's weight."""
+
+    def __init__(self, vocab=4096, width=256):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                       torch.nn.Linear(4 * width, width))
+        self.norm = torch.nn.LayerNorm(width)
+        self.head = torch.nn.Linear(width, vocab, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(self.norm(self.mlp(self.embed(ids))))
+
+
+def trained(seed=0):
+    torch.manual_seed(seed)
+    model = TiedLM().to(DEV)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randint(0, 4096, (8, 16), device=DEV)).float().logsumexp(-1).mean().backward()
+    optimizer.step()
+    return model, optimizer
+
+
+def tensors_of(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from tensors_of(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from tensors_of(v)
+
+
+def test_cuda_tensors_are_staged_to_pinned_host_memory_exactly_and_tied_weights_stay_tied():
+    model, optimizer = trained()
+    state = {"model": model.state_dict(), "optim": optimizer.state_dict()}
+    staged = ferry.torch.Stager().stage(state)
+    live, copies = list(tensors_of(state)), list(tensors_of(staged))
+    assert len(live) == len(copies) and any(t.is_cuda for t in live) and any(not t.is_cuda for t in live)
+    for a, b in zip(live, copies):
+        assert b.device.type == "cpu"
+        assert b.is_pinned() == a.is_cuda
+        assert torch.equal(a.cpu(), b)
+    m = staged["model"]
+    assert m["embed.weight"].untyped_storage().data_ptr() == m["head.weight"].untyped_storage().data_ptr()
+
+
+def test_staging_is_ordered_after_the_work_queued_on_the_current_stream():
+    x = torch.zeros(16 << 20, device=DEV)
+    torch.cuda._sleep(SLEEP_CYCLES)
+    x.fill_(7.0)  # queued behind the sleep: a copy that does not wait for it reads zeros
+    staged = ferry.torch.Stager().stage({"x": x})
+    assert bool((staged["x"] == 7.0).all())
+
+
+@pytest.mark.parametrize("async_staging", [False, True])
+def test_the_next_save_of_the_same_layout_pins_no_new_memory(async_staging):
+    if async_staging and not hasattr(dcp.state_dict_saver, "AsyncSaveResponse"):
+        pytest.skip(f"torch {torch.__version__}: async_save takes no Future from stage()")
+    model, optimizer = trained(1)
+    state = {"model": model.state_dict(), "optim": optimizer.state_dict()}
+    with ferry.torch.Stager(async_staging=async_staging) as stager:
+        def save_once():
+            staged = stager.stage(state)
+            if async_staging:
+                staged = staged.result()
+            assert torch.equal(staged["model"]["norm.weight"], model.norm.weight.detach().cpu())
+            del staged   # DCP drops the staged copy once written
+            gc.collect()
+
+        save_once()
+        before = ferry.pool.stats()
+        save_once()
+        after = ferry.pool.stats()
+    assert after["pin_calls"] == before["pin_calls"], (before, after)
+    assert after["bytes_pinned"] == before["bytes_pinned"], (before, after)
+
+
+def test_a_fresh_process_pins_within_5_percent_of_a_large_state_dict():
+    """In a process of its own, so that no earlier test's pinned memory shapes the pool's growth."""
+    script = (
+        "import torch, ferry, ferry.torch\n"
+        "state = {f'layer{i}.weight': torch.randn(1024, 1024, 8, device='cuda') for i in range(24)}\n"
+        "staged = ferry.torch.Stager().stage(state)\n"
+        "assert all(torch.equal(staged[k], v.cpu()) for k, v in state.items())\n"
+        "print(ferry.pool.stats()['bytes_pinned'], sum(t.nbytes for t in state.values()))\n")
+    out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True).stdout
+    pinned, size = map(int, out.split())
+    assert size == 768 << 20 and pinned <= 1.05 * size, (pinned, size)
+
+
+@pytest.mark.parametrize("async_staging", [False, True])
+def test_dcp_async_save_from_the_gpu_then_load_round_trips_exactly(tmp_path, async_staging):
+    if async_staging and not hasattr(dcp.state_dict_saver, "AsyncSaveResponse"):
+        pytest.skip(f"torch {torch.__version__}: async_save takes no Future from stage()")
+    model, optimizer = trained(2)
+    expected_model = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    with ferry.torch.Stager(async_staging=async_staging) as stager:
+        response = dcp.async_save({"model": model.state_dict(), "optim": optimizer.state_dict()},
+                                  checkpoint_id=str(tmp_path), async_stager=stager)
+        if async_staging:
+            response.staging_completion.result()
+            upload = response.upload_completion
+        else:
+            upload = response
+        with torch.no_grad():
+            for p in model.parameters():
+                p.zero_()   # training goes on once staging is complete: the checkpoint must not see it
+        upload.result()
+
+    fresh, fresh_optimizer = trained(3)
+    loaded = {"model": fresh.state_dict(), "optim": fresh_optimizer.state_dict()}
+    dcp.load(loaded, checkpoint_id=str(tmp_path))
+    fresh.load_state_dict(loaded["model"])
+    for k, v in fresh.state_dict().items():
+        assert torch.equal(v.cpu(), expected_model[k]), k
+
+
+def test_a_dtensor_on_a_cuda_mesh_is_staged_to_a_host_local_tensor():
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    dist.init_process_group("cpu:gloo,cuda:nccl", store=dist.HashStore(), rank=0, world_size=1, device_id=DEV)
+    try:
+        mesh = init_device_mesh("cuda", (1,))
+        local = torch.randn(64, 32, device=DEV)
+        dt = DTensor.from_local(local, mesh, [Shard(0)], run_check=False)
+        staged = ferry.torch.Stager().stage({"w": dt})["w"]
+        assert isinstance(staged, DTensor) and staged.placements == dt.placements
+        assert staged.to_local().device.type == "cpu" and staged.to_local().is_pinned()
+        assert torch.equal(staged.to_local(), local.cpu())
+    finally:
+        dist.destroy_process_group()
