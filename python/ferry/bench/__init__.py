@@ -4,5 +4,10 @@
   PyTorch, and the call overhead for one small tensor.
 - ``ferry.bench.overlap``: SPDL's transfer/compute overlap experiment, ferry against PyTorch ``to(cpu)`` beside a
   worker that transfers nothing (the harness floor).
+- ``ferry.bench.bandwidth``: D2H and H2D from Python on the C benchmark's grid of sizes and tensor counts, against
+  PyTorch and the link's limit.
+- ``ferry.bench.latency``: the operator runtime's host latency, the CUTLASS notebook's table from Python.
+- ``ferry.bench.checkpoint``: staging model-shaped state dicts (GB-scale) to host memory, ferry and
+  ``ferry.torch.Stager`` against PyTorch's loops and torch DCP's stagers, first call and steady, x the PCIe limit.
 - ``ferry.bench.plot``: PNG plots from the benchmarks' CSV files (Python and the C ``ferry bench`` ones).
 """

@@ -12,7 +12,9 @@ Reads any mix of (the kind of each file is recognised from its header):
     ``ferry bench bandwidth --output`` (C) and ``python -m ferry.bench.bandwidth --output`` (Python, PyTorch).
     All bandwidth files of one call are drawn together: GB/s against tensor count, one panel per direction and
     payload size, one line per method (labelled with its file when two files have a method of the same name);
-  - ``python -m ferry.bench.call_overhead --output``: its end-to-end rows, GB/s against tensor count.
+  - ``python -m ferry.bench.call_overhead --output``: its end-to-end rows, GB/s against tensor count;
+  - ``python -m ferry.bench.checkpoint --output``: each method's steady and first-call time as a multiple of the
+    PCIe limit, per state dict.
 One PNG per plot in --out-dir, named after the CSV (the bandwidth plot of several files: bandwidth_combined.png).
 A file that is not one of these (or is empty) is skipped with a message; the exit status is 0 unless no file could
 be plotted at all.
@@ -41,6 +43,8 @@ DIAGNOSTICS_COLUMNS = {"total_bytes", "num_tensors", "method", "trial", "excess_
                        "launch_excess_ms", "gpu_tail_excess_ms", "result_ms"}
 BANDWIDTH_COLUMNS = {"direction", "total_bytes", "num_tensors", "method", "median_ms", "gb_per_s"}
 CALL_OVERHEAD_COLUMNS = {"experiment", "total_bytes", "num_tensors", "method", "median_ms", "gb_per_s"}
+CHECKPOINT_COLUMNS = {"state_dict", "total_bytes", "num_tensors", "method", "first_ms", "steady_ms",
+                      "steady_to_limit", "first_to_limit"}
 
 
 class NotAFerryCSV(ValueError):
@@ -56,6 +60,8 @@ def read_csv(path):
 
 
 def kind_of(columns):
+    if CHECKPOINT_COLUMNS <= columns:
+        return "checkpoint"
     if OVERLAP_COLUMNS <= columns:
         return "overlap"
     if DIAGNOSTICS_COLUMNS <= columns:
@@ -314,6 +320,40 @@ def plot_bandwidth(rows, stem, out_dir, panel_key, title):
     return [path]
 
 
+def plot_checkpoint(rows, stem, out_dir):
+    """Two panels, steady and first call, each method's time as a multiple of the limit (log scale), grouped by
+    state dict."""
+    plt = _pyplot()
+    state_dicts = list(dict.fromkeys(r["state_dict"] for r in rows))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    by_key = {(r["state_dict"], r["method"]): r for r in rows}
+    fig, axes = plt.subplots(1, 2, figsize=(max(10, 2.2 * len(state_dicts) * 2), 4.8), sharey=True)
+    width = 0.8 / max(1, len(methods))
+    for ax, (column, title) in zip(axes, (("steady_to_limit", "steady"), ("first_to_limit", "first call"))):
+        for m_index, method in enumerate(methods):
+            xs, heights = [], []
+            for s_index, sd in enumerate(state_dicts):
+                r = by_key.get((sd, method))
+                if r is not None:
+                    xs.append(s_index + (m_index - (len(methods) - 1) / 2) * width)
+                    heights.append(float(r[column]))
+            ax.bar(xs, heights, width, label=method)
+        ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(state_dicts)))
+        ax.set_xticklabels([f"{sd}\n{_size_label(int(by_key[(sd, methods[0])]['total_bytes']))}"
+                            if (sd, methods[0]) in by_key else sd for sd in state_dicts], fontsize=8)
+        ax.set_title(f"{title}: time / PCIe limit")
+    axes[0].set_ylabel("x the limit (one raw copy), log scale")
+    axes[1].legend(fontsize=8)
+    fig.suptitle(f"Staging state dicts to host memory{_title_suffix(rows)}")
+    fig.tight_layout()
+    path = os.path.join(out_dir, f"{stem}_checkpoint.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
 def plot_file(path, out_dir):
     """Plots one CSV on its own. Raises NotAFerryCSV for a file of no known schema or without rows."""
     rows, columns = read_csv(path)
@@ -323,6 +363,8 @@ def plot_file(path, out_dir):
         raise NotAFerryCSV(f"{path}: not a ferry benchmark CSV (columns: {sorted(columns)})")
     if not rows:
         raise NotAFerryCSV(f"{path}: {kind} CSV without rows")
+    if kind == "checkpoint":
+        return plot_checkpoint(rows, stem, out_dir)
     if kind == "overlap":
         return plot_overlap(rows, stem, out_dir)
     if kind == "samples":
@@ -369,8 +411,9 @@ def plot_files(paths, out_dir, log=None):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="PNG plots from ferry benchmark CSV files.")
-    p.add_argument("csv", nargs="+", help="CSV files from ferry.bench.overlap / call_overhead / bandwidth or "
-                                          "`ferry bench`; files of other kinds are skipped with a message.")
+    p.add_argument("csv", nargs="+", help="CSV files from ferry.bench.overlap / call_overhead / bandwidth / "
+                                          "checkpoint or `ferry bench`; files of other kinds are skipped with a "
+                                          "message.")
     p.add_argument("--out-dir", default=".", help="Directory for the PNG files (default: %(default)s).")
     args = p.parse_args(argv)
     try:
