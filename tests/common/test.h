@@ -26,6 +26,19 @@ void test_skipped(void);
     test_skipped();                                                                   \
   } while (0)
 
+/* 1 when built with AddressSanitizer. Its allocator records each new allocation stack under a spin lock (GCC 12's
+ * libsanitizer) that a fork can leave held by another thread: a child that then allocates hangs in ASan itself. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_UNDER_ASAN 1
+#endif
+#endif
+#ifndef TEST_UNDER_ASAN
+#define TEST_UNDER_ASAN 0
+#endif
+
 /* Each test's time limit in seconds (0: none): the list's TEST_TIMEOUT_S, or --timeout; a suite's TEST_OPTION may
  * raise it for a long mode. */
 extern int test_timeout_s;

@@ -389,6 +389,9 @@ static void child_of_busy_parent(void) {
 }
 
 TEST(fork_while_threads_use_the_operator_runtime_never_hangs) {
+  /* NVRTC's allocations keep ASan's stack-depot lock busy: children hung there (in ASan, not in ferry) in about 1
+   * run of 10. The plain build and the TSan run cover this test. */
+  if (TEST_UNDER_ASAN) SKIP("AddressSanitizer's allocator is not fork-safe beside threads that allocate");
   if (!test_have_nvrtc()) return;
   char home[300];
   test_cache_home(home, sizeof home, "fork_ops");
