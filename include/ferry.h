@@ -250,7 +250,8 @@ FERRY_API ferry_status ferry_transfer_h2d(const ferry_tensor *inputs, size_t cou
  *   ferry_transfer_end(t);                        one completion for everything (waits when BLOCKING)
  *   ferry_transfer_wait(t); ... ferry_transfer_release(t);
  *
- * Each part gets its own slab from the pool (ferry_transfer_output_slab says which). A failed call kills the
+ * Each part gets its own slab from the pool (ferry_transfer_output_slab says which; a large D2H part may be cut
+ * into several, see ferry_transfer_slab_count). A failed call kills the
  * transfer: every later add, end, wait and query returns that failure again, and the ticket can only be released
  * (which keeps every slab out of the pool until the copies queued before the failure have finished). A ticket is
  * used by one thread at a time while it is being built; the copies run on the stream chosen at begin (by default
@@ -306,9 +307,11 @@ FERRY_API int ferry_transfer_output_copied(const ferry_transfer *transfer, size_
 FERRY_API int ferry_transfer_device(const ferry_transfer *transfer);
 
 /** The slabs the copied outputs view, one per part that copied something: ferry_transfer_slab_count of them
- *  (0 when nothing was copied; at most 1 for ferry_transfer_d2h/h2d), the one at `index` (NULL past the end), and
- *  ferry_transfer_slab, the first (for a one-call transfer, the slab of every copied output). Borrowed from the
- *  ticket: call ferry_slab_retain to keep the memory beyond ferry_transfer_release. */
+ *  (0 when nothing was copied), the one at `index` (NULL past the end), and ferry_transfer_slab, the first. A
+ *  one-call transfer has one part, except a D2H batch larger than 256 MiB that no free range of the pool can hold:
+ *  it is cut into parts of about 256 MiB (at tensor boundaries), each pinned just before its copies are queued, so
+ *  that pinning a fresh pool overlaps the copies. Borrowed from the ticket: call ferry_slab_retain to keep the
+ *  memory beyond ferry_transfer_release. */
 FERRY_API size_t ferry_transfer_slab_count(const ferry_transfer *transfer);
 FERRY_API ferry_slab *ferry_transfer_slab_at(const ferry_transfer *transfer, size_t index);
 FERRY_API ferry_slab *ferry_transfer_slab(const ferry_transfer *transfer);

@@ -166,8 +166,11 @@ int ferry__slab_idle(ferry_slab *slab);
 void ferry__slab_drop_fences(ferry_slab *slab);
 
 /* Takes a slab of at least `bytes` from the pinned pool for copies of `device`, pinning a new region if no free
- * range fits. The caller's context must be current (cuMemHostRegister needs one). */
-ferry_status ferry__pool_take(size_t bytes, int device, ferry_slab **out);
+ * range fits: of the slab's size with `exact_growth`, else by the pool's growth rule (region_size_for). The caller's
+ * context must be current (cuMemHostRegister needs one). */
+ferry_status ferry__pool_take(size_t bytes, int device, bool exact_growth, ferry_slab **out);
+/* The largest free range of the pool now, in bytes (released slabs whose copies have finished count as free). */
+size_t ferry__pool_largest_free(void);
 /* Returns a pinned slab whose refcount reached zero. */
 void ferry__pool_give(ferry_slab *slab);
 
@@ -281,6 +284,11 @@ ferry_status ferry__plan_gather_items_chunk(const ferry__plan_input *in, const f
 /* The D2H gather is cut into chunks of at least this many bytes of output (and at most 8 chunks), so the DMA of
  * one chunk runs while the kernel gathers the next. A variable so tests can force many chunks on small batches. */
 extern uint64_t ferry__pipeline_chunk_min;
+
+/* A D2H part larger than this that no free range of the pool can hold is submitted in sub-parts of about this
+ * size, each in a slab of its own pinned exactly to its size, so that the copies of one run while the next is
+ * pinned (transfer.c). A variable so tests can cut small batches. */
+extern uint64_t ferry__pin_chunk_bytes;
 
 /* CPU version of what one gather item does (used to pack pageable H2D inputs, and by tests as the reference). */
 void ferry__gather_item_run_host(const ferry__gather_item *item, const ferry__gather_layout *layouts);

@@ -223,7 +223,7 @@ static ferry_status grow(size_t size) {
   return FERRY_OK;
 }
 
-ferry_status ferry__pool_take(size_t bytes, int device, ferry_slab **out) {
+ferry_status ferry__pool_take(size_t bytes, int device, bool exact_growth, ferry_slab **out) {
   ferry_status st0 = check_pinnable(bytes);
   if (st0 != FERRY_OK) return st0;
   size_t size = round_up(bytes ? bytes : 1, GRANULE);
@@ -276,7 +276,7 @@ ferry_status ferry__pool_take(size_t bytes, int device, ferry_slab **out) {
     pthread_mutex_unlock(&pool_lock);
     missed = 1;
     grown_here++;
-    ferry_status st = grow(region_size_for(size));
+    ferry_status st = grow(exact_growth ? size : region_size_for(size));
     pthread_mutex_lock(&pool_lock);
     growing = false;
     pthread_cond_broadcast(&grown);
@@ -286,6 +286,16 @@ ferry_status ferry__pool_take(size_t bytes, int device, ferry_slab **out) {
       return st;
     }
   }
+}
+
+size_t ferry__pool_largest_free(void) {
+  size_t largest = 0;
+  pthread_mutex_lock(&pool_lock);
+  if (pending) reap_pending();
+  for (free_range *fr = free_list; fr; fr = fr->next)
+    if (fr->size > largest) largest = fr->size;
+  pthread_mutex_unlock(&pool_lock);
+  return largest;
 }
 
 void ferry__pool_give(ferry_slab *s) {

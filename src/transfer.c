@@ -8,7 +8,9 @@
  * pageable small or strided sources are packed by the CPU into pinned staging, the rest are DMA'd.
  *
  * Each part is planned from copies of its descriptors made when it is added, so a caller (or a producer) may
- * change or free the shape and stride arrays as soon as ferry_transfer_add returns.
+ * change or free the shape and stride arrays as soon as ferry_transfer_add returns. A D2H part that the pool
+ * cannot hold in one free range is cut into sub-parts of about ferry__pin_chunk_bytes, each pinned to its size just
+ * before its copies are queued: the first call of a GB-scale batch pins while it copies.
  *
  * Nothing is left behind on failure: a failed part poisons the transfer, everything queued so far is fenced, and
  * memory that a queued copy may still touch returns to its pool only through that fence (or after the streams
@@ -19,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One ferry_transfer_add that copied something. */
+/* One ferry_transfer_add that copied something, or one sub-part of it. */
 typedef struct part {
   size_t first, count;  /* its outputs: [first, first + count) */
   ferry_slab *slab;     /* the outputs' memory: pinned (D2H) or device (H2D) */
@@ -449,13 +451,13 @@ static void find_pinned(const ferry_tensor *in, size_t count, const uint8_t *is_
  * the copy stream), H2D into a new device slab. Records what it takes in `p` as it takes it, so that the caller
  * can fence and release it whatever happens. */
 static ferry_status submit_part(ferry_transfer *t, const ferry__plan_input *pin, const ferry__plan *plan,
-                                part_scratch *sc, part *p) {
+                                part_scratch *sc, bool exact_growth, part *p) {
   ferry_status st = FERRY_OK;
   size_t work;
   if (!t->h2d) {
     /* The pinned slab carries the gather work list in its tail, past the outputs. */
     work = worklist_bytes(plan->n_items, plan->n_items ? plan->n_layouts + PIPELINE_EXTRA_LAYOUTS : 0);
-    FERRY_TRY(ferry__pool_take((size_t)plan->total + work, t->device, &p->slab));
+    FERRY_TRY(ferry__pool_take((size_t)plan->total + work, t->device, exact_growth, &p->slab));
     char *slab_base = p->slab->data;
     /* Large tensors need no kernel: their DMAs go first, on the second stream, beside the gather. */
     FERRY_TRY(submit_dma(sc->entries, pin->count, slab_base, t->dma_stream, t->opts.flags, sc, false));
@@ -468,7 +470,7 @@ static ferry_status submit_part(ferry_transfer *t, const ferry__plan_input *pin,
   }
   size_t pack_bytes = (size_t)(plan->pack_end - plan->gather_bytes);
   work = worklist_bytes(plan->n_items, plan->n_layouts);
-  if (pack_bytes || work) FERRY_TRY(ferry__pool_take(pack_bytes + work, t->device, &p->staging));
+  if (pack_bytes || work) FERRY_TRY(ferry__pool_take(pack_bytes + work, t->device, false, &p->staging));
   FERRY_TRY(ferry__devmem_slab(t->device, (size_t)plan->total, t->stream, &p->slab));
   char *slab_base = p->slab->data;
   if (plan->n_items) {
@@ -635,20 +637,9 @@ cleanup:
   return FERRY_OK;
 }
 
-ferry_status ferry_transfer_add(ferry_transfer *t, const ferry_tensor *in, size_t count) {
+/* Plans and queues one part: the outputs [t->count, t->count + count). Kills the transfer on failure. */
+static ferry_status add_part(ferry_transfer *t, const ferry_tensor *in, size_t count, bool exact_growth) {
   ferry_status st = FERRY_OK;
-  if (!t) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_transfer_add: transfer is NULL");
-  if (t->failed) return repeat_failure(t);
-  if (t->ended) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_transfer_add: the transfer has ended");
-  if (count && !in) return fail(t, FERRY_ERR(FERRY_INVALID_ARGUMENT, "inputs is NULL with count %zu", count));
-  if (count == 0) return FERRY_OK;
-  st = grow_outputs(t, count);
-  if (st != FERRY_OK) return fail(t, st);
-  if (t->device < 0) {
-    append_passthrough(t, in, count);
-    return FERRY_OK;
-  }
-
   part_scratch sc = {0};
   part *p = NULL;
   bool entered = false;
@@ -676,7 +667,7 @@ ferry_status ferry_transfer_add(ferry_transfer *t, const ferry_tensor *in, size_
     st = FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating the shapes of %zu outputs", count);
     goto cleanup;
   }
-  FERRY_TRY(submit_part(t, &pin, &plan, &sc, p));
+  FERRY_TRY(submit_part(t, &pin, &plan, &sc, exact_growth, p));
 
   /* The copies run; lay out the outputs meanwhile. */
   char *base = p->slab->data;
@@ -695,6 +686,63 @@ cleanup:
   if (entered) ferry__ctx_leave();
   scratch_put();
   if (st != FERRY_OK) return fail(t, st);
+  return FERRY_OK;
+}
+
+uint64_t ferry__pin_chunk_bytes = (uint64_t)256 << 20;
+
+/* What one tensor may take in a D2H slab, over-estimated (alignment, its share of the gather work list), for
+ * cutting a part; 0 for a descriptor the plan will refuse (and explain: nothing is recorded here). */
+static uint64_t slab_estimate(const ferry_tensor *in) {
+  uint64_t bytes = ((uint64_t)in->dtype.bits * in->dtype.lanes + 7) / 8;
+  if (in->ndim < 0 || in->ndim > FERRY_MAX_NDIM || (in->ndim > 0 && !in->shape)) return 0;
+  for (int32_t d = 0; d < in->ndim; d++)
+    if (in->shape[d] < 0 || __builtin_mul_overflow(bytes, (uint64_t)in->shape[d], &bytes)) return 0;
+  return bytes > (uint64_t)1 << 62 ? 0 : bytes + 512;
+}
+
+/* How many of the first `count` tensors go into the next sub-part: `count` when the part needs no cutting (small
+ * enough, or the pool holds it in one free range), else as many as fit in ferry__pin_chunk_bytes (at least one). */
+static size_t next_cut(const ferry_tensor *in, size_t count, bool *cutting) {
+  uint64_t chunk = ferry__pin_chunk_bytes, total = 0, first = 0;
+  size_t n_first = 0;
+  for (size_t i = 0; i < count; i++) {
+    uint64_t b = slab_estimate(&in[i]);
+    total += b;
+    if (n_first == i && (i == 0 || first + b <= chunk)) {
+      first += b;
+      n_first = i + 1;
+    }
+    if (total > (uint64_t)1 << 62) return count; /* absurd sizes: one part, which the plan refuses, saying why */
+  }
+  if (!*cutting) {
+    if (n_first == count || total <= chunk || total <= ferry__pool_largest_free()) return count;
+    *cutting = true;
+  }
+  return n_first;
+}
+
+ferry_status ferry_transfer_add(ferry_transfer *t, const ferry_tensor *in, size_t count) {
+  ferry_status st = FERRY_OK;
+  if (!t) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_transfer_add: transfer is NULL");
+  if (t->failed) return repeat_failure(t);
+  if (t->ended) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_transfer_add: the transfer has ended");
+  if (count && !in) return fail(t, FERRY_ERR(FERRY_INVALID_ARGUMENT, "inputs is NULL with count %zu", count));
+  if (count == 0) return FERRY_OK;
+  st = grow_outputs(t, count);
+  if (st != FERRY_OK) return fail(t, st);
+  if (t->device < 0) {
+    append_passthrough(t, in, count);
+    return FERRY_OK;
+  }
+  if (t->h2d) return add_part(t, in, count, false);
+  bool cutting = false;
+  for (size_t done = 0; done < count;) {
+    size_t n = next_cut(in + done, count - done, &cutting);
+    st = add_part(t, in + done, n, cutting);
+    if (st != FERRY_OK) return st;
+    done += n;
+  }
   return FERRY_OK;
 }
 

@@ -10,6 +10,8 @@ static char ctx_token, module_token, function_token;
 /* Thread-safe, so the transfer path can be driven from many threads at once (test_threads_cpu.c): the counters
  * are atomic and the registered ranges are under a lock. */
 _Atomic int fake_live_events, fake_live_streams, fake_live_devmem, fake_registered;
+_Atomic int fake_copy_calls, fake_register_calls;
+int fake_copies_before_register[FAKE_REGISTER_LOG];
 static pthread_mutex_t ranges_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static CUresult f_init(unsigned f) { (void)f; return CUDA_SUCCESS; }
@@ -59,6 +61,8 @@ static CUresult f_reg(void *p, size_t n, unsigned f) {
       ranges[i].lo = (uintptr_t)p;
       ranges[i].hi = (uintptr_t)p + n;
       fake_registered++;
+      int k = fake_register_calls++;
+      if (k < FAKE_REGISTER_LOG) fake_copies_before_register[k] = fake_copy_calls;
       r = CUDA_SUCCESS;
       break;
     }
@@ -91,9 +95,11 @@ static CUresult f_alloc(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s) {
 }
 static CUresult f_free(CUdeviceptr d, CUstream s) { (void)s; free((void *)(uintptr_t)d); fake_live_devmem--; return CUDA_SUCCESS; }
 static CUresult f_copy(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
-  (void)st; memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS;
+  (void)st; fake_copy_calls++; memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS;
 }
-static CUresult f_htod(CUdeviceptr d, const void *s, size_t n, CUstream st) { (void)st; memcpy((void *)(uintptr_t)d, s, n); return CUDA_SUCCESS; }
+static CUresult f_htod(CUdeviceptr d, const void *s, size_t n, CUstream st) {
+  (void)st; fake_copy_calls++; memcpy((void *)(uintptr_t)d, s, n); return CUDA_SUCCESS;
+}
 /* Host memory registered with f_reg is mapped at the same address ("device pointer" = host pointer), as under
  * unified addressing; anything else is pageable and the query fails, as the real driver's does. */
 static CUresult f_ptr_unlocked(void *v, CUpointer_attribute a, CUdeviceptr p) {
@@ -129,6 +135,7 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
 static CUresult f_batch(CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t c, CUmemcpyAttributes *a, size_t *ai,
                         size_t na, CUstream st) {
   (void)a; (void)ai; (void)na; (void)st;
+  fake_copy_calls++;
   for (size_t i = 0; i < c; i++) memcpy((void *)(uintptr_t)d[i], (void *)(uintptr_t)s[i], n[i]);
   return CUDA_SUCCESS;
 }

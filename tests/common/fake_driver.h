@@ -5,6 +5,11 @@
 #include "internal.h"
 void fake_driver_use(void);
 extern _Atomic int fake_live_events, fake_live_streams, fake_live_devmem, fake_registered;
+/* Copy calls (cuMemcpyAsync, cuMemcpyHtoDAsync, cuMemcpyBatchAsync) and successful cuMemHostRegister calls so far;
+ * for the first FAKE_REGISTER_LOG registrations, how many copy calls had been made before each. */
+#define FAKE_REGISTER_LOG 64
+extern _Atomic int fake_copy_calls, fake_register_calls;
+extern int fake_copies_before_register[FAKE_REGISTER_LOG];
 /* While positive, each cuEventQuery decrements it and answers CUDA_ERROR_NOT_READY (the copies "still run"). */
 extern _Atomic int fake_queries_not_ready;
 /* Operator runtime (see the end of fake_driver.c): live libraries, graphs and instances; launches of GEMM kernels

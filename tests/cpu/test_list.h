@@ -52,6 +52,12 @@
   X(parts_h2d_a_bad_later_part_kills_the_transfer_cleanly) \
   X(parts_a_driver_fault_in_a_later_part_kills_the_transfer_cleanly) \
   X(parts_without_a_driver_pass_through) \
+  X(chunks_a_large_d2h_on_a_fresh_pool_is_pinned_chunk_by_chunk_while_it_copies) \
+  X(chunks_the_same_batch_again_reuses_the_chunks_and_pins_nothing) \
+  X(chunks_a_batch_the_pool_holds_in_one_free_range_is_one_slab) \
+  X(chunks_a_batch_within_one_chunk_is_one_slab) \
+  X(chunks_a_tensor_larger_than_a_chunk_gets_a_sub_part_of_its_own) \
+  X(chunks_a_failed_pin_in_a_later_chunk_kills_the_transfer_and_leaks_nothing) \
   X(faults_armed_while_other_threads_transfer_hit_only_the_named_call) \
   X(pool_reuses_and_trims)                  \
   X(device_index_past_count_names_both)     \

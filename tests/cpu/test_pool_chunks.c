@@ -1,0 +1,153 @@
+/* Chunked pinning through the fake driver: a D2H batch larger than any free range of the pool is cut into sub-parts
+ * of about ferry__pin_chunk_bytes, each in a slab pinned to its size, and each sub-part's copies are queued before
+ * the next region is pinned; the same batch again pins nothing; a batch the pool can hold stays one slab; a failed
+ * pin in a later chunk kills the transfer without leaking. Sizes are scaled down (4 MiB chunks). */
+#include "fake_driver.h"
+#include "test.h"
+
+#define MIB ((int64_t)1 << 20)
+#define HUGE_PAGE ((uint64_t)2 << 20) /* the granularity of a pinned region (pinned.c) */
+enum { MAX_T = 8 };
+static unsigned char *src[MAX_T];
+static int64_t shapes[MAX_T];
+
+/* `n` 1-D uint8 device tensors of the given sizes with distinct bytes. */
+static void make(ferry_tensor *t, const int64_t *sizes, int n, unsigned seed) {
+  for (int i = 0; i < n; i++) {
+    free(src[i]);
+    src[i] = malloc((size_t)sizes[i]);
+    for (int64_t k = 0; k < sizes[i]; k++) src[i][k] = (unsigned char)(k * 13 + i * 101 + seed);
+    shapes[i] = sizes[i];
+    t[i] = (ferry_tensor){src[i], {FERRY_DEVICE_CUDA, 0}, 1, {FERRY_DTYPE_UINT, 8, 1}, &shapes[i], NULL, 0};
+  }
+}
+
+static ferry_transfer *d2h(const ferry_tensor *t, int n) {
+  ferry_transfer_options o;
+  ferry_transfer_options_init(&o);
+  o.device = 0;
+  o.flags = FERRY_TRANSFER_BLOCKING;
+  ferry_transfer *tr = NULL;
+  ASSERT_OK(ferry_transfer_d2h(t, (size_t)n, &o, &tr));
+  return tr;
+}
+
+static void check_exact(ferry_transfer *tr, int n) {
+  const ferry_tensor *o = ferry_transfer_outputs(tr);
+  for (int i = 0; i < n; i++)
+    if (memcmp(o[i].data, src[i], (size_t)shapes[i]) != 0) FAIL_AT("output %d differs from its source", i);
+}
+
+static ferry_pool_stats stats(void) {
+  ferry_pool_stats s;
+  ferry_pool_stats_get(&s);
+  return s;
+}
+
+static uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+static void setup(void) {
+  fake_driver_use();
+  ASSERT_OK(ferry_init());
+  ferry__pin_chunk_bytes = (uint64_t)4 * MIB;
+}
+
+static const int64_t EIGHT[MAX_T] = {3 * MIB / 2, 3 * MIB / 2, 3 * MIB / 2, 3 * MIB / 2,
+                                     3 * MIB / 2, 3 * MIB / 2, 3 * MIB / 2, 3 * MIB / 2};
+
+TEST(chunks_a_large_d2h_on_a_fresh_pool_is_pinned_chunk_by_chunk_while_it_copies) {
+  setup();
+  ferry_tensor t[MAX_T];
+  make(t, EIGHT, 8, 1);
+  ferry_transfer *tr = d2h(t, 8);
+  check_exact(tr, 8);
+  /* 12 MiB in 4 MiB chunks: two 1.5 MiB tensors per sub-part, each its own slab and its own region. */
+  ASSERT_EQ(ferry_transfer_slab_count(tr), 4);
+  for (int i = 0; i < 8; i++) ASSERT(ferry_transfer_output_slab(tr, (size_t)i) == ferry_transfer_slab_at(tr, (size_t)i / 2));
+  ferry_pool_stats s = stats();
+  ASSERT_EQ(s.pin_calls, 4);
+  uint64_t exact = 0;
+  for (size_t k = 0; k < 4; k++) exact += round_up(ferry_slab_size(ferry_transfer_slab_at(tr, k)), HUGE_PAGE);
+  ASSERT_EQ(s.bytes_pinned, exact); /* each region pinned to its slab, not by the pool's growth rule */
+  /* The first region is pinned before any copy; every later one after the previous sub-part's copies were queued. */
+  ASSERT_EQ(fake_register_calls, 4);
+  ASSERT_EQ(fake_copies_before_register[0], 0);
+  for (int k = 1; k < 4; k++) ASSERT(fake_copies_before_register[k] > fake_copies_before_register[k - 1]);
+  ferry_transfer_release(tr);
+  ASSERT_EQ(stats().bytes_in_use, 0);
+}
+
+TEST(chunks_the_same_batch_again_reuses_the_chunks_and_pins_nothing) {
+  setup();
+  ferry_tensor t[MAX_T];
+  make(t, EIGHT, 8, 2);
+  ferry_transfer_release(d2h(t, 8));
+  ferry_pool_stats before = stats();
+  make(t, EIGHT, 8, 3);
+  ferry_transfer *tr = d2h(t, 8);
+  check_exact(tr, 8);
+  ferry_pool_stats after = stats();
+  ASSERT_EQ(after.pin_calls, before.pin_calls);
+  ASSERT_EQ(after.bytes_pinned, before.bytes_pinned);
+  ASSERT_EQ(after.hits - before.hits, 4);
+  ferry_transfer_release(tr);
+}
+
+TEST(chunks_a_batch_the_pool_holds_in_one_free_range_is_one_slab) {
+  setup();
+  ASSERT_OK(ferry_pool_reserve((size_t)16 * MIB));
+  ferry_tensor t[MAX_T];
+  make(t, EIGHT, 8, 4);
+  ferry_transfer *tr = d2h(t, 8);
+  check_exact(tr, 8);
+  ASSERT_EQ(ferry_transfer_slab_count(tr), 1);
+  ASSERT_EQ(stats().pin_calls, 1);
+  ferry_transfer_release(tr);
+}
+
+TEST(chunks_a_batch_within_one_chunk_is_one_slab) {
+  setup();
+  ferry_tensor t[MAX_T];
+  make(t, EIGHT, 2, 5);
+  ferry_transfer *tr = d2h(t, 2);
+  check_exact(tr, 2);
+  ASSERT_EQ(ferry_transfer_slab_count(tr), 1);
+  ferry_transfer_release(tr);
+}
+
+TEST(chunks_a_tensor_larger_than_a_chunk_gets_a_sub_part_of_its_own) {
+  setup();
+  const int64_t sizes[4] = {MIB, 6 * MIB, MIB, MIB};
+  ferry_tensor t[MAX_T];
+  make(t, sizes, 4, 6);
+  ferry_transfer *tr = d2h(t, 4);
+  check_exact(tr, 4);
+  ASSERT_EQ(ferry_transfer_slab_count(tr), 3); /* [1 MiB] [6 MiB] [1 MiB, 1 MiB] */
+  ASSERT(ferry_transfer_output_slab(tr, 1) != ferry_transfer_output_slab(tr, 0));
+  ASSERT(ferry_transfer_output_slab(tr, 2) == ferry_transfer_output_slab(tr, 3));
+  ASSERT(ferry_slab_size(ferry_transfer_output_slab(tr, 1)) >= (size_t)(6 * MIB));
+  ferry_transfer_release(tr);
+}
+
+TEST(chunks_a_failed_pin_in_a_later_chunk_kills_the_transfer_and_leaks_nothing) {
+  setup();
+  ferry_tensor t[MAX_T];
+  make(t, EIGHT, 8, 7);
+  ferry_transfer_options o;
+  ferry_transfer_options_init(&o);
+  o.device = 0;
+  o.flags = FERRY_TRANSFER_BLOCKING;
+  ferry_transfer *tr = NULL;
+  ferry__fault_arm("cuMemHostRegister", 3, CUDA_ERROR_OUT_OF_MEMORY);
+  ferry_status st = ferry_transfer_d2h(t, 8, &o, &tr);
+  ferry__fault_disarm();
+  ASSERT(st != FERRY_OK && tr == NULL);
+  ASSERT_STR_CONTAINS(ferry_last_error()->call, "cuMemHostRegister");
+  ASSERT_EQ(stats().bytes_in_use, 0);
+  ASSERT_EQ(fake_live_devmem, 0);
+  /* The pool is not poisoned: the same batch goes through, exact. */
+  tr = d2h(t, 8);
+  check_exact(tr, 8);
+  ferry_transfer_release(tr);
+  ASSERT_EQ(stats().bytes_in_use, 0);
+}
