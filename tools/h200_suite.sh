@@ -109,6 +109,9 @@ def pybandwidth64 30 - "the same at 1 and 64 MiB in 1 to 16384 tensors" \
 --output $RESULTS/py_bandwidth64.csv"
 def pylatency 30 all "ferry.ops host latency from Python, with its plot" \
   "$PYTHON -m ferry.bench.latency --output $RESULTS/py_latency.csv --plot $RESULTS/py_latency.png"
+def probepin 40 - "tools/probe_pinning.c at 256 and 2048 MiB: where pinning time goes (THP, threads, register)" \
+  "cc -O2 -pthread tools/probe_pinning.c -I/usr/local/cuda/include -lcuda -o $build/probe_pinning \
+&& $build/probe_pinning 256 2048"
 def pycheckpoint 30 - "staging state dicts (ferry, Stager, torch, DCP stagers; GB-scale, minutes)" \
   "$PYTHON -m ferry.bench.checkpoint --output $RESULTS/py_checkpoint.csv"
 def plots 6 all "plots of every CSV in \$RESULTS" \

@@ -36,6 +36,21 @@ static int copy_check(void *h, size_t n, double *gbs) {
   cuEventDestroy(a); cuEventDestroy(b); return 0;
 }
 
+/* Bytes of [p, p+n) backed by transparent huge pages: the AnonHugePages of the mappings inside it (smaps). */
+static size_t huge_backed(void *p, size_t n) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return 0;
+  char line[512]; unsigned long lo = 0, hi = 0; size_t total = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long a, b; size_t kb;
+    if (sscanf(line, "%lx-%lx ", &a, &b) == 2) { lo = a; hi = b; continue; }
+    if (sscanf(line, "AnonHugePages: %zu kB", &kb) == 1 && lo >= (unsigned long)p && hi <= (unsigned long)p + n)
+      total += kb << 10;
+  }
+  fclose(f);
+  return total;
+}
+
 static void report(const char *name, size_t n, double pin_ms, void *h, double free_ms_unused) {
   double g = 0; copy_check(h, n, &g);
   (void)free_ms_unused;
@@ -59,10 +74,13 @@ static int strategy(int which, size_t n) {
     if (h == MAP_FAILED) { printf("mmap failed\n"); return -1; }
     if (huge) madvise(h, n, MADV_HUGEPAGE);
     if (touch) touch_par(h, n, threads, 4096);
+    double t1 = now_ms();
     CK(cuMemHostRegister(h, n, 0));
+    printf("%-40s           mmap+touch %8.2f ms, register %8.2f ms\n", "", t1 - t0, now_ms() - t1);
   } }
   double pin = now_ms() - t0;
   report(name, n, pin, h, 0);
+  printf("%-40s           huge pages back %5.1f%% of it\n", "", 100.0 * huge_backed(h, n) / (double)n);
   double f0 = now_ms();
   if (which == 0) cuMemFreeHost(h); else { cuMemHostUnregister(h); munmap(h, n); }
   printf("%-40s           free %8.2f ms\n", "", now_ms() - f0);
@@ -73,7 +91,12 @@ int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--help")) { puts("usage: probe_pinning [MiB...]  (default 96 1024)"); return 0; }
   CK(cuInit(0)); CUdevice d; CK(cuDeviceGet(&d, 0)); CUcontext c; CK(cuDevicePrimaryCtxRetain(&c, d)); CK(cuCtxSetCurrent(c));
   CK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
-  size_t maxn = (size_t)1 << 30; CK(cuMemAlloc(&src, maxn)); CK(cuMemsetD8(src, 7, maxn));
+  size_t sizes[8]; int ns = 0;
+  for (int i = 1; i < argc && ns < 8; i++) sizes[ns++] = (size_t)atol(argv[i]) << 20;
+  if (!ns) { sizes[ns++] = 96u << 20; sizes[ns++] = (size_t)1 << 30; }
+  size_t maxn = 2u << 20; /* the copy source: as large as the largest buffer probed */
+  for (int s = 0; s < ns; s++) if (sizes[s] > maxn) maxn = sizes[s];
+  CK(cuMemAlloc(&src, maxn)); CK(cuMemsetD8(src, 7, maxn));
   FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r"); char buf[256] = "?";
   if (f) { if (!fgets(buf, sizeof buf, f)) buf[0] = 0; fclose(f); }
   printf("THP: %s", buf); printf("cpus: %ld\n", sysconf(_SC_NPROCESSORS_ONLN));
@@ -81,9 +104,6 @@ int main(int argc, char **argv) {
   void *p13 = NULL, *p12 = NULL; CUdriverProcAddressQueryResult q;
   cuGetProcAddress("cuMemcpyBatchAsync", &p13, 13000, 0, &q); printf("batch@13000 %p q=%d\n", p13, q);
   cuGetProcAddress("cuMemcpyBatchAsync", &p12, 12080, 0, &q); printf("batch@12080 %p q=%d\n", p12, q);
-  size_t sizes[8]; int ns = 0;
-  for (int i = 1; i < argc && ns < 8; i++) sizes[ns++] = (size_t)atol(argv[i]) << 20;
-  if (!ns) { sizes[ns++] = 96u << 20; sizes[ns++] = (size_t)1 << 30; }
   for (int s = 0; s < ns; s++)
     for (int w = 0; w <= 10; w++) strategy(w, sizes[s]);
   /* a small allocation: the fixed cost per pin call */
