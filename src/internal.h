@@ -171,6 +171,8 @@ void ferry__slab_drop_fences(ferry_slab *slab);
 ferry_status ferry__pool_take(size_t bytes, int device, bool exact_growth, ferry_slab **out);
 /* The largest free range of the pool now, in bytes (released slabs whose copies have finished count as free). */
 size_t ferry__pool_largest_free(void);
+/* The machine's physical memory: no pinned request larger than this can succeed. */
+uint64_t ferry__pinnable_limit(void);
 /* Returns a pinned slab whose refcount reached zero. */
 void ferry__pool_give(ferry_slab *slab);
 

@@ -57,13 +57,18 @@ static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
  * it would fail late (the prefault would wake the OOM killer) or, for sizes near SIZE_MAX, wrap when rounded up.
  * So it fails here, at once, naming the size. */
 static _Atomic uint64_t phys_bytes; /* the machine's memory, looked up once (sysconf is a system call) */
-static ferry_status check_pinnable(size_t bytes) {
+uint64_t ferry__pinnable_limit(void) {
   uint64_t phys = atomic_load_explicit(&phys_bytes, memory_order_relaxed);
   if (!phys) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : (uint64_t)1 << 62;
     atomic_store_explicit(&phys_bytes, phys, memory_order_relaxed);
   }
+  return phys;
+}
+
+static ferry_status check_pinnable(size_t bytes) {
+  uint64_t phys = ferry__pinnable_limit();
   if ((uint64_t)bytes <= phys) return FERRY_OK;
   return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "pinning %zu bytes (%zu MiB) cannot succeed: this machine has %llu MiB "
                    "of memory", bytes, bytes >> 20, (unsigned long long)(phys >> 20));

@@ -717,6 +717,9 @@ static size_t next_cut(const ferry_tensor *in, size_t count, bool *cutting) {
   }
   if (!*cutting) {
     if (n_first == count || total <= chunk || total <= ferry__pool_largest_free()) return count;
+    /* More than the machine's memory: one part, which fails at once naming the size, rather than chunks pinned
+     * until the system runs out. */
+    if (total > ferry__pinnable_limit()) return count;
     *cutting = true;
   }
   return n_first;

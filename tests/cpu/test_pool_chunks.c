@@ -151,3 +151,22 @@ TEST(chunks_a_failed_pin_in_a_later_chunk_kills_the_transfer_and_leaks_nothing) 
   ferry_transfer_release(tr);
   ASSERT_EQ(stats().bytes_in_use, 0);
 }
+
+TEST(chunks_a_batch_larger_than_the_machines_memory_fails_at_once_and_pins_nothing) {
+  setup();
+  /* 64 tensors of 1 GiB each (descriptors only: the failure comes before any byte is read). */
+  static int64_t gib = (int64_t)1 << 30;
+  static unsigned char byte;
+  ferry_tensor t[64];
+  for (int i = 0; i < 64; i++) t[i] = (ferry_tensor){&byte, {FERRY_DEVICE_CUDA, 0}, 1, {FERRY_DTYPE_UINT, 8, 1}, &gib, NULL, 0};
+  ferry_transfer_options o;
+  ferry_transfer_options_init(&o);
+  o.device = 0;
+  ferry_transfer *tr = NULL;
+  if ((uint64_t)64 << 30 <= ferry__pinnable_limit()) SKIP("this machine has more than 64 GiB of memory");
+  ASSERT_STATUS(ferry_transfer_d2h(t, 64, &o, &tr), FERRY_OUT_OF_HOST_MEMORY);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "cannot succeed");
+  ASSERT(tr == NULL);
+  ASSERT_EQ(stats().pin_calls, 0);
+  ASSERT_EQ(fake_copy_calls, 0);
+}
