@@ -181,6 +181,11 @@ void ferry__pool_give(ferry_slab *slab);
 ferry_status ferry__pin(size_t bytes, void **out_ptr, size_t *out_bytes);
 void ferry__unpin(void *ptr, size_t bytes);
 
+/* Host memory a new pinned region may take now (hostmem.c): MemAvailable, capped by a cgroup v2 limit; UINT64_MAX
+ * when neither can be read. The paths are variables so tests can point them at files of their own. */
+uint64_t ferry__host_available(void);
+extern const char *ferry__meminfo_path, *ferry__cgroup_dir;
+
 /* Faults in [ptr, ptr+bytes) with up to `threads` threads (prefault.c). */
 void ferry__prefault(void *ptr, size_t bytes);
 

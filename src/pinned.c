@@ -78,6 +78,10 @@ ferry_status ferry__pin(size_t bytes, void **out_ptr, size_t *out_bytes) {
   ferry_status st = check_pinnable(bytes);
   if (st != FERRY_OK) return st;
   size_t size = round_up(bytes ? bytes : 1, HUGE_PAGE);
+  uint64_t available = ferry__host_available();
+  if ((uint64_t)size > available)
+    return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "pinning %zu MiB would take more than the %llu MiB of memory available "
+                     "now", size >> 20, (unsigned long long)(available >> 20));
   /* Map one huge page more than needed, then cut the ends so the range starts on a huge-page boundary. */
   size_t span = size + HUGE_PAGE;
   char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

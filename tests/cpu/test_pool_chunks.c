@@ -1,9 +1,13 @@
-/* Chunked pinning through the fake driver: a D2H batch larger than any free range of the pool is cut into sub-parts
- * of about ferry__pin_chunk_bytes, each in a slab pinned to its size, and each sub-part's copies are queued before
- * the next region is pinned; the same batch again pins nothing; a batch the pool can hold stays one slab; a failed
- * pin in a later chunk kills the transfer without leaking. Sizes are scaled down (4 MiB chunks). */
+/* Large batches through the fake driver. Chunked pinning: a D2H batch larger than any free range of the pool is cut
+ * into sub-parts of about ferry__pin_chunk_bytes, each in a slab pinned to its size, and each sub-part's copies are
+ * queued before the next region is pinned; the same batch again pins nothing; a batch the pool can hold stays one
+ * slab; a failed pin in a later chunk kills the transfer without leaking. Sizes are scaled down (4 MiB chunks). The
+ * memory a pin may take: past the machine's memory, MemAvailable or a cgroup limit, it fails before any page is
+ * touched. */
 #include "fake_driver.h"
 #include "test.h"
+
+#include <unistd.h>
 
 #define MIB ((int64_t)1 << 20)
 #define HUGE_PAGE ((uint64_t)2 << 20) /* the granularity of a pinned region (pinned.c) */
@@ -169,4 +173,76 @@ TEST(chunks_a_batch_larger_than_the_machines_memory_fails_at_once_and_pins_nothi
   ASSERT(tr == NULL);
   ASSERT_EQ(stats().pin_calls, 0);
   ASSERT_EQ(fake_copy_calls, 0);
+}
+
+/* Writes `text` to a fresh file under $TMPDIR named `name` and returns its path (static storage). */
+static const char *write_file(const char *dir, const char *name, const char *text) {
+  static char path[4][512];
+  static int next;
+  char *p = path[next++ % 4];
+  snprintf(p, 512, "%s/%s", dir, name);
+  FILE *f = fopen(p, "w");
+  ASSERT(f != NULL);
+  fputs(text, f);
+  fclose(f);
+  return p;
+}
+
+static void remove_temp_dir(const char *dir) {
+  const char *names[] = {"meminfo", "memory.max", "memory.current"};
+  char path[512];
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    unlink(path);
+  }
+  rmdir(dir);
+}
+
+static const char *temp_dir(void) {
+  static char dir[256];
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, sizeof dir, "%s/ferry-hostmem-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  ASSERT(mkdtemp(dir) != NULL);
+  return dir;
+}
+
+TEST(pinning_more_than_the_memory_available_fails_before_touching_a_page) {
+  setup();
+  const char *dir = temp_dir();
+  ferry__cgroup_dir = dir; /* no limit files there */
+  ferry__meminfo_path = write_file(dir, "meminfo", "MemTotal:  1048576 kB\nMemAvailable:   10240 kB\n");
+  ASSERT_STATUS(ferry_pool_reserve((size_t)16 * MIB), FERRY_OUT_OF_HOST_MEMORY);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "the 10 MiB of memory available now");
+  ferry_tensor t[MAX_T];
+  make(t, EIGHT, 1, 8);
+  ferry_transfer_options o;
+  ferry_transfer_options_init(&o);
+  o.device = 0;
+  o.flags = FERRY_TRANSFER_BLOCKING;
+  ferry_transfer *tr = NULL;
+  ASSERT_STATUS(ferry_transfer_d2h(t, 1, &o, &tr), FERRY_OUT_OF_HOST_MEMORY); /* a 16 MiB region would not fit */
+  ASSERT(tr == NULL);
+  ASSERT_EQ(stats().pin_calls, 0);
+  ASSERT_EQ(fake_register_calls, 0);
+  ferry__meminfo_path = write_file(dir, "meminfo", "MemAvailable: 1048576 kB\n");
+  tr = d2h(t, 1);
+  check_exact(tr, 1);
+  ferry_transfer_release(tr);
+  remove_temp_dir(dir);
+}
+
+TEST(pinning_more_than_a_cgroup_limit_leaves_fails_before_touching_a_page) {
+  setup();
+  const char *dir = temp_dir();
+  ferry__meminfo_path = write_file(dir, "meminfo", "MemAvailable: 1048576 kB\n");
+  ferry__cgroup_dir = dir;
+  write_file(dir, "memory.max", "20971520\n");    /* 20 MiB, of which */
+  write_file(dir, "memory.current", "8388608\n"); /* 8 MiB are used */
+  ASSERT_STATUS(ferry_pool_reserve((size_t)16 * MIB), FERRY_OUT_OF_HOST_MEMORY);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "the 12 MiB of memory available now");
+  ASSERT_EQ(stats().pin_calls, 0);
+  write_file(dir, "memory.max", "max\n");
+  ASSERT_OK(ferry_pool_reserve((size_t)16 * MIB));
+  ASSERT_EQ(stats().pin_calls, 1);
+  remove_temp_dir(dir);
 }
