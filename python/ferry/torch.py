@@ -219,7 +219,7 @@ class _Staging:
         for key, slots in by_storage.items():
             first = self._sources[slots[0]]
             shared = len(slots) > 1 and _can_share(first, [self._sources[s] for s in slots])
-            if first.device.type != "cuda" or type(first) not in _PLAIN:
+            if first.device.type != "cuda" or type(first) not in _PLAIN or first.is_quantized:
                 self._stage_here(slots, shared)
                 continue
             sources, outputs = per_device.setdefault(first.device.index, ([], []))
@@ -229,7 +229,7 @@ class _Staging:
             else:
                 for slot in slots:
                     t = self._sources[slot]
-                    sources.append(t.detach() if t.requires_grad else t)
+                    sources.append(_exportable(t.detach() if t.requires_grad else t))
                     outputs.append(([slot], False))
         return [(transfer_tensor_d2h_async(sources, device=index), outputs)
                 for index, (sources, outputs) in per_device.items()]
@@ -259,7 +259,8 @@ class _Staging:
                         f"ferry did not copy a tensor on {copied.device}: ferry sees no CUDA driver or device "
                         f"while torch does (ferry.device_count() is 0?)")
                 if not shared:
-                    self.results[slots[0]] = copied
+                    source = self._sources[slots[0]]
+                    self.results[slots[0]] = copied if copied.dtype == source.dtype else copied.view(source.dtype)
                 else:
                     for slot in slots:
                         self.results[slot] = _view_of(copied, self._sources[slot])
@@ -270,9 +271,21 @@ class _Staging:
 _PLAIN = (torch.Tensor, torch.nn.Parameter)   # the tensor types ferry copies; a DTensor is staged by its local tensor
 
 
+# dtypes every DLPack consumer and producer knows; a tensor of another dtype (float8, sub-byte, ...) is copied as
+# integers of its element's size and viewed back, so DLPack's coverage of new dtypes never matters here.
+_DLPACK_DTYPES = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                  torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128}
+_CARRIERS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _exportable(t: torch.Tensor) -> torch.Tensor:
+    carrier = None if t.dtype in _DLPACK_DTYPES else _CARRIERS.get(t.element_size())
+    return t if carrier is None else t.view(carrier)
+
+
 def _storage_key(t: torch.Tensor, slot: int) -> tuple:
     """Tensors with equal keys share storage. Tensors without a (non-empty) strided storage key on their slot."""
-    if type(t) not in _PLAIN or t.layout != torch.strided or t.numel() == 0:
+    if type(t) not in _PLAIN or t.layout != torch.strided or t.is_quantized or t.numel() == 0:
         return ("alone", slot)
     try:
         pointer = t.untyped_storage().data_ptr()

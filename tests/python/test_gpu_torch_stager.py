@@ -158,3 +158,24 @@ def test_a_dtensor_on_a_cuda_mesh_is_staged_to_a_host_local_tensor():
         assert torch.equal(staged.to_local(), local.cpu())
     finally:
         dist.destroy_process_group()
+
+
+def test_tensors_of_every_dtype_are_staged_exactly_float8_included():
+    dtypes = [torch.bool, torch.uint8, torch.int16, torch.int64, torch.float16, torch.bfloat16, torch.float64,
+              torch.complex64]
+    dtypes += [d for d in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)) if d]
+    def random(dtype):
+        size = torch.empty((), dtype=dtype).element_size()
+        return torch.randint(0, 256, (3, 1000 * size), dtype=torch.uint8).to(DEV).view(dtype)
+
+    state = {}
+    for dtype in dtypes:
+        state[str(dtype)] = random(dtype)             # compact: one DMA
+        state[str(dtype) + ".t"] = random(dtype).t()  # strided, its storage its own: gathered, comes back compact
+        base = random(dtype)
+        state[str(dtype) + ".rows"], state[str(dtype) + ".cols"] = base[1:], base[:, 5:]  # one storage, two views
+    staged = ferry.torch.Stager().stage(state)
+    for k, v in state.items():
+        got = staged[k]
+        assert got.dtype == v.dtype and got.shape == v.shape and got.is_pinned(), k
+        assert torch.equal(got.contiguous().view(torch.uint8), v.contiguous().cpu().view(torch.uint8)), k
