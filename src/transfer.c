@@ -637,8 +637,13 @@ cleanup:
   return FERRY_OK;
 }
 
-/* Plans and queues one part: the outputs [t->count, t->count + count). Kills the transfer on failure. */
-static ferry_status add_part(ferry_transfer *t, const ferry_tensor *in, size_t count, bool exact_growth) {
+static bool should_cut(const ferry__plan *plan);
+
+/* Plans and queues one part: the outputs [t->count, t->count + count). Kills the transfer on failure. With
+ * `cut_instead` (a D2H part whole), a part that should_cut says is too large for the pool queues nothing and sets
+ * *cut_instead: the caller adds it in sub-parts, each pinned with `exact_growth`. */
+static ferry_status add_part(ferry_transfer *t, const ferry_tensor *in, size_t count, bool exact_growth,
+                             bool *cut_instead) {
   ferry_status st = FERRY_OK;
   part_scratch sc = {0};
   part *p = NULL;
@@ -655,6 +660,10 @@ static ferry_status add_part(ferry_transfer *t, const ferry_tensor *in, size_t c
   FERRY_TRY(ferry__plan_make(&pin, sc.entries, &plan));
   if (plan.n_copied == 0) { /* nothing of ours: every output is its input */
     append_passthrough(t, in, count);
+    goto cleanup;
+  }
+  if (cut_instead && should_cut(&plan)) {
+    *cut_instead = true;
     goto cleanup;
   }
   size_t out_dims = 0;
@@ -691,8 +700,16 @@ cleanup:
 
 uint64_t ferry__pin_chunk_bytes = (uint64_t)256 << 20;
 
+/* A planned D2H part is cut when it is larger than a chunk and than every free range of the pool, but not past the
+ * machine's memory (one part then fails at once, naming its size, rather than chunks pinned until the system runs
+ * out). The common case costs one comparison. */
+static bool should_cut(const ferry__plan *plan) {
+  uint64_t total = plan->total;
+  return total > ferry__pin_chunk_bytes && total > ferry__pool_largest_free() && total <= ferry__pinnable_limit();
+}
+
 /* What one tensor may take in a D2H slab, over-estimated (alignment, its share of the gather work list), for
- * cutting a part; 0 for a descriptor the plan will refuse (and explain: nothing is recorded here). */
+ * cutting a part; 0 for a descriptor the plan would refuse (it planned them all already). */
 static uint64_t slab_estimate(const ferry_tensor *in) {
   uint64_t bytes = ((uint64_t)in->dtype.bits * in->dtype.lanes + 7) / 8;
   if (in->ndim < 0 || in->ndim > FERRY_MAX_NDIM || (in->ndim > 0 && !in->shape)) return 0;
@@ -701,28 +718,18 @@ static uint64_t slab_estimate(const ferry_tensor *in) {
   return bytes > (uint64_t)1 << 62 ? 0 : bytes + 512;
 }
 
-/* How many of the first `count` tensors go into the next sub-part: `count` when the part needs no cutting (small
- * enough, or the pool holds it in one free range), else as many as fit in ferry__pin_chunk_bytes (at least one). */
-static size_t next_cut(const ferry_tensor *in, size_t count, bool *cutting) {
-  uint64_t chunk = ferry__pin_chunk_bytes, total = 0, first = 0;
-  size_t n_first = 0;
-  for (size_t i = 0; i < count; i++) {
-    uint64_t b = slab_estimate(&in[i]);
-    total += b;
-    if (n_first == i && (i == 0 || first + b <= chunk)) {
-      first += b;
-      n_first = i + 1;
-    }
-    if (total > (uint64_t)1 << 62) return count; /* absurd sizes: one part, which the plan refuses, saying why */
+/* How many of the first `count` tensors fill the next sub-part: as many as fit in ferry__pin_chunk_bytes, at least
+ * one. */
+static size_t next_sub_part(const ferry_tensor *in, size_t count) {
+  uint64_t filled = slab_estimate(&in[0]);
+  size_t n = 1;
+  while (n < count) {
+    uint64_t b = slab_estimate(&in[n]);
+    if (filled + b > ferry__pin_chunk_bytes) break;
+    filled += b;
+    n++;
   }
-  if (!*cutting) {
-    if (n_first == count || total <= chunk || total <= ferry__pool_largest_free()) return count;
-    /* More than the machine's memory: one part, which fails at once naming the size, rather than chunks pinned
-     * until the system runs out. */
-    if (total > ferry__pinnable_limit()) return count;
-    *cutting = true;
-  }
-  return n_first;
+  return n;
 }
 
 ferry_status ferry_transfer_add(ferry_transfer *t, const ferry_tensor *in, size_t count) {
@@ -738,15 +745,14 @@ ferry_status ferry_transfer_add(ferry_transfer *t, const ferry_tensor *in, size_
     append_passthrough(t, in, count);
     return FERRY_OK;
   }
-  if (t->h2d) return add_part(t, in, count, false);
-  bool cutting = false;
-  for (size_t done = 0; done < count;) {
-    size_t n = next_cut(in + done, count - done, &cutting);
-    st = add_part(t, in + done, n, cutting);
-    if (st != FERRY_OK) return st;
+  bool cut = false;
+  st = add_part(t, in, count, false, t->h2d ? NULL : &cut);
+  for (size_t done = 0; st == FERRY_OK && cut && done < count;) {
+    size_t n = next_sub_part(in + done, count - done);
+    st = add_part(t, in + done, n, true, NULL);
     done += n;
   }
-  return FERRY_OK;
+  return st;
 }
 
 ferry_status ferry_transfer_end(ferry_transfer *t) {
