@@ -8,7 +8,8 @@
   X(producer_event_is_waited_for)                 \
   X(producer_stream_is_waited_for)                \
   X(pool_never_reuses_under_a_running_copy)       \
-  X(sixteen_threads_round_trip)
+  X(sixteen_threads_round_trip)                   \
+  X(large_first_call_is_cut_and_exact)
 
 #define TEST_SUITE_HELP "ferry's GPU transfer tests on cuda:0 (LOCAL_RANK honoured); without a GPU every test skips.\n"
 void gpu_setup(void);

@@ -85,14 +85,18 @@ def test_main_stages_a_state_dict_with_every_method_and_writes_its_csv_table_and
     assert "targets:" in text and "Stager steady" in text and "CSV:" in text
 
 
-def test_main_catches_a_method_that_stages_wrong_bytes(cpu_as_gpu, tmp_path, monkeypatch):
+def test_main_catches_a_method_that_stages_wrong_bytes(cpu_as_gpu, tmp_path, monkeypatch, capsys):
     def wrong(state, **kwargs):
         return checkpoint._map_tensors(torch, state, torch.zeros_like)
 
     monkeypatch.setattr(ferry, "transfer_tensor_d2h", wrong)
-    with pytest.raises(RuntimeError, match="not staged exactly"):
-        checkpoint.main(["--state-dicts", "resnet50-adam", "--repeats", "1", "--output", str(tmp_path / "x.csv"),
-                         "--methods", "ferry"])
+    out = tmp_path / "x.csv"
+    assert checkpoint.main(["--state-dicts", "resnet50-adam", "--repeats", "1", "--output", str(out),
+                            "--methods", "ferry", "torch to(cpu) loop"]) == 1
+    assert "resnet50-adam: ferry: RuntimeError: tensor 0 of the state dict was not staged exactly" in \
+        capsys.readouterr().out
+    methods = [line.split(",")[3] for line in out.read_text().splitlines()[1:]]
+    assert methods == [checkpoint.LIMIT, checkpoint.TORCH_LOOP]  # the failed method leaves no row, the next runs
 
 
 def test_targets_compare_ferry_with_the_limit_pytorch_and_dcp():

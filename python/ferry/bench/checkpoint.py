@@ -23,7 +23,8 @@ the next (a stager reuses its caches). "pinned held" is the pinned host memory t
 output is alive: ferry's pool, torch's host allocator, or the pinned storages a DCP stager keeps.
 
 Every method's first output is checked against the source on a few tensors (first, middle, last). The "targets"
-lines at the end compare the rows with ferry's targets; they never change the exit status.
+lines at the end compare the rows with ferry's targets; they never change the exit status. A method that raises
+(a torch version's bug, say) is reported and leaves no row; the others run on, and the exit status is 1.
 
 Usage::
 
@@ -265,7 +266,7 @@ def main(argv=None):
     torch.cuda.set_device(device)
     name = torch.cuda.get_device_name(device)
     methods = [m for m in METHODS if m in args.methods and m != LIMIT]
-    rows = []
+    rows, failures = [], []
     for sd_name in args.state_dicts:
         description, build = STATE_DICTS[sd_name]
         state = build(torch, device)
@@ -277,8 +278,16 @@ def main(argv=None):
         limit_ms = steady
         results = [(LIMIT, first, steady, 0)]
         for method in methods:
-            print(f"  {method} ...", file=sys.stderr, flush=True)
-            results.append((method, *runner.method(method)))
+            print(f"  {method} ...", end=" ", file=sys.stderr, flush=True)
+            try:
+                first_ms, steady_ms, held = runner.method(method)
+            except Exception as error:  # one method's failure (a torch version's bug) leaves the others' rows
+                failures.append(f"{sd_name}: {method}: {type(error).__name__}: {error}")
+                print(f"failed: {failures[-1]}", file=sys.stderr, flush=True)
+            else:
+                results.append((method, first_ms, steady_ms, held))
+                print(f"first {first_ms:.1f} ms, steady {steady_ms:.2f} ms ({steady_ms / limit_ms:.3f}x the limit)",
+                      file=sys.stderr, flush=True)
             runner.release()
         for method, first_ms, steady_ms, held in results:
             rows.append(dict(state_dict=sd_name, num_tensors=count, total_bytes=device_bytes, method=method,
@@ -297,7 +306,9 @@ def main(argv=None):
     print_table(rows)
     print_targets(rows)
     print(f"\nCSV: {args.output}")
-    return 0
+    if failures:
+        print("\nfailed (no row):\n  " + "\n  ".join(failures))
+    return 1 if failures else 0
 
 
 def print_table(rows):

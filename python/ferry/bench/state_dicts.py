@@ -1,12 +1,12 @@
 """Synthetic state dicts shaped like real models' (names, shapes, dtypes, tied weights, optimizer state), for the
 checkpoint benchmark and its tests. Built on any torch device; on "meta" they cost no memory.
 
-Each builder returns what a training loop hands to torch.distributed.checkpoint: {"model": OrderedDict of the
-model's state_dict()} and, with an optimizer, {"optim": optimizer.state_dict()} in torch's layout (per-parameter
-state keyed by index, a CPU "step" scalar as non-capturable Adam keeps it, and the param groups).
+Each builder returns what a training loop hands to torch.distributed.checkpoint: {"model": the model's state
+dict} and, with an optimizer, {"optim": optimizer.state_dict()} in torch's layout (per-parameter state keyed by
+index, a CPU "step" scalar as non-capturable Adam keeps it, and the param groups). The model's state dict is a plain
+dict, as get_model_state_dict returns it: DCP's stager in torch 2.11 raised KeyError(<class 'type'>) copying the
+OrderedDict of Module.state_dict() on the H200 machine.
 """
-
-import collections
 
 # Decoder-only transformers: (vocab, hidden, layers, intermediate, key/value width, tied embeddings).
 DECODERS = {
@@ -23,7 +23,7 @@ def decoder(torch, name, device, dtype):
     """A decoder's state_dict(): embeddings, per layer the attention and MLP projections and two RMSNorm weights,
     the final norm, and the output head (the embedding's tensor itself when tied, as state_dict() returns it)."""
     vocab, hidden, layers, inter, kv, tied = DECODERS[name]
-    state = collections.OrderedDict()
+    state = {}
 
     def weight(*shape):
         return torch.empty(shape, device=device, dtype=dtype).normal_(0, 0.02)
@@ -48,7 +48,7 @@ def decoder(torch, name, device, dtype):
 def resnet50(torch, device):
     """ResNet-50's state_dict() in float32, torchvision's names: convolutions, batch norms with their running
     statistics and int64 batch counters, the classifier."""
-    state = collections.OrderedDict()
+    state = {}
 
     def conv(name, out_ch, in_ch, k):
         state[name + ".weight"] = torch.empty(out_ch, in_ch, k, k, device=device).normal_(0, 0.05)
@@ -83,9 +83,8 @@ def resnet50(torch, device):
 
 def embeddings(torch, device):
     """A recommendation model's embedding tables, float32."""
-    return collections.OrderedDict(
-        (f"embedding_bags.{i}.weight", torch.empty(rows, EMBEDDING_DIM, device=device).uniform_(-0.01, 0.01))
-        for i, rows in enumerate(EMBEDDING_ROWS))
+    return {f"embedding_bags.{i}.weight": torch.empty(rows, EMBEDDING_DIM, device=device).uniform_(-0.01, 0.01)
+            for i, rows in enumerate(EMBEDDING_ROWS)}
 
 
 def adam_state(torch, model_state, device):
@@ -109,6 +108,8 @@ def adam_state(torch, model_state, device):
 
 # name -> (description, build(torch, device) -> state dict)
 STATE_DICTS = {
+    "llama-1b": ("Llama 3.2 1B shapes, bf16 weights (tied embeddings)",
+                 lambda torch, device: {"model": decoder(torch, "llama-1b", device, torch.bfloat16)}),
     "llama-1b-adam": ("Llama 3.2 1B shapes, bf16 weights (tied embeddings) + fp32 Adam moments",
                       lambda torch, device: _with_adam(torch, decoder(torch, "llama-1b", device, torch.bfloat16),
                                                        device)),
@@ -122,7 +123,7 @@ STATE_DICTS = {
     "dlrm-embeddings": ("26 embedding tables of 1K-4M rows x 128 fp32",
                         lambda torch, device: {"model": embeddings(torch, device)}),
 }
-DEFAULT_STATE_DICTS = ["llama-1b-adam", "resnet50-adam", "dlrm-embeddings", "llama-7b"]
+DEFAULT_STATE_DICTS = ["llama-1b", "resnet50-adam", "llama-1b-adam", "dlrm-embeddings", "llama-7b"]
 
 
 def _with_adam(torch, model_state, device):
