@@ -177,9 +177,33 @@ uint64_t ferry__pinnable_limit(void);
 void ferry__pool_give(ferry_slab *slab);
 
 /* Pins `bytes` of fresh memory (THP-backed, faulted in by several threads, then registered). Used by the pool;
- * exposed for the benchmarks' raw reference. */
+ * exposed for the benchmarks' raw reference. It is map, prefault, register: ferry__pin_map refuses a size past the
+ * machine's or the available memory and maps `bytes` rounded up to huge pages; ferry__pin_register unmaps the range
+ * when the driver refuses it. */
 ferry_status ferry__pin(size_t bytes, void **out_ptr, size_t *out_bytes);
+ferry_status ferry__pin_map(size_t bytes, char **out_base, size_t *out_size);
+ferry_status ferry__pin_register(char *base, size_t size);
 void ferry__unpin(void *ptr, size_t bytes);
+/* Adds a region pinned by the caller to the pool (its free ranges); `seconds` is what pinning it took. On failure
+ * the region is unpinned. */
+ferry_status ferry__pool_adopt(char *base, size_t size, double seconds);
+
+/* A region mapped now and faulted in on a thread of its own (pin_ahead.c), so that a batch cut into sub-parts
+ * faults the next sub-part's region while it registers and fills this one. start maps it and starts the fault;
+ * wait waits for the fault; finish waits, registers the region (context current) and adds it to the pool; cancel
+ * waits and unmaps. Exactly one of finish and cancel follows a successful start; on failure neither does. */
+typedef struct ferry__pin_ahead {
+  char *base; /* NULL: none started */
+  size_t size;
+  pthread_t thread;
+  bool threaded;        /* the fault runs on `thread` (else it ran inside start) */
+  double fault_seconds; /* what the fault took, for the pool's pin_seconds */
+} ferry__pin_ahead;
+ferry_status ferry__pin_ahead_start(size_t bytes, ferry__pin_ahead *ahead);
+void ferry__pin_ahead_wait(ferry__pin_ahead *ahead);
+ferry_status ferry__pin_ahead_finish(ferry__pin_ahead *ahead);
+void ferry__pin_ahead_cancel(ferry__pin_ahead *ahead);
+extern atomic_int ferry__pin_ahead_outstanding; /* started, neither finished nor cancelled yet (tests: none leaks) */
 
 /* Host memory a new pinned region may take now (hostmem.c): MemAvailable, capped by a cgroup v2 limit; UINT64_MAX
  * when neither can be read. The paths are variables so tests can point them at files of their own. */

@@ -74,7 +74,7 @@ static ferry_status check_pinnable(size_t bytes) {
                    "of memory", bytes, bytes >> 20, (unsigned long long)(phys >> 20));
 }
 
-ferry_status ferry__pin(size_t bytes, void **out_ptr, size_t *out_bytes) {
+ferry_status ferry__pin_map(size_t bytes, char **out_base, size_t *out_size) {
   ferry_status st = check_pinnable(bytes);
   if (st != FERRY_OK) return st;
   size_t size = round_up(bytes ? bytes : 1, HUGE_PAGE);
@@ -94,13 +94,25 @@ ferry_status ferry__pin(size_t bytes, void **out_ptr, size_t *out_bytes) {
   /* Not inherited by a forked child: the kernel would copy pinned pages into it at the fork (the whole pool, per
    * child), and a child cannot use them with CUDA anyway (fork.c). Before the prefault, so no page is copied. */
   (void)madvise(base, size, MADV_DONTFORK);
-  ferry__prefault(base, size);
+  *out_base = base;
+  *out_size = size;
+  return FERRY_OK;
+}
+
+ferry_status ferry__pin_register(char *base, size_t size) {
   CUresult r = FERRY_CU(cuMemHostRegister, base, size, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
-  if (r != CUDA_SUCCESS) {
-    munmap(base, size);
-    st = ferry__cu_error(r, "cuMemHostRegister", __FILE__, __LINE__, "pinning %zu MiB of host memory", size >> 20);
-    goto cleanup;
-  }
+  if (r == CUDA_SUCCESS) return FERRY_OK;
+  munmap(base, size);
+  return ferry__cu_error(r, "cuMemHostRegister", __FILE__, __LINE__, "pinning %zu MiB of host memory", size >> 20);
+}
+
+ferry_status ferry__pin(size_t bytes, void **out_ptr, size_t *out_bytes) {
+  ferry_status st = FERRY_OK;
+  char *base;
+  size_t size;
+  FERRY_TRY(ferry__pin_map(bytes, &base, &size));
+  ferry__prefault(base, size);
+  FERRY_TRY(ferry__pin_register(base, size));
   *out_ptr = base;
   *out_bytes = size;
 cleanup:
@@ -221,15 +233,17 @@ static ferry_status grow(size_t size) {
   double t0 = now_s();
   ferry_status st = ferry__pin(size, &base, &got);
   if (st != FERRY_OK) return st;
-  double t = now_s() - t0;
+  return ferry__pool_adopt(base, got, now_s() - t0);
+}
+
+ferry_status ferry__pool_adopt(char *base, size_t size, double seconds) {
   pthread_mutex_lock(&pool_lock);
-  bool added = add_region(base, got, t);
+  bool added = add_region(base, size, seconds);
+  pthread_cond_broadcast(&grown); /* a thread waiting for another's growth may find room here */
   pthread_mutex_unlock(&pool_lock);
-  if (!added) {
-    ferry__unpin(base, got);
-    return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "recording a pinned region");
-  }
-  return FERRY_OK;
+  if (added) return FERRY_OK;
+  ferry__unpin(base, size);
+  return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "recording a pinned region");
 }
 
 ferry_status ferry__pool_take(size_t bytes, int device, bool exact_growth, ferry_slab **out) {

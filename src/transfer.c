@@ -718,18 +718,73 @@ static uint64_t slab_estimate(const ferry_tensor *in) {
   return bytes > (uint64_t)1 << 62 ? 0 : bytes + 512;
 }
 
-/* How many of the first `count` tensors fill the next sub-part: as many as fit in ferry__pin_chunk_bytes, at least
- * one. */
-static size_t next_sub_part(const ferry_tensor *in, size_t count) {
-  uint64_t filled = slab_estimate(&in[0]);
-  size_t n = 1;
-  while (n < count) {
-    uint64_t b = slab_estimate(&in[n]);
-    if (filled + b > ferry__pin_chunk_bytes) break;
-    filled += b;
-    n++;
+/* The next sub-part of a cut part: its first `count` tensors and what they may take (`bytes`). It fills the largest
+ * free range of the pool when that holds its first tensor and is worth a sub-part (an eighth of a chunk, or all that
+ * is `left`), so a batch seen before pins nothing however its parts were split; else it fills a chunk, in a region
+ * pinned for it (`pin`). */
+typedef struct sub_part {
+  size_t count;
+  uint64_t bytes;
+  bool pin;
+} sub_part;
+
+static sub_part next_sub_part(const ferry_tensor *in, size_t count, uint64_t left) {
+  uint64_t largest = ferry__pool_largest_free(), first = slab_estimate(&in[0]);
+  bool reuse = largest >= first && (largest >= ferry__pin_chunk_bytes / 8 || largest >= left);
+  uint64_t room = reuse ? largest : ferry__pin_chunk_bytes;
+  sub_part sp = {1, first, !reuse};
+  while (sp.count < count) {
+    uint64_t b = slab_estimate(&in[sp.count]);
+    if (sp.bytes + b > room) break;
+    sp.bytes += b;
+    sp.count++;
   }
-  return n;
+  return sp;
+}
+
+/* Adds a D2H part that should_cut found too large for the pool, in sub-parts (next_sub_part). A sub-part that needs
+ * a region of its own gets one pinned ahead: while this sub-part's region is registered and its copies are queued,
+ * the next one's is faulted in on other threads (pin_ahead.c). Kills the transfer on failure. */
+static ferry_status add_cut(ferry_transfer *t, const ferry_tensor *in, size_t count) {
+  ferry_status st = FERRY_OK;
+  /* This sub-part's region and the next one's; they trade places, never move (a fault thread points into one). */
+  ferry__pin_ahead regions[2] = {{0}};
+  ferry__pin_ahead *mine = &regions[0], *ahead = &regions[1];
+  uint64_t left = 0;
+  for (size_t i = 0; i < count; i++) left += slab_estimate(&in[i]);
+  sub_part sp = next_sub_part(in, count, left);
+  for (size_t done = 0;;) {
+    if (sp.pin) {
+      ferry__pin_ahead *swap = mine;
+      mine = ahead;
+      ahead = swap;
+      if (!mine->base) FERRY_TRY(ferry__pin_ahead_start(sp.bytes, mine));
+      ferry__pin_ahead_wait(mine); /* its fault first, with every thread: its copies wait for it */
+    }
+    bool last = done + sp.count == count;
+    sub_part following = {0};
+    if (!last && sp.pin) { /* this one takes a region of its own: what the next one finds free is known now */
+      following = next_sub_part(in + done + sp.count, count - done - sp.count, left - sp.bytes);
+      if (following.pin) FERRY_TRY(ferry__pin_ahead_start(following.bytes, ahead));
+    }
+    if (mine->base) {
+      FERRY_TRY(ferry__ctx_enter(t->device));
+      st = ferry__pin_ahead_finish(mine);
+      ferry__ctx_leave();
+      if (st != FERRY_OK) goto cleanup;
+    }
+    st = add_part(t, in + done, sp.count, true, NULL);
+    if (st != FERRY_OK) break; /* add_part killed the transfer */
+    if (last) break;
+    done += sp.count;
+    left -= sp.bytes;
+    sp = sp.pin ? following : next_sub_part(in + done, count - done, left);
+  }
+cleanup:
+  ferry__pin_ahead_cancel(&regions[0]);
+  ferry__pin_ahead_cancel(&regions[1]);
+  if (st != FERRY_OK && !t->failed) return fail(t, st);
+  return st;
 }
 
 ferry_status ferry_transfer_add(ferry_transfer *t, const ferry_tensor *in, size_t count) {
@@ -747,11 +802,7 @@ ferry_status ferry_transfer_add(ferry_transfer *t, const ferry_tensor *in, size_
   }
   bool cut = false;
   st = add_part(t, in, count, false, t->h2d ? NULL : &cut);
-  for (size_t done = 0; st == FERRY_OK && cut && done < count;) {
-    size_t n = next_sub_part(in + done, count - done);
-    st = add_part(t, in + done, n, true, NULL);
-    done += n;
-  }
+  if (st == FERRY_OK && cut) st = add_cut(t, in, count);
   return st;
 }
 

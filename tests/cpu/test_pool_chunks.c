@@ -97,6 +97,32 @@ TEST(chunks_the_same_batch_again_reuses_the_chunks_and_pins_nothing) {
   ferry_transfer_release(tr);
 }
 
+TEST(chunks_the_same_batch_split_otherwise_fills_the_free_ranges_and_pins_nothing) {
+  setup();
+  ferry_tensor t[MAX_T];
+  make(t, EIGHT, 8, 8);
+  ferry_transfer_release(d2h(t, 8)); /* four regions of 4 MiB, each pinned for two 1.5 MiB tensors */
+  ferry_pool_stats before = stats();
+  ASSERT_EQ(before.pin_calls, 4);
+  /* Parts of 3 and 5 tensors: cut, they fill the free ranges ([2][1] and [2][2][1]) instead of pinning chunks. */
+  ferry_transfer_options o;
+  ferry_transfer_options_init(&o);
+  o.device = 0;
+  o.flags = FERRY_TRANSFER_BLOCKING;
+  ferry_transfer *tr = NULL;
+  ASSERT_OK(ferry_transfer_begin_d2h(&o, &tr));
+  ASSERT_OK(ferry_transfer_add(tr, t, 3));
+  ASSERT_OK(ferry_transfer_add(tr, t + 3, 5));
+  ASSERT_OK(ferry_transfer_end(tr));
+  check_exact(tr, 8);
+  ferry_pool_stats after = stats();
+  ASSERT_EQ(after.pin_calls, before.pin_calls);
+  ASSERT_EQ(after.bytes_pinned, before.bytes_pinned);
+  ASSERT_EQ(ferry_transfer_slab_count(tr), 5);
+  ferry_transfer_release(tr);
+  ASSERT_EQ(atomic_load(&ferry__pin_ahead_outstanding), 0);
+}
+
 TEST(chunks_a_batch_the_pool_holds_in_one_free_range_is_one_slab) {
   setup();
   ASSERT_OK(ferry_pool_reserve((size_t)16 * MIB));
@@ -148,6 +174,7 @@ TEST(chunks_a_failed_pin_in_a_later_chunk_kills_the_transfer_and_leaks_nothing) 
   ASSERT(st != FERRY_OK && tr == NULL);
   ASSERT_STR_CONTAINS(ferry_last_error()->call, "cuMemHostRegister");
   ASSERT_EQ(stats().bytes_in_use, 0);
+  ASSERT_EQ(atomic_load(&ferry__pin_ahead_outstanding), 0); /* the 4th region, faulted in ahead, is unmapped */
   ASSERT_EQ(fake_live_devmem, 0);
   /* The pool is not poisoned: the same batch goes through, exact. */
   tr = d2h(t, 8);
