@@ -169,8 +169,9 @@ void ferry__slab_drop_fences(ferry_slab *slab);
  * range fits: of the slab's size with `exact_growth`, else by the pool's growth rule (region_size_for). The caller's
  * context must be current (cuMemHostRegister needs one). */
 ferry_status ferry__pool_take(size_t bytes, int device, bool exact_growth, ferry_slab **out);
-/* The largest free range of the pool now, in bytes (released slabs whose copies have finished count as free). */
-size_t ferry__pool_largest_free(void);
+/* Whether a slab of `bytes` fits a free range of the pool now (released slabs whose copies have finished count as
+ * free), and the largest free range too small for it (`largest_below`, may be NULL). */
+bool ferry__pool_fit(uint64_t bytes, uint64_t *largest_below);
 /* The machine's physical memory: no pinned request larger than this can succeed. */
 uint64_t ferry__pinnable_limit(void);
 /* Returns a pinned slab whose refcount reached zero. */

@@ -311,14 +311,18 @@ ferry_status ferry__pool_take(size_t bytes, int device, bool exact_growth, ferry
   }
 }
 
-size_t ferry__pool_largest_free(void) {
-  size_t largest = 0;
+bool ferry__pool_fit(uint64_t bytes, uint64_t *largest_below) {
+  uint64_t want = round_up(bytes ? bytes : 1, GRANULE), below = 0;
+  bool fits = false;
   pthread_mutex_lock(&pool_lock);
   if (pending) reap_pending();
-  for (free_range *fr = free_list; fr; fr = fr->next)
-    if (fr->size > largest) largest = fr->size;
+  for (free_range *fr = free_list; fr; fr = fr->next) {
+    if (fr->size >= want) fits = true;
+    else if (fr->size > below) below = fr->size;
+  }
   pthread_mutex_unlock(&pool_lock);
-  return largest;
+  if (largest_below) *largest_below = below;
+  return fits;
 }
 
 void ferry__pool_give(ferry_slab *s) {

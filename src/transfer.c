@@ -705,7 +705,7 @@ uint64_t ferry__pin_chunk_bytes = (uint64_t)256 << 20;
  * out). The common case costs one comparison. */
 static bool should_cut(const ferry__plan *plan) {
   uint64_t total = plan->total;
-  return total > ferry__pin_chunk_bytes && total > ferry__pool_largest_free() && total <= ferry__pinnable_limit();
+  return total > ferry__pin_chunk_bytes && total <= ferry__pinnable_limit() && !ferry__pool_fit(total, NULL);
 }
 
 /* What one tensor may take in a D2H slab, over-estimated (alignment, its share of the gather work list), for
@@ -718,27 +718,34 @@ static uint64_t slab_estimate(const ferry_tensor *in) {
   return bytes > (uint64_t)1 << 62 ? 0 : bytes + 512;
 }
 
-/* The next sub-part of a cut part: its first `count` tensors and what they may take (`bytes`). It fills the largest
- * free range of the pool when that holds its first tensor and is worth a sub-part (an eighth of a chunk, or all that
- * is `left`), so a batch seen before pins nothing however its parts were split; else it fills a chunk, in a region
- * pinned for it (`pin`). */
+/* The next sub-part of a cut part: its first `count` tensors and what they may take (`bytes`). It fills a chunk (a
+ * tensor larger than a chunk alone) and goes in a free range of the pool that holds it. When none does, it shrinks
+ * to fill the largest free range smaller than it, if that holds its first tensor and is worth a sub-part (an eighth
+ * of a chunk): a batch seen before then pins nothing however its parts were split, and larger ranges stay for the
+ * larger tensors they were pinned for. Otherwise a region is pinned for it (`pin`). */
 typedef struct sub_part {
   size_t count;
   uint64_t bytes;
   bool pin;
 } sub_part;
 
-static sub_part next_sub_part(const ferry_tensor *in, size_t count, uint64_t left) {
-  uint64_t largest = ferry__pool_largest_free(), first = slab_estimate(&in[0]);
-  bool reuse = largest >= first && (largest >= ferry__pin_chunk_bytes / 8 || largest >= left);
-  uint64_t room = reuse ? largest : ferry__pin_chunk_bytes;
-  sub_part sp = {1, first, !reuse};
+static sub_part fill(const ferry_tensor *in, size_t count, uint64_t room) {
+  sub_part sp = {1, slab_estimate(&in[0]), false};
   while (sp.count < count) {
     uint64_t b = slab_estimate(&in[sp.count]);
     if (sp.bytes + b > room) break;
     sp.bytes += b;
     sp.count++;
   }
+  return sp;
+}
+
+static sub_part next_sub_part(const ferry_tensor *in, size_t count) {
+  sub_part sp = fill(in, count, ferry__pin_chunk_bytes);
+  uint64_t below;
+  if (ferry__pool_fit(sp.bytes, &below)) return sp;
+  if (below >= slab_estimate(&in[0]) && below >= ferry__pin_chunk_bytes / 8) return fill(in, count, below);
+  sp.pin = true;
   return sp;
 }
 
@@ -750,9 +757,7 @@ static ferry_status add_cut(ferry_transfer *t, const ferry_tensor *in, size_t co
   /* This sub-part's region and the next one's; they trade places, never move (a fault thread points into one). */
   ferry__pin_ahead regions[2] = {{0}};
   ferry__pin_ahead *mine = &regions[0], *ahead = &regions[1];
-  uint64_t left = 0;
-  for (size_t i = 0; i < count; i++) left += slab_estimate(&in[i]);
-  sub_part sp = next_sub_part(in, count, left);
+  sub_part sp = next_sub_part(in, count);
   for (size_t done = 0;;) {
     if (sp.pin) {
       ferry__pin_ahead *swap = mine;
@@ -764,7 +769,7 @@ static ferry_status add_cut(ferry_transfer *t, const ferry_tensor *in, size_t co
     bool last = done + sp.count == count;
     sub_part following = {0};
     if (!last && sp.pin) { /* this one takes a region of its own: what the next one finds free is known now */
-      following = next_sub_part(in + done + sp.count, count - done - sp.count, left - sp.bytes);
+      following = next_sub_part(in + done + sp.count, count - done - sp.count);
       if (following.pin) FERRY_TRY(ferry__pin_ahead_start(following.bytes, ahead));
     }
     if (mine->base) {
@@ -777,8 +782,7 @@ static ferry_status add_cut(ferry_transfer *t, const ferry_tensor *in, size_t co
     if (st != FERRY_OK) break; /* add_part killed the transfer */
     if (last) break;
     done += sp.count;
-    left -= sp.bytes;
-    sp = sp.pin ? following : next_sub_part(in + done, count - done, left);
+    sp = sp.pin ? following : next_sub_part(in + done, count - done);
   }
 cleanup:
   ferry__pin_ahead_cancel(&regions[0]);

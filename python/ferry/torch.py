@@ -216,13 +216,14 @@ class _Staging:
             by_storage.setdefault(_storage_key(t, slot), []).append(slot)
 
         per_device: dict[int, tuple[list[torch.Tensor], list[tuple[list[int], bool]]]] = {}
+        here = []   # staged by torch after ferry's copies are queued, so that they run meanwhile
         for key, slots in by_storage.items():
             first = self._sources[slots[0]]
             shared = len(slots) > 1 and _can_share(first, [self._sources[s] for s in slots])
-            if first.device.type != "cuda" or type(first) not in _PLAIN or first.is_quantized:
-                self._stage_here(slots, shared)
+            if not first.is_cuda or type(first) not in _PLAIN or first.is_quantized:
+                here.append((slots, shared))
                 continue
-            sources, outputs = per_device.setdefault(first.device.index, ([], []))
+            sources, outputs = per_device.setdefault(first.get_device(), ([], []))
             if shared:
                 sources.append(torch.empty(0, dtype=torch.uint8, device=first.device).set_(first.untyped_storage()))
                 outputs.append((slots, True))
@@ -231,8 +232,11 @@ class _Staging:
                     t = self._sources[slot]
                     sources.append(_exportable(t.detach() if t.requires_grad else t))
                     outputs.append(([slot], False))
-        return [(transfer_tensor_d2h_async(sources, device=index), outputs)
-                for index, (sources, outputs) in per_device.items()]
+        pending = [(transfer_tensor_d2h_async(sources, device=index), outputs)
+                   for index, (sources, outputs) in per_device.items()]
+        for slots, shared in here:
+            self._stage_here(slots, shared)
+        return pending
 
     def _stage_here(self, slots: list[int], shared: bool) -> None:
         """Tensors that are not on a CUDA device, and tensor subclasses ferry cannot export (quantized wrappers and
@@ -254,7 +258,7 @@ class _Staging:
         for handle, outputs in self._pending:
             copies = handle.wait()
             for (slots, shared), copied in zip(outputs, copies):
-                if copied.device.type != "cpu":
+                if not copied.is_cpu:
                     raise RuntimeError(
                         f"ferry did not copy a tensor on {copied.device}: ferry sees no CUDA driver or device "
                         f"while torch does (ferry.device_count() is 0?)")
@@ -287,11 +291,11 @@ def _storage_key(t: torch.Tensor, slot: int) -> tuple:
     """Tensors with equal keys share storage. Tensors without a (non-empty) strided storage key on their slot."""
     if type(t) not in _PLAIN or t.layout != torch.strided or t.is_quantized or t.numel() == 0:
         return ("alone", slot)
-    try:
-        pointer = t.untyped_storage().data_ptr()
+    try:   # the storage's address without making a storage object (a microsecond per tensor)
+        pointer = t.data_ptr() - t.storage_offset() * t.element_size()
     except (RuntimeError, NotImplementedError):
         return ("alone", slot)
-    return (t.device.type, t.device.index, pointer) if pointer else ("alone", slot)
+    return (t.is_cuda, t.get_device(), pointer) if pointer else ("alone", slot)
 
 
 def _can_share(first: torch.Tensor, members: list[torch.Tensor]) -> bool:

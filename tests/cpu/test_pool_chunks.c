@@ -123,6 +123,31 @@ TEST(chunks_the_same_batch_split_otherwise_fills_the_free_ranges_and_pins_nothin
   ASSERT_EQ(atomic_load(&ferry__pin_ahead_outstanding), 0);
 }
 
+TEST(chunks_the_large_free_ranges_stay_for_the_large_tensors) {
+  setup();
+  const int64_t sizes[MAX_T] = {6 * MIB, MIB, MIB, MIB, MIB, MIB, MIB, 6 * MIB}; /* tied embeddings, layers, a head */
+  ferry_tensor t[MAX_T];
+  make(t, sizes, 8, 9);
+  ferry_transfer_release(d2h(t, 8)); /* [6] [1 1 1] [1 1 1] [6]: two 8 MiB and two 4 MiB regions */
+  ferry_pool_stats before = stats();
+  ASSERT_EQ(before.pin_calls, 4);
+  /* Parts of 2 and 6: the first takes an 8 MiB range whole; the small tensors of the second fill the 4 MiB ranges
+   * instead of the other 8 MiB one, which stays for the last tensor. */
+  ferry_transfer_options o;
+  ferry_transfer_options_init(&o);
+  o.device = 0;
+  o.flags = FERRY_TRANSFER_BLOCKING;
+  ferry_transfer *tr = NULL;
+  ASSERT_OK(ferry_transfer_begin_d2h(&o, &tr));
+  ASSERT_OK(ferry_transfer_add(tr, t, 2));
+  ASSERT_OK(ferry_transfer_add(tr, t + 2, 6));
+  ASSERT_OK(ferry_transfer_end(tr));
+  check_exact(tr, 8);
+  ASSERT_EQ(stats().pin_calls, before.pin_calls);
+  ASSERT_EQ(stats().bytes_pinned, before.bytes_pinned);
+  ferry_transfer_release(tr);
+}
+
 TEST(chunks_a_batch_the_pool_holds_in_one_free_range_is_one_slab) {
   setup();
   ASSERT_OK(ferry_pool_reserve((size_t)16 * MIB));

@@ -99,6 +99,30 @@ def test_main_catches_a_method_that_stages_wrong_bytes(cpu_as_gpu, tmp_path, mon
     assert methods == [checkpoint.LIMIT, checkpoint.TORCH_LOOP]  # the failed method leaves no row, the next runs
 
 
+def test_a_dcp_stager_that_stages_once_only_is_made_anew_for_each_call(cpu_as_gpu, tmp_path, monkeypatch, capsys):
+    from torch.distributed.checkpoint import staging
+
+    made = []
+
+    class StagesOnce(staging.DefaultStager):  # as torch 2.11's: its second stage() raises KeyError
+        def __init__(self, options):
+            super().__init__(options)
+            self.used = False
+            made.append(self)
+
+        def stage(self, state_dict, **kwargs):
+            if self.used:
+                raise KeyError(type)
+            self.used = True
+            return super().stage(state_dict, **kwargs)
+
+    monkeypatch.setattr(staging, "DefaultStager", StagesOnce)
+    assert checkpoint.main(["--state-dicts", "resnet50-adam", "--repeats", "3", "--output", str(tmp_path / "x.csv"),
+                            "--methods", checkpoint.DCP_DEFAULT]) == 0
+    assert "stages once only" in capsys.readouterr().err
+    assert len(made) == 1 + 4  # the probe, then one per call: the first and 3 steady
+
+
 def test_targets_compare_ferry_with_the_limit_pytorch_and_dcp():
     def row(method, first, steady, held=0):
         return dict(state_dict="sd", num_tensors=100, total_bytes=10 << 30, method=method, first_ms=first,

@@ -200,14 +200,38 @@ class Runner:
 
             options = (StagingOptions(False, False, False, False) if name == DCP_DEFAULT
                        else StagingOptions(True, False, False, True))
+            single_use = self.single_use(DefaultStager, options)
+            used = [False]  # whether self.stager has staged already
 
             def reset():
                 if self.stager is not None:
                     self.stager.close()
                 self.host_cache_empty()
                 self.stager = DefaultStager(options)
-            return self.measure(reset, lambda: self.stager.stage(self.state), self.pinned_storages)
+                used[0] = False
+
+            def call():
+                if single_use and used[0]:
+                    self.stager = DefaultStager(options)
+                used[0] = True
+                return self.stager.stage(self.state)
+            return self.measure(reset, call, self.pinned_storages)
         raise ValueError(f"unknown method {name!r}")
+
+    def single_use(self, stager_class, options):
+        """Whether this torch's DCP stager stages once only (torch 2.11's DefaultStager closes its StateDictStager
+        after each stage and fails the next with KeyError): then each call makes a new one, as async_save does."""
+        probe = stager_class(options)
+        tiny = {"x": self.torch.zeros(1, device=self.device)}
+        try:
+            probe.stage(tiny)
+            probe.stage(tiny)
+        except KeyError:
+            print("(this torch's DefaultStager stages once only: a new one per call) ...", end=" ", file=sys.stderr)
+            return True
+        finally:
+            probe.close()
+        return False
 
     def measure(self, reset, call, pinned_held, check=True):
         """(first_ms, steady_ms, pinned_bytes_held): one call after reset(), then the median of `repeats` calls."""
