@@ -67,7 +67,7 @@ TEST(chunks_a_large_d2h_on_a_fresh_pool_is_pinned_chunk_by_chunk_while_it_copies
   check_exact(tr, 8);
   /* 12 MiB in 4 MiB chunks: two 1.5 MiB tensors per sub-part, each its own slab and its own region. */
   ASSERT_EQ(ferry_transfer_slab_count(tr), 4);
-  for (int i = 0; i < 8; i++) ASSERT(ferry_transfer_output_slab(tr, (size_t)i) == ferry_transfer_slab_at(tr, (size_t)i / 2));
+  for (size_t i = 0; i < 8; i++) ASSERT(ferry_transfer_output_slab(tr, i) == ferry_transfer_slab_at(tr, i / 2));
   ferry_pool_stats s = stats();
   ASSERT_EQ(s.pin_calls, 4);
   uint64_t exact = 0;
@@ -214,7 +214,8 @@ TEST(chunks_a_batch_larger_than_the_machines_memory_fails_at_once_and_pins_nothi
   static int64_t gib = (int64_t)1 << 30;
   static unsigned char byte;
   ferry_tensor t[64];
-  for (int i = 0; i < 64; i++) t[i] = (ferry_tensor){&byte, {FERRY_DEVICE_CUDA, 0}, 1, {FERRY_DTYPE_UINT, 8, 1}, &gib, NULL, 0};
+  for (int i = 0; i < 64; i++)
+    t[i] = (ferry_tensor){&byte, {FERRY_DEVICE_CUDA, 0}, 1, {FERRY_DTYPE_UINT, 8, 1}, &gib, NULL, 0};
   ferry_transfer_options o;
   ferry_transfer_options_init(&o);
   o.device = 0;

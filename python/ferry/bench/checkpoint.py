@@ -84,6 +84,20 @@ def list_state_dicts():
         print(f"{name:<17} {count:>8} {device_bytes / 1e9:>10.2f}  {description}")
 
 
+_VMSTAT_KEYS = ("thp_fault_alloc", "thp_fault_fallback", "compact_stall")
+
+
+def _vmstat():
+    """The kernel's counters of transparent-huge-page faults and direct compaction ({} where there are none): a
+    first call that pins is as fast as the kernel hands out huge pages."""
+    try:
+        with open("/proc/vmstat", encoding="ascii") as f:
+            pairs = (line.split() for line in f)
+            return {k: int(v) for k, v in pairs if k in _VMSTAT_KEYS}
+    except OSError:
+        return {}
+
+
 def _leaves(torch, obj):
     """Every tensor of obj in order, a tensor met twice listed twice."""
     if isinstance(obj, torch.Tensor):
@@ -118,6 +132,7 @@ class Runner:
         self.stager = None
         self.buffers = None
         self.first_pins = (0, 0.0)  # ferry's pool during the last first call: (regions pinned, ms pinning)
+        self.first_vm = {}          # the kernel's huge-page and compaction counters during it (/proc/vmstat)
 
     # ---- helpers ----------------------------------------------------------------------------------------------
 
@@ -239,13 +254,14 @@ class Runner:
         gc.collect()
         torch.cuda.synchronize(self.device)
         reset()
-        pool_before = self.ferry.pool.stats()
+        pool_before, vm_before = self.ferry.pool.stats(), _vmstat()
         start = time.perf_counter()
         out = call()
         first_ms = (time.perf_counter() - start) * 1e3
-        pool_after = self.ferry.pool.stats()
+        pool_after, vm_after = self.ferry.pool.stats(), _vmstat()
         self.first_pins = (pool_after["pin_calls"] - pool_before["pin_calls"],
                            (pool_after["pin_seconds"] - pool_before["pin_seconds"]) * 1e3)
+        self.first_vm = {k: vm_after[k] - vm_before[k] for k in vm_after if k in vm_before}
         if check:
             self.check(out)
         samples = []
@@ -316,9 +332,13 @@ def main(argv=None):
             else:
                 results.append((method, first_ms, steady_ms, held))
                 pins, pin_ms = runner.first_pins
+                vm = runner.first_vm
                 print(f"first {first_ms:.1f} ms, steady {steady_ms:.2f} ms ({steady_ms / limit_ms:.3f}x the limit)"
                       + (f"; ferry pinned {pins} region(s) in its first call ({pin_ms:.1f} ms of fault-in and "
-                         f"registration)" if pins else ""), file=sys.stderr, flush=True)
+                         f"registration)" if pins else "")
+                      + (f"; first call: {vm['thp_fault_alloc']} huge-page faults, {vm['thp_fault_fallback']} "
+                         f"fell back to small pages, {vm['compact_stall']} compaction stalls" if len(vm) == 3 else ""),
+                      file=sys.stderr, flush=True)
             runner.release()
         for method, first_ms, steady_ms, held in results:
             rows.append(dict(state_dict=sd_name, num_tensors=count, total_bytes=device_bytes, method=method,
