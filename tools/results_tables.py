@@ -8,7 +8,9 @@ usage: python3 tools/results_tables.py FILE.csv... > tables.md
 The kind of each file is recognised from its header, as ferry.bench.plot does:
   - overlap summaries (`ferry bench overlap --output`, `python -m ferry.bench.overlap --output`);
   - bandwidth tables (`ferry bench bandwidth --output`, `python -m ferry.bench.bandwidth --output`), printed for
-    64 MiB and 1 GiB, with the cold-start rows when the file has them;
+    64 MiB and 1 GiB (every payload of a file that has neither), with the cold-start rows when the file has them;
+  - checkpoint staging (`python -m ferry.bench.checkpoint --output`): per state dict and method, first call and
+    steady time against the limit, and the pinned memory held;
   - per-block files (overlap --samples-output, --diagnostics-output: a `trial` column) are skipped: they are
     drawn by ferry.bench.plot, not tabulated;
   - anything else with a header (call overhead, operator latency, ranks): every column, as written.
@@ -21,6 +23,7 @@ import sys
 OVERLAP_COLUMNS = {"num_tensors", "method", "compute_median_ms", "transfer_median_ms", "speedup_median",
                    "estimated_overlap_efficiency_median"}
 BANDWIDTH_COLUMNS = {"direction", "total_bytes", "num_tensors", "method", "median_ms", "ratio_to_limit"}
+CHECKPOINT_COLUMNS = {"state_dict", "method", "first_ms", "steady_ms", "steady_to_limit", "pinned_bytes_held"}
 COLD_START = ("cold first call", "reserve", "first call after reserve", "steady")
 MIB = 1 << 20
 
@@ -63,6 +66,8 @@ def bandwidth(data, title, sizes=(64 * MIB, 1024 * MIB)):
     for r in data:
         if r["method"] not in methods and r["method"] not in COLD_START and r["ratio_to_limit"] != "":
             methods.append(r["method"])
+    if not any(b in sizes for _, b, _ in by):
+        sizes = {b for _, b, _ in by}
     body = []
     for (d, b, n), m in sorted(by.items()):
         if b not in sizes or methods[0] not in m:
@@ -77,6 +82,19 @@ def bandwidth(data, title, sizes=(64 * MIB, 1024 * MIB)):
         text += "\n\nCold start, D2H of a fresh 96 MiB:\n\n" + table(
             ["case", "ms", "ratio to steady"], [[r["method"], r["median_ms"], r["ratio_to_limit"] or "—"] for r in starts])
     return text
+
+
+def checkpoint(data, title):
+    body = []
+    for r in data:
+        f = lambda k: float(r[k])
+        body.append([r["state_dict"], r["num_tensors"], f"{int(r['total_bytes']) / 1e9:.2f}", r["method"],
+                     f"{f('first_ms'):.1f} ({f('first_to_limit'):.2f}x)",
+                     f"{f('steady_ms'):.2f} ({f('steady_to_limit'):.3f}x)",
+                     f"{f('first_ms') / f('steady_ms'):.2f}", f"{int(r['pinned_bytes_held']) / 1e9:.2f}"])
+    return (f"**{title}** — {data[0]['device_name']}; ms (ratio to the limit of the same run)\n\n" +
+            table(["state dict", "tensors", "GB", "method", "first call", "steady", "first / steady",
+                   "pinned GB held"], body))
 
 
 def generic(data, title):
@@ -95,6 +113,8 @@ def tables(path):
         return overlap(data, title)
     if BANDWIDTH_COLUMNS <= columns:
         return bandwidth(data, title)
+    if CHECKPOINT_COLUMNS <= columns:
+        return checkpoint(data, title)
     return generic(data, title)
 
 
