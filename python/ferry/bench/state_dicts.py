@@ -4,8 +4,7 @@ checkpoint benchmark and its tests. Built on any torch device; on "meta" they co
 Each builder returns what a training loop hands to torch.distributed.checkpoint: {"model": the model's state
 dict} and, with an optimizer, {"optim": optimizer.state_dict()} in torch's layout (per-parameter state keyed by
 index, a CPU "step" scalar as non-capturable Adam keeps it, and the param groups). The model's state dict is a plain
-dict, as get_model_state_dict returns it: DCP's stager in torch 2.11 raised KeyError(<class 'type'>) copying the
-OrderedDict of Module.state_dict() on the H200 machine.
+dict, as torch.distributed.checkpoint.state_dict.get_model_state_dict returns it.
 """
 
 # Decoder-only transformers: (vocab, hidden, layers, intermediate, key/value width, tied embeddings).
