@@ -26,13 +26,30 @@ static void make(ferry_tensor *t, const int64_t *sizes, int n, unsigned seed) {
   }
 }
 
-static ferry_transfer *d2h(const ferry_tensor *t, int n) {
+static ferry_transfer_options blocking_on_device_0(void) {
   ferry_transfer_options o;
   ferry_transfer_options_init(&o);
   o.device = 0;
   o.flags = FERRY_TRANSFER_BLOCKING;
+  return o;
+}
+
+static ferry_transfer *d2h(const ferry_tensor *t, int n) {
+  ferry_transfer_options o = blocking_on_device_0();
   ferry_transfer *tr = NULL;
   ASSERT_OK(ferry_transfer_d2h(t, (size_t)n, &o, &tr));
+  return tr;
+}
+
+/* The same D2H added as two parts, the first of `first` tensors (as a Python call splits a batch at a release
+ * point). */
+static ferry_transfer *d2h_in_two_parts(const ferry_tensor *t, int n, int first) {
+  ferry_transfer_options o = blocking_on_device_0();
+  ferry_transfer *tr = NULL;
+  ASSERT_OK(ferry_transfer_begin_d2h(&o, &tr));
+  ASSERT_OK(ferry_transfer_add(tr, t, (size_t)first));
+  ASSERT_OK(ferry_transfer_add(tr, t + first, (size_t)(n - first)));
+  ASSERT_OK(ferry_transfer_end(tr));
   return tr;
 }
 
@@ -105,15 +122,7 @@ TEST(chunks_the_same_batch_split_otherwise_fills_the_free_ranges_and_pins_nothin
   ferry_pool_stats before = stats();
   ASSERT_EQ(before.pin_calls, 4);
   /* Parts of 3 and 5 tensors: cut, they fill the free ranges ([2][1] and [2][2][1]) instead of pinning chunks. */
-  ferry_transfer_options o;
-  ferry_transfer_options_init(&o);
-  o.device = 0;
-  o.flags = FERRY_TRANSFER_BLOCKING;
-  ferry_transfer *tr = NULL;
-  ASSERT_OK(ferry_transfer_begin_d2h(&o, &tr));
-  ASSERT_OK(ferry_transfer_add(tr, t, 3));
-  ASSERT_OK(ferry_transfer_add(tr, t + 3, 5));
-  ASSERT_OK(ferry_transfer_end(tr));
+  ferry_transfer *tr = d2h_in_two_parts(t, 8, 3);
   check_exact(tr, 8);
   ferry_pool_stats after = stats();
   ASSERT_EQ(after.pin_calls, before.pin_calls);
@@ -133,15 +142,7 @@ TEST(chunks_the_large_free_ranges_stay_for_the_large_tensors) {
   ASSERT_EQ(before.pin_calls, 4);
   /* Parts of 2 and 6: the first takes an 8 MiB range whole; the small tensors of the second fill the 4 MiB ranges
    * instead of the other 8 MiB one, which stays for the last tensor. */
-  ferry_transfer_options o;
-  ferry_transfer_options_init(&o);
-  o.device = 0;
-  o.flags = FERRY_TRANSFER_BLOCKING;
-  ferry_transfer *tr = NULL;
-  ASSERT_OK(ferry_transfer_begin_d2h(&o, &tr));
-  ASSERT_OK(ferry_transfer_add(tr, t, 2));
-  ASSERT_OK(ferry_transfer_add(tr, t + 2, 6));
-  ASSERT_OK(ferry_transfer_end(tr));
+  ferry_transfer *tr = d2h_in_two_parts(t, 8, 2);
   check_exact(tr, 8);
   ASSERT_EQ(stats().pin_calls, before.pin_calls);
   ASSERT_EQ(stats().bytes_pinned, before.bytes_pinned);
@@ -188,10 +189,7 @@ TEST(chunks_a_failed_pin_in_a_later_chunk_kills_the_transfer_and_leaks_nothing) 
   setup();
   ferry_tensor t[MAX_T];
   make(t, EIGHT, 8, 7);
-  ferry_transfer_options o;
-  ferry_transfer_options_init(&o);
-  o.device = 0;
-  o.flags = FERRY_TRANSFER_BLOCKING;
+  ferry_transfer_options o = blocking_on_device_0();
   ferry_transfer *tr = NULL;
   ferry__fault_arm("cuMemHostRegister", 3, CUDA_ERROR_OUT_OF_MEMORY);
   ferry_status st = ferry_transfer_d2h(t, 8, &o, &tr);
