@@ -12,8 +12,8 @@
     stager.close()
 
 It also registers ferry's GEMM operators as torch custom ops, ``torch.ops.ferry.gemm(A, B)`` and
-``torch.ops.ferry.gemm_out(A, B, out)`` (also ``ferry.torch.gemm`` and ``gemm_out``), which work eagerly and under
-``torch.compile(fullgraph=True)``.
+``torch.ops.ferry.gemm_out(A, B, out)`` (also ``ferry.torch.gemm`` and ``gemm_out``; torch 2.4 or later), which
+work eagerly and under ``torch.compile(fullgraph=True)``.
 
 Importing this module imports torch; ``import ferry`` never does.
 """
@@ -27,9 +27,12 @@ from typing import Any
 import torch
 
 from ._ferry import transfer_tensor_d2h_async
-from ._torch_ops import gemm, gemm_out
 
-__all__ = ["Stager", "gemm", "gemm_out"]
+__all__ = ["Stager"]
+if hasattr(torch.library, "custom_op"):   # torch >= 2.4; the Stager works without it
+    from ._torch_ops import gemm, gemm_out
+
+    __all__ += ["gemm", "gemm_out"]
 
 # Leaves that are immutable and hold no tensor: kept as they are instead of deep-copied.
 _IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.Size, torch.layout,
