@@ -1,0 +1,125 @@
+/* tvm_ffi_gemm.c — ferry's GEMM operators through Apache TVM-FFI's stable C ABI (libferry_tvm_ffi.so).
+ *
+ * Exports `__tvm_ffi_gemm`, a TVM-FFI safe call: gemm(A, B, out) computes out = A @ B with the best ferry operator
+ * for the problem, on the stream TVM-FFI's environment holds for the operands' device (TVMFFIEnvGetStream: from
+ * Python, tvm_ffi sets it to torch's current stream when torch tensors are passed; a C or C++ host sets it
+ * itself, else the legacy default stream is used). Operands are TVM-FFI tensors or DLTensor pointers with the
+ * layouts ferry_gemm_args_init accepts; the product accumulates in fp32. Errors are raised through
+ * TVMFFIErrorSetRaisedFromCStr ("ValueError" for bad operands, "RuntimeError" otherwise) and the call returns -1.
+ *
+ * The operator chosen for a problem (shapes, strides, types, alignment, device) is remembered in a small table, so
+ * a repeated problem costs argument validation, a table look-up and ferry_op_run (which takes the compiled kernel
+ * from ferry's memo: NVRTC runs once per kind, never per call). This library carries its own copy of libferry:
+ * its memo, pool and caches are not those of the ferry Python extension in the same process.
+ */
+#include <dlpack/dlpack.h>
+#include <tvm/ffi/c_api.h>
+#include <tvm/ffi/extra/c_env_api.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ferry.h"
+#include "ferry/ops.h"
+
+#define EXPORT __attribute__((visibility("default")))
+enum { REMEMBERED = 16 }; /* problems whose operator is remembered; the oldest is forgotten first */
+
+typedef struct remembered {
+  ferry_gemm_problem problem; /* zero-padded (the args it came from were zeroed before ferry_gemm_args_init) */
+  const ferry_op *op;         /* NULL: the slot is empty */
+} remembered;
+
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static remembered table[REMEMBERED];
+static unsigned next_slot;
+
+static int raise_error(const char *kind, const char *message) {
+  TVMFFIErrorSetRaisedFromCStr(kind, message);
+  return -1;
+}
+
+/* ferry's last error as a TVM-FFI error of the kind that fits its status. */
+static int raise_ferry(ferry_status st, const char *doing) {
+  char message[1024];
+  snprintf(message, sizeof message, "ferry gemm: %s: %s", doing, ferry_last_error_message());
+  bool bad_operand = st == FERRY_INVALID_ARGUMENT || st == FERRY_OVERFLOW || st == FERRY_UNSUPPORTED;
+  return raise_error(bad_operand ? "ValueError" : "RuntimeError", message);
+}
+
+/* The DLTensor an argument holds, or NULL with a TVM-FFI error raised. */
+static const DLTensor *tensor_arg(const TVMFFIAny *arg, const char *name) {
+  if (arg->type_index == kTVMFFITensor)
+    return (const DLTensor *)((const char *)arg->v_obj + sizeof(TVMFFIObject));
+  if (arg->type_index == kTVMFFIDLTensorPtr && arg->v_ptr) return arg->v_ptr;
+  char message[160];
+  snprintf(message, sizeof message, "ferry gemm: %s must be a tensor (TVM-FFI type index %d or %d), got type index %d",
+           name, (int)kTVMFFITensor, (int)kTVMFFIDLTensorPtr, (int)arg->type_index);
+  raise_error("TypeError", message);
+  return NULL;
+}
+
+/* DLTensor and ferry_tensor hold the same fields; ferry reads its own struct. */
+static ferry_tensor as_ferry(const DLTensor *t) {
+  return (ferry_tensor){t->data,    {(int32_t)t->device.device_type, t->device.device_id},
+                        t->ndim,    {t->dtype.code, t->dtype.bits, t->dtype.lanes},
+                        t->shape,   t->strides,
+                        t->byte_offset};
+}
+
+/* The operator for this problem: remembered, else the best ferry_ops_find returns (then remembered). */
+static ferry_status operator_for(const ferry_gemm_args *args, const ferry_op **out) {
+  pthread_mutex_lock(&table_lock);
+  for (unsigned i = 0; i < REMEMBERED; i++)
+    if (table[i].op && !memcmp(&table[i].problem, &args->problem, sizeof args->problem)) {
+      *out = table[i].op;
+      pthread_mutex_unlock(&table_lock);
+      return FERRY_OK;
+    }
+  pthread_mutex_unlock(&table_lock);
+  size_t found = 0;
+  const ferry_op *best = NULL;
+  ferry_status st = ferry_ops_find(args, 0, NULL, NULL, &best, 1, &found);
+  if (st != FERRY_OK) return st;
+  if (found == 0) return FERRY_UNSUPPORTED; /* the caller says so, with the problem's sizes */
+  pthread_mutex_lock(&table_lock);
+  table[next_slot % REMEMBERED] = (remembered){args->problem, best};
+  next_slot++;
+  pthread_mutex_unlock(&table_lock);
+  *out = best;
+  return FERRY_OK;
+}
+
+EXPORT int __tvm_ffi_gemm(void *self, const TVMFFIAny *args, int32_t num_args, TVMFFIAny *result) {
+  (void)self;
+  if (num_args != 3) {
+    char message[96];
+    snprintf(message, sizeof message, "ferry gemm: expected 3 arguments (A, B, out), got %d", (int)num_args);
+    return raise_error("TypeError", message);
+  }
+  const DLTensor *a = tensor_arg(&args[0], "A"), *b = a ? tensor_arg(&args[1], "B") : NULL;
+  const DLTensor *out = b ? tensor_arg(&args[2], "out") : NULL;
+  if (!out) return -1;
+  ferry_tensor fa = as_ferry(a), fb = as_ferry(b), fo = as_ferry(out);
+  ferry_gemm_args gemm;
+  memset(&gemm, 0, sizeof gemm); /* so that problems compare with memcmp, padding included */
+  ferry_status st = ferry_gemm_args_init(&gemm, &fa, &fb, &fo, FERRY_SCALAR_F32);
+  if (st != FERRY_OK) return raise_ferry(st, "checking the operands");
+  const ferry_op *op;
+  st = operator_for(&gemm, &op);
+  if (st == FERRY_UNSUPPORTED) {
+    char message[200];
+    snprintf(message, sizeof message, "ferry gemm: no ferry operator supports this problem (%d x %d x %d, batch %d)",
+             gemm.problem.m, gemm.problem.n, gemm.problem.k, gemm.problem.l);
+    return raise_error("ValueError", message);
+  }
+  if (st != FERRY_OK) return raise_ferry(st, "finding an operator");
+  void *stream = TVMFFIEnvGetStream(kDLCUDA, gemm.problem.device);
+  st = ferry_op_run(op, &gemm, stream, NULL, FERRY_RUN_ASSUME_SUPPORTED);
+  if (st != FERRY_OK) return raise_ferry(st, "running the operator");
+  result->type_index = kTVMFFINone;
+  result->v_int64 = 0;
+  return 0;
+}

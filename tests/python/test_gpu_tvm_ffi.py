@@ -1,0 +1,70 @@
+"""The TVM-FFI provider on a GPU (run on the H200; skipped without torch, CUDA or tvm_ffi): gemm through
+tvm_ffi.load_module against a float64 reference (fp16, bf16, fp32; column-major and batched operands), on torch's
+current stream, and captured in a CUDA graph through tvm_ffi.use_torch_stream.
+
+Error bound (as test_gpu_ops.py): ||out - ref|| / ||ref||: fp32 1e-5, fp16 5e-3, bf16 1e-2.
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+tvm_ffi = pytest.importorskip("tvm_ffi")
+import ferry  # noqa: E402
+
+if not torch.cuda.is_available() or ferry.device_count() == 0:
+    pytest.skip("needs a CUDA device and torch with CUDA", allow_module_level=True)
+
+import ferry.tvm_ffi  # noqa: E402
+
+DEV = torch.device("cuda", 0)
+BOUND = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 1e-2}
+gemm = ferry.tvm_ffi.load()["gemm"]
+
+
+def operand(shape, dtype, column_major=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    values = (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1).to(dtype).to(DEV)
+    return values.transpose(-1, -2).contiguous().transpose(-1, -2) if column_major else values
+
+
+def relative_error(out, a, b):
+    ref = torch.matmul(a.double(), b.double())
+    return float(torch.linalg.norm((out.double() - ref).flatten()) / torch.linalg.norm(ref.flatten()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("a_shape, b_shape, b_col", [((128, 128), (128, 128), False), ((127, 65), (65, 129), True),
+                                                     ((3, 64, 96), (3, 96, 40), False)])
+def test_gemm_through_tvm_ffi_matches_the_float64_reference(dtype, a_shape, b_shape, b_col):
+    a, b = operand(a_shape, dtype, seed=1), operand(b_shape, dtype, b_col, seed=2)
+    out = torch.full(torch.matmul(a, b).shape, float("nan"), dtype=dtype, device=DEV)
+    gemm(a, b, out)
+    torch.cuda.synchronize()
+    assert relative_error(out, a, b) <= BOUND[dtype]
+
+
+def test_gemm_runs_on_torchs_current_stream():
+    a, b = operand((256, 256), torch.float16, seed=3), operand((256, 256), torch.float16, seed=4)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(100_000_000)
+        a2, b2 = a * 1, b * 1
+        out = torch.empty(256, 256, dtype=torch.float16, device=DEV)
+        gemm(a2, b2, out)
+    side.synchronize()
+    assert relative_error(out, a, b) <= BOUND[torch.float16]
+
+
+def test_gemm_captured_in_a_cuda_graph_replays_on_new_data():
+    a, b = operand((128, 64), torch.float16, seed=5), operand((64, 32), torch.float16, seed=6)
+    out = torch.empty(128, 32, dtype=torch.float16, device=DEV)
+    gemm(a, b, out)   # compile before capturing
+    graph = torch.cuda.CUDAGraph()
+    with tvm_ffi.use_torch_stream(torch.cuda.graph(graph)):
+        gemm(a, b, out)
+    for seed in range(3):
+        a.copy_(operand((128, 64), torch.float16, seed=20 + seed))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert relative_error(out, a, b) <= BOUND[torch.float16]
