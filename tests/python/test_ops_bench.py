@@ -18,7 +18,7 @@ META = dict(schema_version=1, created_utc="2026-12-02T00:00:00+00:00", device_na
 
 def figures(**over):
     f = {key: 5.0 for key, _, _ in latency.ROWS}
-    f.update(raw=4.0, launcher_assume=4.6, launcher_checked=4.8, args=1.2, compile_cold=30.0)
+    f.update(raw=4.0, launcher_assume=4.6, launcher_checked=4.8, args=1.2, compile_cold=30.0, tvm_ffi=4.8)
     for key, _, _ in latency.ROWS:
         f[f"raw_{key}"] = 4.0
         f[f"torch_{key}"] = 13.4
@@ -45,17 +45,23 @@ def test_help_describes_the_experiment(capsys):
     assert "notebook" in out and "--output" in out and "--plot" in out
 
 
-@pytest.mark.parametrize("over, verdicts", [
-    ({}, {"launcher_assume": 1, "launcher_checked": 1, "args": 1}),
-    ({"launcher_assume": 5.1}, {"launcher_assume": 0, "launcher_checked": 1, "args": 1}),
-    ({"launcher_checked": 5.0}, {"launcher_assume": 1, "launcher_checked": 0, "args": 1}),
-    ({"args": 3.5}, {"launcher_assume": 1, "launcher_checked": 1, "args": 0}),
+ALL_MET = {"launcher_assume": 1, "launcher_checked": 1, "args": 1, "tvm_ffi": 1, "torch_op": 1, "torch_op_ro20": 1}
+
+
+@pytest.mark.parametrize("over, missed", [
+    ({}, None),
+    ({"launcher_assume": 5.1}, "launcher_assume"),
+    ({"launcher_checked": 5.0}, "launcher_checked"),
+    ({"args": 3.5}, "args"),
+    ({"tvm_ffi": 5.1}, "tvm_ffi"),                  # raw 4.0 + 1.0
+    ({"torch_op": 13.5}, "torch_op"),               # torch.mm 13.4
+    ({"torch_op_ro20": 5.6}, "torch_op_ro20"),      # 1.1 x the ferry graph's 5.0
 ])
-def test_targets_give_ok_or_miss(over, verdicts):
+def test_targets_give_ok_or_miss(over, missed):
     rows = latency.build_rows(figures(**over), META, 9)
     by_label = {label: key for key, label, _ in latency.ROWS}
     got = {by_label[r["metric"]]: r["met"] for r in rows if r["met"] != ""}
-    assert got == verdicts
+    assert got == {**ALL_MET, **({missed: 0} if missed else {})}
 
 
 def test_a_missing_figure_gives_no_verdict():

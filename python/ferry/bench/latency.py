@@ -17,8 +17,11 @@ Columns:
 Rows: run without an artifact (ferry: memo hit) and with one; supports check on and bypassed; the fast call form
 (op.launcher) both ways; the supports check alone; GemmArguments construction; 20 launches eager, as a torch CUDA
 graph of op.run (the notebook's code), and as a ferry.ops.Graph; first compile (cold: a fresh XDG_CACHE_HOME and
-an empty memo), disk-cache load, memo hit, CompiledArtifact.load. Targets: fast call form with checks
-bypassed <= raw + 1.0 us; with the supports check <= that + 0.3 us; GemmArguments <= 3 us.
+an empty memo), disk-cache load, memo hit, CompiledArtifact.load. The same GEMM from other callers: through
+TVM-FFI (ferry.tvm_ffi), through torch.ops.ferry.gemm_out eagerly and in torch.compile(fullgraph=True), and 20
+ferry::gemm in torch.compile(mode="reduce-overhead"). Targets: fast call form with checks bypassed <= raw + 1.0 us;
+with the supports check <= that + 0.3 us; GemmArguments <= 3 us; TVM-FFI <= raw + 1.0 us; the torch op eagerly
+<= torch.mm; 20 under reduce-overhead <= 1.1 x the ferry.ops.Graph replay.
 
 Writes a CSV (--output), a PNG of the table (--plot; needs matplotlib), and prints the table last. Without CUDA or
 torch it says so and exits 0.
@@ -68,11 +71,15 @@ ROWS = [  # key, label, unit
     ("run_art_assume_none", "op.run, artifact, bypassed, stream=None", "us"),
     ("launcher_assume", "fast call form (launcher), check bypassed", "us"),
     ("launcher_checked", "fast call form (launcher), supports check", "us"),
+    ("tvm_ffi", "through TVM-FFI (ferry.tvm_ffi gemm, tvm_ffi's call)", "us"),
+    ("torch_op", "torch.ops.ferry.gemm_out, eager", "us"),
+    ("torch_op_compiled", "torch.ops.ferry.gemm_out in torch.compile(fullgraph=True)", "us"),
     ("supports", "op.supports(args) alone", "us"),
     ("args", "GemmArguments(...) construction", "us"),
     ("eager20", "20 launches, no graph, + sync", "us"),
     ("torchgraph20", "20 launches, torch.cuda.graph of op.run, replay + sync", "us"),
     ("ferrygraph20", "20 launches, ferry.ops.Graph, replay + sync", "us"),
+    ("torch_op_ro20", "20 launches, torch.compile reduce-overhead of ferry::gemm, + sync", "us"),
     ("compile_cold", "compile, cold (NVRTC, fresh cache)", "ms"),
     ("compile_disk", "compile, disk cache hit (memo cleared)", "us"),
     ("compile_memo", "compile, memo hit", "us"),
@@ -115,7 +122,12 @@ def targets(figures):
 
     raw = figures.get("raw")
     fast, checked, args = figures.get("launcher_assume"), figures.get("launcher_checked"), figures.get("args")
+    tvm, op_eager, mm = figures.get("tvm_ffi"), figures.get("torch_op"), figures.get("torch_torch_op")
+    ro20, graph20 = figures.get("torch_op_ro20"), figures.get("ferrygraph20")
     return {
+        "tvm_ffi": ("<= raw + 1.0 us", tvm <= raw + 1.0 if known(tvm, raw) else None),
+        "torch_op": ("<= torch.mm", op_eager <= mm if known(op_eager, mm) else None),
+        "torch_op_ro20": ("<= 1.1 x ferry.ops.Graph", ro20 <= 1.1 * graph20 if known(ro20, graph20) else None),
         "launcher_assume": ("<= raw + 1.0 us", fast <= raw + 1.0 if known(fast, raw) else None),
         "launcher_checked": ("<= bypassed + 0.3 us", checked <= fast + 0.3 if known(fast, checked) else None),
         "args": ("<= 3 us", args <= 3.0 if known(args) else None),
@@ -254,6 +266,66 @@ def _attempt(problems, what, fn):
         return None
 
 
+def _reach(torch, As, Bs, outs, problems):
+    """The same GEMM from the other callers ferry serves, as loop functions fn(lo, hi) like measure()'s: through
+    TVM-FFI, and through the torch custom op eagerly and compiled. A caller that cannot be set up (no tvm_ffi, a
+    torch without custom ops) is recorded in `problems` and left out."""
+    found = {}
+
+    def tvm_ffi():
+        import ferry.tvm_ffi
+
+        gemm = ferry.tvm_ffi.load()["gemm"]
+        gemm(As[0], Bs[0], outs[0])
+
+        def loop(lo, hi):
+            for i in range(lo, hi):
+                gemm(As[i], Bs[i], outs[i])
+        return loop
+
+    def torch_op():
+        import ferry.torch  # noqa: F401  (registers torch.ops.ferry)
+
+        gemm_out = torch.ops.ferry.gemm_out.default
+        gemm_out(As[0], Bs[0], outs[0])
+
+        def loop(lo, hi):
+            for i in range(lo, hi):
+                gemm_out(As[i], Bs[i], outs[i])
+        return loop
+
+    def torch_op_compiled():
+        import ferry.torch  # noqa: F401
+
+        compiled = torch.compile(lambda a, b, out: torch.ops.ferry.gemm_out(a, b, out), fullgraph=True)
+        compiled(As[0], Bs[0], outs[0])   # compiles (seconds), then every call reuses it
+
+        def loop(lo, hi):
+            for i in range(lo, hi):
+                compiled(As[i], Bs[i], outs[i])
+        return loop
+
+    for key, make in (("tvm_ffi", tvm_ffi), ("torch_op", torch_op), ("torch_op_compiled", torch_op_compiled)):
+        loop = _attempt(problems, f"setting up {key}", make)
+        if loop is not None:
+            found[key] = loop
+    return found
+
+
+def _reduce_overhead20(torch, As, Bs):
+    """A replay function for 20 ferry::gemm calls compiled with mode="reduce-overhead" (torch's CUDA graphs): the
+    compiled function is warmed up and recorded before it is timed."""
+    import ferry.torch  # noqa: F401
+
+    @torch.compile(mode="reduce-overhead", fullgraph=True)
+    def twenty(As, Bs):
+        return [torch.ops.ferry.gemm(a, b) for a, b in zip(As, Bs)]
+
+    for _ in range(3):
+        twenty(As, Bs)
+    return lambda: twenty(As, Bs)
+
+
 def measure(opts, torch, ops, device):  # noqa: C901 (one experiment, read top to bottom)
     """Runs the experiment; returns (figures, operator name, problems): figures a part could not measure are
     missing, and `problems` says why (also a wrong result)."""
@@ -355,6 +427,7 @@ def measure(opts, torch, ops, device):  # noqa: C901 (one experiment, read top t
                        run_art_checked=run_art_checked, run_art_assume=run_art_assume,
                        run_art_assume_none=run_art_assume_none, launcher_assume=launcher_assume,
                        launcher_checked=launcher_checked, torch=torch_mm)
+        methods.update(_reach(torch, As, Bs, outs, problems))
         time_loop = _loop_timer(stream, opts.warmup, opts.iters)
         host = {k: [] for k in methods}
         e2e = {k: [] for k in methods}
@@ -463,6 +536,10 @@ def measure(opts, torch, ops, device):  # noqa: C901 (one experiment, read top t
                 mm(As[i], Bs[i], out=outs[i])
 
         cases = dict(eager20=eager_ferry, torch_eager20=eager_torch)
+        ro20 = _attempt(problems, "torch.compile reduce-overhead of 20 ferry::gemm", lambda: _reduce_overhead20(
+            torch, As[:GRAPH_RUNS], Bs[:GRAPH_RUNS]))
+        if ro20 is not None:
+            cases["torch_op_ro20"] = ro20
         for key, graph in (("torchgraph20", g), ("ferrygraph20", fg), ("torch_graph20", tg)):
             if graph is not None:
                 cases[key] = graph.replay
@@ -477,7 +554,7 @@ def measure(opts, torch, ops, device):  # noqa: C901 (one experiment, read top t
                 raw_ok = raw is not None
                 if raw:
                     raw20.append(raw[1] * GRAPH_RUNS)
-        for key in ("eager20", "torchgraph20", "ferrygraph20"):
+        for key in ("eager20", "torchgraph20", "ferrygraph20", "torch_op_ro20"):
             figures[key] = _median(samples.get(key, []))
             figures[f"torch_{key}"] = _median(samples["torch_eager20"])
             figures[f"torchgraph_{key}"] = _median(samples.get("torch_graph20", []))
