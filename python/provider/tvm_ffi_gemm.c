@@ -45,7 +45,8 @@ static int raise_error(const char *kind, const char *message) {
 static int raise_ferry(ferry_status st, const char *doing) {
   char message[1024];
   snprintf(message, sizeof message, "ferry gemm: %s: %s", doing, ferry_last_error_message());
-  bool bad_operand = st == FERRY_INVALID_ARGUMENT || st == FERRY_OVERFLOW || st == FERRY_UNSUPPORTED;
+  bool bad_operand = st == FERRY_INVALID_ARGUMENT || st == FERRY_DEVICE_MISMATCH || st == FERRY_OVERFLOW ||
+                     st == FERRY_UNSUPPORTED;
   return raise_error(bad_operand ? "ValueError" : "RuntimeError", message);
 }
 

@@ -34,7 +34,8 @@ def test_the_fake_implementation_gives_the_products_shape_and_dtype(a_shape, b_s
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         out = torch.ops.ferry.gemm(meta(*a_shape, dtype=dtype), meta(*b_shape, dtype=dtype))
         assert out.shape == out_shape and out.dtype == dtype and out.device.type == "meta"
-        torch.ops.ferry.gemm_out(meta(*a_shape, dtype=dtype), meta(*b_shape, dtype=dtype), meta(*out_shape, dtype=dtype))
+        a, b, out = meta(*a_shape, dtype=dtype), meta(*b_shape, dtype=dtype), meta(*out_shape, dtype=dtype)
+        torch.ops.ferry.gemm_out(a, b, out)
 
 
 @pytest.mark.parametrize("a, b, message", [
