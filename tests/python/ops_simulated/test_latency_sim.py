@@ -39,13 +39,17 @@ def test_latency_main_runs_end_to_end(monkeypatch, tmp_path, capsys):
     out = tmp_path / "py_latency.csv"
     assert latency.main(["--iters", "3", "--warmup", "2", "--repeats", "1", "--output", str(out),
                          "--plot", "none"]) == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "ferry.ops host latency on ferry simulated device" in printed and "targets:" in printed
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
     assert [r["metric"] for r in rows] == [label for _, label, _ in latency.ROWS]
+    # The other callers need the real torch (custom ops, torch.compile) and tvm_ffi beside it: left out here.
+    others = {label for key, label, _ in latency.ROWS if key.startswith(("tvm_ffi", "torch_op"))}
+    assert len(others) == 4 and captured.err.count("is not available here") == 4
     for r in rows:
-        assert float(r["ferry"]) > 0, r["metric"]
+        assert (r["ferry"] == "") if r["metric"] in others else float(r["ferry"]) > 0, r["metric"]
     fast = next(r for r in rows if r["metric"].startswith("fast call form (launcher), check bypassed"))
     assert float(fast["raw"]) == 3.9 and fast["target"] == "<= raw + 1.0 us" and fast["met"] in ("0", "1")
     assert (3, 2) in stand_in.raw_calls and (latency.GRAPH_RUNS, 0) in stand_in.raw_calls
