@@ -11,9 +11,7 @@ Each distinct problem (device, dtypes, shapes, strides) finds its best operator,
 memo or the disk cache) and binds a ``ferry.ops.Launcher`` the first time; later calls with that problem reuse it.
 """
 
-from __future__ import annotations
-
-import torch
+import torch  # no `from __future__ import annotations`: torch.library reads the ops' signatures as objects
 
 from . import ops
 
