@@ -1,6 +1,12 @@
 """The TVM-FFI provider on the CPU: tvm_ffi loads libferry_tvm_ffi.so and finds gemm, and every argument error comes
 back as a TVM-FFI error of the right kind with a message naming what is wrong (numpy operands stand in: the checks
-run before any device is needed). Results on the GPU: test_gpu_tvm_ffi.py."""
+run before any device is needed). Without a driver, with FERRY_ARCH=sm_90, a valid CUDA problem given as DLTensor
+pointers (never dereferenced) finds its operator and stops at the launch. Results on the GPU: test_gpu_tvm_ffi.py."""
+
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -45,3 +51,71 @@ def test_a_missing_library_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(ferry.tvm_ffi, "_LIBRARY", "libferry_tvm_ffi_absent.so")
     with pytest.raises(FileNotFoundError, match="built without the TVM-FFI provider"):
         ferry.tvm_ffi.library_path()
+
+
+STAND_IN_DEVICE = textwrap.dedent("""
+    import ctypes, sys
+    import tvm_ffi, tvm_ffi.libinfo, ferry, ferry.tvm_ffi
+    if ferry.device_count() > 0:
+        print("skip: a driver and a device are here; the fake pointers would be launched"); sys.exit(0)
+
+    class Device(ctypes.Structure):
+        _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+    class DType(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+    class DLTensor(ctypes.Structure):
+        _fields_ = [("data", ctypes.c_void_p), ("device", Device), ("ndim", ctypes.c_int32), ("dtype", DType),
+                    ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                    ("byte_offset", ctypes.c_uint64)]
+
+    class Any(ctypes.Structure):
+        _fields_ = [("type_index", ctypes.c_int32), ("zero_padding", ctypes.c_uint32), ("v_ptr", ctypes.c_void_p)]
+
+    class ByteArray(ctypes.Structure):
+        _fields_ = [("data", ctypes.c_char_p), ("size", ctypes.c_size_t)]
+
+    KDLCUDA, KDLFLOAT, DLTENSOR_PTR = 2, 2, 7
+    runtime = ctypes.CDLL(tvm_ffi.libinfo.find_libtvm_ffi())
+    provider = ctypes.CDLL(ferry.tvm_ffi.library_path())
+    keep = []
+
+    def tensor(rows, cols, address):
+        shape = (ctypes.c_int64 * 2)(rows, cols)
+        t = DLTensor(address, Device(KDLCUDA, 0), 2, DType(KDLFLOAT, 16, 1), shape, None, 0)
+        keep.extend([shape, t])
+        return t
+
+    def call(a, b, out):
+        args = (Any * 3)(*[Any(DLTENSOR_PTR, 0, ctypes.addressof(t)) for t in (a, b, out)])
+        result = Any(0, 0, None)
+        if provider.__tvm_ffi_gemm(None, args, 3, ctypes.byref(result)) == 0:
+            return "ok", ""
+        error = ctypes.c_void_p()
+        runtime.TVMFFIErrorMoveFromRaised(ctypes.byref(error))
+        kind, message = (ByteArray * 2).from_address(error.value + 24)   # the cell after the 24-byte object header
+        text = kind.data[:kind.size].decode(), message.data[:message.size].decode()
+        runtime.TVMFFIObjectDecRef(error)
+        return text
+
+    base = 0x7f0000000000   # device addresses never dereferenced: ferry checks and plans, the launch needs a driver
+    a, b, out = tensor(128, 64, base), tensor(64, 32, base + (1 << 20)), tensor(128, 32, base + (2 << 20))
+    for _ in range(2):   # the second call finds the operator remembered
+        print("valid:", *call(a, b, out))
+    print("mismatched k:", *call(a, tensor(63, 32, base + (3 << 20)), out))
+""")
+
+
+def test_a_valid_cuda_problem_finds_its_operator_and_stops_at_the_launch_without_a_driver():
+    env = dict(os.environ, FERRY_ARCH="sm_90")
+    done = subprocess.run([sys.executable, "-c", STAND_IN_DEVICE], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    if done.stdout.startswith("skip:"):
+        pytest.skip(done.stdout.strip())
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3, done.stdout + done.stderr
+    for line in lines[:2]:   # past the checks and the operator search: the launch needs the driver
+        assert line.startswith("valid: RuntimeError ferry gemm: running the operator:"), line
+    assert lines[2].startswith("mismatched k: ValueError ferry gemm: checking the operands:"), lines[2]
