@@ -3,7 +3,7 @@ a float64 reference (fp16, bf16, fp32; row- and column-major operands; odd sizes
 current stream followed, torch.compile(fullgraph=True) with the default backend and with mode="reduce-overhead"
 (CUDA graphs) equal to eager, and gemm_out captured under torch.cuda.graph and replayed on new data.
 
-Error bound (as test_gpu_ops.py): ||out - ref|| / ||ref||: fp32 1e-5, fp16 5e-3, bf16 1e-2.
+Error bounds: gemm_reference.py.
 """
 
 import pytest
@@ -16,19 +16,7 @@ if not torch.cuda.is_available() or ferry.device_count() == 0:
 
 import ferry.torch  # noqa: E402,F401  (registers the ops)
 
-DEV = torch.device("cuda", 0)
-BOUND = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 1e-2}
-
-
-def operand(shape, dtype, column_major=False, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    values = (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1).to(dtype).to(DEV)
-    return values.transpose(-1, -2).contiguous().transpose(-1, -2) if column_major else values
-
-
-def relative_error(out, a, b):
-    ref = torch.matmul(a.double(), b.double())
-    return float(torch.linalg.norm((out.double() - ref).flatten()) / torch.linalg.norm(ref.flatten()))
+from gemm_reference import BOUND, DEV, operand, relative_error  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])

@@ -16,6 +16,7 @@ if not torch.cuda.is_available() or ferry.device_count() == 0:
 dcp = pytest.importorskip("torch.distributed.checkpoint")
 
 import ferry.torch  # noqa: E402
+from torch_trees import tensors_of  # noqa: E402
 
 DEV = torch.device("cuda", 0)
 SLEEP_CYCLES = 200_000_000  # ~0.1 s of torch.cuda._sleep on an H200: far longer than the copies here
@@ -44,17 +45,6 @@ def trained(seed=0):
     model(torch.randint(0, 4096, (8, 16), device=DEV)).float().logsumexp(-1).mean().backward()
     optimizer.step()
     return model, optimizer
-
-
-def tensors_of(obj):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from tensors_of(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from tensors_of(v)
 
 
 def test_cuda_tensors_are_staged_to_pinned_host_memory_exactly_and_tied_weights_stay_tied():

@@ -2,7 +2,7 @@
 tvm_ffi.load_module against a float64 reference (fp16, bf16, fp32; column-major and batched operands), on torch's
 current stream, and captured in a CUDA graph through tvm_ffi.use_torch_stream.
 
-Error bound (as test_gpu_ops.py): ||out - ref|| / ||ref||: fp32 1e-5, fp16 5e-3, bf16 1e-2.
+Error bounds: gemm_reference.py.
 """
 
 import pytest
@@ -16,20 +16,9 @@ if not torch.cuda.is_available() or ferry.device_count() == 0:
 
 import ferry.tvm_ffi  # noqa: E402
 
-DEV = torch.device("cuda", 0)
-BOUND = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 1e-2}
+from gemm_reference import BOUND, DEV, operand, relative_error  # noqa: E402
+
 gemm = ferry.tvm_ffi.load()["gemm"]
-
-
-def operand(shape, dtype, column_major=False, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    values = (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1).to(dtype).to(DEV)
-    return values.transpose(-1, -2).contiguous().transpose(-1, -2) if column_major else values
-
-
-def relative_error(out, a, b):
-    ref = torch.matmul(a.double(), b.double())
-    return float(torch.linalg.norm((out.double() - ref).flatten()) / torch.linalg.norm(ref.flatten()))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])

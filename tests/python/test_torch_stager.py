@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 dcp = pytest.importorskip("torch.distributed.checkpoint")
 
 import ferry.torch  # noqa: E402
+from torch_trees import tensors_of  # noqa: E402
 
 Point = collections.namedtuple("Point", "x y")
 
@@ -26,17 +27,6 @@ def model_and_optimizer():
     model(torch.randn(5, 8)).square().sum().backward()
     optimizer.step()
     return model, optimizer
-
-
-def tensors_of(obj):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from tensors_of(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from tensors_of(v)
 
 
 def test_every_tensor_is_a_copy_with_the_same_values_and_training_cannot_change_it():
