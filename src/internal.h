@@ -188,6 +188,8 @@ void ferry__unpin(void *ptr, size_t bytes);
 /* Adds a region pinned by the caller to the pool (its free ranges); `seconds` is what pinning it took. On failure
  * the region is unpinned. */
 ferry_status ferry__pool_adopt(char *base, size_t size, double seconds);
+/* CLOCK_MONOTONIC in seconds, for the pool's pin_seconds. */
+double ferry__seconds_now(void);
 
 /* A region mapped now and faulted in on a thread of its own (pin_ahead.c), so that a batch cut into sub-parts
  * faults the next sub-part's region while it registers and fills this one. start maps it and starts the fault;
@@ -318,8 +320,7 @@ ferry_status ferry__plan_gather_items_chunk(const ferry__plan_input *in, const f
 extern uint64_t ferry__pipeline_chunk_min;
 
 /* A D2H part larger than this that no free range of the pool can hold is submitted in sub-parts of about this
- * size, each in a slab of its own pinned exactly to its size, so that the copies of one run while the next is
- * pinned (transfer.c). A variable so tests can cut small batches. */
+ * size, each in a slab of its own (transfer.c, add_cut). A variable so tests can cut small batches. */
 extern uint64_t ferry__pin_chunk_bytes;
 
 /* CPU version of what one gather item does (used to pack pageable H2D inputs, and by tests as the reference). */

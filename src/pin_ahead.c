@@ -8,21 +8,14 @@
 #include "internal.h"
 
 #include <sys/mman.h>
-#include <time.h>
 
 atomic_int ferry__pin_ahead_outstanding;
 
-static double seconds_now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static void *fault_in(void *arg) {
   ferry__pin_ahead *a = arg;
-  double t0 = seconds_now();
+  double t0 = ferry__seconds_now();
   ferry__prefault(a->base, a->size);
-  a->fault_seconds = seconds_now() - t0;
+  a->fault_seconds = ferry__seconds_now() - t0;
   return NULL;
 }
 
@@ -47,10 +40,10 @@ ferry_status ferry__pin_ahead_finish(ferry__pin_ahead *a) {
   char *base = a->base;
   a->base = NULL;
   atomic_fetch_sub(&ferry__pin_ahead_outstanding, 1);
-  double t0 = seconds_now();
+  double t0 = ferry__seconds_now();
   ferry_status st = ferry__pin_register(base, a->size);
   if (st != FERRY_OK) return st; /* the range is unmapped */
-  return ferry__pool_adopt(base, a->size, a->fault_seconds + (seconds_now() - t0));
+  return ferry__pool_adopt(base, a->size, a->fault_seconds + (ferry__seconds_now() - t0));
 }
 
 void ferry__pin_ahead_cancel(ferry__pin_ahead *a) {

@@ -43,13 +43,16 @@ static free_range *free_list;
 static ferry_slab *pending; /* refcount zero, fence not yet known complete */
 static ferry_pool_stats stats;
 
-static double now_s(void) {
+double ferry__seconds_now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+/* What a slab of `bytes` takes from a free range. */
+static size_t slab_size(size_t bytes) { return round_up(bytes ? bytes : 1, GRANULE); }
 
 /* ---- pinning ---------------------------------------------------------------------------------------------- */
 
@@ -230,10 +233,10 @@ static size_t region_size_for(size_t size) {
 static ferry_status grow(size_t size) {
   void *base;
   size_t got;
-  double t0 = now_s();
+  double t0 = ferry__seconds_now();
   ferry_status st = ferry__pin(size, &base, &got);
   if (st != FERRY_OK) return st;
-  return ferry__pool_adopt(base, got, now_s() - t0);
+  return ferry__pool_adopt(base, got, ferry__seconds_now() - t0);
 }
 
 ferry_status ferry__pool_adopt(char *base, size_t size, double seconds) {
@@ -249,7 +252,7 @@ ferry_status ferry__pool_adopt(char *base, size_t size, double seconds) {
 ferry_status ferry__pool_take(size_t bytes, int device, bool exact_growth, ferry_slab **out) {
   ferry_status st0 = check_pinnable(bytes);
   if (st0 != FERRY_OK) return st0;
-  size_t size = round_up(bytes ? bytes : 1, GRANULE);
+  size_t size = slab_size(bytes);
   ferry_slab *s = malloc(sizeof *s);
   if (!s) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating a slab record");
   int missed = 0, grown_here = 0;
@@ -312,7 +315,7 @@ ferry_status ferry__pool_take(size_t bytes, int device, bool exact_growth, ferry
 }
 
 bool ferry__pool_fit(uint64_t bytes, uint64_t *largest_below) {
-  uint64_t want = round_up(bytes ? bytes : 1, GRANULE), below = 0;
+  uint64_t want = slab_size(bytes), below = 0;
   bool fits = false;
   pthread_mutex_lock(&pool_lock);
   if (pending) reap_pending();

@@ -9,8 +9,8 @@
  *
  * Each part is planned from copies of its descriptors made when it is added, so a caller (or a producer) may
  * change or free the shape and stride arrays as soon as ferry_transfer_add returns. A D2H part that the pool
- * cannot hold in one free range is cut into sub-parts of about ferry__pin_chunk_bytes, each pinned to its size just
- * before its copies are queued: the first call of a GB-scale batch pins while it copies.
+ * cannot hold in one free range is cut into sub-parts of about ferry__pin_chunk_bytes that fill the free ranges or
+ * regions pinned one sub-part ahead (add_cut): the first call of a GB-scale batch pins while it copies.
  *
  * Nothing is left behind on failure: a failed part poisons the transfer, everything queued so far is fenced, and
  * memory that a queued copy may still touch returns to its pool only through that fence (or after the streams
@@ -709,13 +709,11 @@ static bool should_cut(const ferry__plan *plan) {
 }
 
 /* What one tensor may take in a D2H slab, over-estimated (alignment, its share of the gather work list), for
- * cutting a part; 0 for a descriptor the plan would refuse (it planned them all already). */
+ * cutting a part. The part was planned already, so its descriptors are valid and ferry_tensor_nbytes succeeds. */
 static uint64_t slab_estimate(const ferry_tensor *in) {
-  uint64_t bytes = ((uint64_t)in->dtype.bits * in->dtype.lanes + 7) / 8;
-  if (in->ndim < 0 || in->ndim > FERRY_MAX_NDIM || (in->ndim > 0 && !in->shape)) return 0;
-  for (int32_t d = 0; d < in->ndim; d++)
-    if (in->shape[d] < 0 || __builtin_mul_overflow(bytes, (uint64_t)in->shape[d], &bytes)) return 0;
-  return bytes > (uint64_t)1 << 62 ? 0 : bytes + 512;
+  uint64_t bytes = 0;
+  (void)ferry_tensor_nbytes(in, &bytes);
+  return bytes + 512;
 }
 
 /* The next sub-part of a cut part: its first `count` tensors and what they may take (`bytes`). It fills a chunk (a
