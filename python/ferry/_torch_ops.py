@@ -45,10 +45,20 @@ def _output_shape(a: torch.Tensor, b: torch.Tensor) -> tuple[int, ...]:
     return mn if a.dim() == 2 and b.dim() == 2 else (max(la, lb), *mn)
 
 
+def _check_out(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+    shape = _output_shape(a, b)
+    if tuple(out.shape) != shape or out.dtype != a.dtype or out.device != a.device:
+        raise ValueError(f"ferry::gemm_out: out must be {a.dtype} {shape} on {a.device}, got {out.dtype} "
+                         f"{tuple(out.shape)} on {out.device}")
+
+
 def _launcher(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> ops.Launcher:
+    """The launcher bound to this problem. A new problem is checked here, once (ValueError naming the operands);
+    a known one is the same shapes, strides and types, and the launcher compares each call's layouts in C."""
     key = (a.device, a.dtype, a.shape, b.shape, out.shape, a.stride(), b.stride(), out.stride())
     launch = _launchers.get(key)
     if launch is None:
+        _check_out(a, b, out)
         args = ops.GemmArguments(A=a, B=b, out=out, accumulator_type=torch.float32)
         candidates = ops.get_operators(args)
         if not candidates:
@@ -65,18 +75,12 @@ def _launcher(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> ops.Launch
 @torch.library.custom_op("ferry::gemm_out", mutates_args=("out",), device_types="cuda")
 def gemm_out(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
     """out = a @ b on torch's current stream."""
-    shape = _output_shape(a, b)
-    if tuple(out.shape) != shape or out.dtype != a.dtype or out.device != a.device:
-        raise ValueError(f"ferry::gemm_out: out must be {a.dtype} {shape} on {a.device}, got {out.dtype} "
-                         f"{tuple(out.shape)} on {out.device}")
     _launcher(a, b, out)(a, b, out)
 
 
 @gemm_out.register_fake
 def _(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
-    shape = _output_shape(a, b)
-    if tuple(out.shape) != shape or out.dtype != a.dtype:
-        raise ValueError(f"ferry::gemm_out: out must be {a.dtype} {shape}, got {out.dtype} {tuple(out.shape)}")
+    _check_out(a, b, out)
 
 
 @torch.library.custom_op("ferry::gemm", mutates_args=(), device_types="cuda")

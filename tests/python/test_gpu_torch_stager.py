@@ -16,6 +16,7 @@ if not torch.cuda.is_available() or ferry.device_count() == 0:
 dcp = pytest.importorskip("torch.distributed.checkpoint")
 
 import ferry.torch  # noqa: E402
+from dcp_save import async_save_supports_staging_futures, save_while_training  # noqa: E402
 from torch_trees import tensors_of  # noqa: E402
 
 DEV = torch.device("cuda", 0)
@@ -71,7 +72,7 @@ def test_staging_is_ordered_after_the_work_queued_on_the_current_stream():
 
 @pytest.mark.parametrize("async_staging", [False, True])
 def test_the_next_save_of_the_same_layout_pins_no_new_memory(async_staging):
-    if async_staging and not hasattr(dcp.state_dict_saver, "AsyncSaveResponse"):
+    if async_staging and not async_save_supports_staging_futures():
         pytest.skip(f"torch {torch.__version__}: async_save takes no Future from stage()")
     model, optimizer = trained(1)
     state = {"model": model.state_dict(), "optim": optimizer.state_dict()}
@@ -107,22 +108,12 @@ def test_a_fresh_process_pins_within_5_percent_of_a_large_state_dict():
 
 @pytest.mark.parametrize("async_staging", [False, True])
 def test_dcp_async_save_from_the_gpu_then_load_round_trips_exactly(tmp_path, async_staging):
-    if async_staging and not hasattr(dcp.state_dict_saver, "AsyncSaveResponse"):
+    if async_staging and not async_save_supports_staging_futures():
         pytest.skip(f"torch {torch.__version__}: async_save takes no Future from stage()")
     model, optimizer = trained(2)
     expected_model = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    with ferry.torch.Stager(async_staging=async_staging) as stager:
-        response = dcp.async_save({"model": model.state_dict(), "optim": optimizer.state_dict()},
-                                  checkpoint_id=str(tmp_path), async_stager=stager)
-        if async_staging:
-            response.staging_completion.result()
-            upload = response.upload_completion
-        else:
-            upload = response
-        with torch.no_grad():
-            for p in model.parameters():
-                p.zero_()   # training goes on once staging is complete: the checkpoint must not see it
-        upload.result()
+    save_while_training(model, {"model": model.state_dict(), "optim": optimizer.state_dict()}, tmp_path,
+                        async_staging)
 
     fresh, fresh_optimizer = trained(3)
     loaded = {"model": fresh.state_dict(), "optim": fresh_optimizer.state_dict()}

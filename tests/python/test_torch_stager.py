@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 dcp = pytest.importorskip("torch.distributed.checkpoint")
 
 import ferry.torch  # noqa: E402
+from dcp_save import async_save_supports_staging_futures, save_while_training  # noqa: E402
 from torch_trees import tensors_of  # noqa: E402
 
 Point = collections.namedtuple("Point", "x y")
@@ -131,29 +132,13 @@ def test_the_stager_follows_dcp_async_stager_protocol():
         stager.stage({"w": torch.ones(1)})
 
 
-def async_save_supports_staging_futures():
-    from torch.distributed.checkpoint import state_dict_saver
-
-    return hasattr(state_dict_saver, "AsyncSaveResponse")
-
-
 @pytest.mark.parametrize("async_staging", [False, True])
 def test_dcp_async_save_through_the_stager_then_load_round_trips_exactly(tmp_path, async_staging):
     if async_staging and not async_save_supports_staging_futures():
         pytest.skip(f"torch {torch.__version__}: async_save takes no Future from stage()")
     model, optimizer = model_and_optimizer()
     expected = {k: v.clone() for k, v in model.state_dict().items()}
-    with ferry.torch.Stager(async_staging=async_staging) as stager:
-        response = dcp.async_save({"model": model.state_dict()}, checkpoint_id=str(tmp_path), async_stager=stager)
-        if async_staging:
-            response.staging_completion.result()
-            upload = response.upload_completion
-        else:
-            upload = response
-        with torch.no_grad():
-            for p in model.parameters():
-                p.zero_()   # training goes on once staging is complete: the checkpoint must not see it
-        upload.result()
+    save_while_training(model, {"model": model.state_dict()}, tmp_path, async_staging)
 
     fresh, _ = model_and_optimizer()
     with torch.no_grad():

@@ -39,6 +39,7 @@ import re
 import statistics
 import sys
 import time
+from ferry.bench._cli import positive_int
 from ferry.bench._gpu import torch_cuda_device
 
 FIELDS = ["direction", "total_bytes", "num_tensors", "method", "median_ms", "gb_per_s", "ratio_to_limit"]
@@ -58,13 +59,6 @@ def parse_size(text):
     return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
 
 
-def _positive_int(value):
-    parsed = int(value)
-    if parsed <= 0:
-        raise argparse.ArgumentTypeError("must be positive")
-    return parsed
-
-
 def _parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -72,9 +66,9 @@ def _parse_args(argv):
     p.add_argument("--device", default="cuda:0", help="CUDA device (default: %(default)s).")
     p.add_argument("--sizes", type=parse_size, nargs="+", default=[parse_size(s) for s in DEFAULT_SIZES],
                    help="Payload sizes (default: " + " ".join(DEFAULT_SIZES) + ").")
-    p.add_argument("--num-tensors", type=_positive_int, nargs="+", default=DEFAULT_COUNTS,
+    p.add_argument("--num-tensors", type=positive_int, nargs="+", default=DEFAULT_COUNTS,
                    help="Tensor counts (default: " + " ".join(map(str, DEFAULT_COUNTS)) + ").")
-    p.add_argument("--repeats", type=_positive_int, default=11, help="Timed calls per cell (median reported).")
+    p.add_argument("--repeats", type=positive_int, default=11, help="Timed calls per cell (median reported).")
     p.add_argument("--directions", nargs="+", choices=["d2h", "h2d"], default=["d2h", "h2d"],
                    help="Directions to measure (default: both).")
     p.add_argument("--torch-budget-s", type=float, default=2.5,

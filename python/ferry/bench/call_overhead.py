@@ -45,6 +45,7 @@ import statistics
 import sys
 import time
 from datetime import datetime, timezone
+from ferry.bench._cli import positive_int
 from ferry.bench._gpu import torch_cuda_device
 from ferry.bench.bandwidth import LAYOUTS, layout_sizes
 
@@ -57,25 +58,18 @@ TARGETS = {1: 1.05, 256: 1.2, 4096: 2.0, 16384: 6.0}  # the project's targets: f
 SMALL_TARGET = 1.5                                    # and ferry / torch for one small tensor
 
 
-def _positive_int(value):
-    parsed = int(value)
-    if parsed <= 0:
-        raise argparse.ArgumentTypeError("must be positive")
-    return parsed
-
-
 def _parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output", default="call_overhead.csv", help="CSV output path (default: %(default)s).")
     p.add_argument("--device", default="cuda:0", help="CUDA device (default: %(default)s).")
-    p.add_argument("--total-mib", type=_positive_int, default=64, help="Payload of the e2e experiment in MiB.")
-    p.add_argument("--num-tensors", type=_positive_int, nargs="+", default=[1, 256, 4096],
+    p.add_argument("--total-mib", type=positive_int, default=64, help="Payload of the e2e experiment in MiB.")
+    p.add_argument("--num-tensors", type=positive_int, nargs="+", default=[1, 256, 4096],
                    help="Tensor counts of the e2e experiment (default: 1 256 4096).")
     p.add_argument("--layout", choices=LAYOUTS, default="even",
                    help="How the e2e payload is cut: even (sizes differ by at most one byte; default) or mixed "
                         "(one tensor of half the payload, the rest split evenly between the others).")
-    p.add_argument("--repeats", type=_positive_int, default=30, help="Timed repeats per case (median reported).")
+    p.add_argument("--repeats", type=positive_int, default=30, help="Timed repeats per case (median reported).")
     p.add_argument("--warmup", type=int, default=5, help="Untimed repeats first (pool, caches, streams).")
     p.add_argument("--views", action="store_true",
                    help="Make the e2e tensors views of one device buffer (as the bandwidth bench does) instead of "
@@ -94,8 +88,8 @@ def _parse_args(argv):
     p.add_argument("--in-thread", action="store_true",
                    help="Run every measurement on a new thread (threading.Thread) while the main thread waits in "
                         "join(), as a transfer worker of the overlap benchmark runs, instead of on the main thread.")
-    p.add_argument("--small-bytes", type=_positive_int, default=1024, help="Size of the small tensor.")
-    p.add_argument("--small-calls", type=_positive_int, default=2000, help="Timed calls of the small experiment.")
+    p.add_argument("--small-bytes", type=positive_int, default=1024, help="Size of the small tensor.")
+    p.add_argument("--small-calls", type=positive_int, default=2000, help="Timed calls of the small experiment.")
     return p.parse_args(argv)
 
 

@@ -42,6 +42,7 @@ import statistics
 import sys
 import time
 
+from ferry.bench._cli import positive_int
 from ferry.bench._gpu import torch_cuda_device
 from ferry.bench.state_dicts import DEFAULT_STATE_DICTS, STATE_DICTS, footprint, tensors
 
@@ -51,13 +52,6 @@ LIMIT, FERRY, STAGER = "limit (1 raw copy)", "ferry", "ferry.torch.Stager"
 TORCH_LOOP, TORCH_PREALLOC = "torch to(cpu) loop", "torch prealloc copy_"
 DCP_DEFAULT, DCP_PINNED = "DCP default stager", "DCP pinned stager"
 METHODS = [LIMIT, FERRY, STAGER, TORCH_LOOP, TORCH_PREALLOC, DCP_DEFAULT, DCP_PINNED]
-
-
-def _positive_int(value):
-    parsed = int(value)
-    if parsed <= 0:
-        raise argparse.ArgumentTypeError("must be positive")
-    return parsed
 
 
 def _parse_args(argv):
@@ -70,7 +64,7 @@ def _parse_args(argv):
                    "; --list shows them all).")
     p.add_argument("--methods", nargs="+", choices=METHODS, default=METHODS, metavar="METHOD",
                    help="Methods to run (default: all; the limit always runs): " + ", ".join(METHODS) + ".")
-    p.add_argument("--repeats", type=_positive_int, default=5, help="Steady calls per method (median reported).")
+    p.add_argument("--repeats", type=positive_int, default=5, help="Steady calls per method (median reported).")
     p.add_argument("--list", action="store_true", help="List the state dicts (tensors, bytes) and exit.")
     return p.parse_args(argv)
 

@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from datetime import datetime, timezone
+from ferry.bench._cli import positive_int
 from ferry.bench._gpu import torch_cuda_device
 
 SCHEMA_VERSION = 1
@@ -87,19 +88,12 @@ ROWS = [  # key, label, unit
 ]
 
 
-def _positive_int(value):
-    parsed = int(value)
-    if parsed <= 0:
-        raise argparse.ArgumentTypeError("must be positive")
-    return parsed
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--iters", type=_positive_int, default=100, help="Profiled iterations (default: %(default)s).")
+    p.add_argument("--iters", type=positive_int, default=100, help="Profiled iterations (default: %(default)s).")
     p.add_argument("--warmup", type=int, default=10, help="Warm-up iterations (default: %(default)s).")
-    p.add_argument("--repeats", type=_positive_int, default=9, help="Repeats; medians reported (default: %(default)s).")
+    p.add_argument("--repeats", type=positive_int, default=9, help="Repeats; medians reported (default: %(default)s).")
     p.add_argument("--device", default="cuda:0", help="CUDA device (default: %(default)s).")
     p.add_argument("--output", default="py_latency.csv", help="CSV output path (default: %(default)s).")
     p.add_argument("--plot", default=None, help="PNG of the table (default: the CSV path with .png; 'none': skip).")

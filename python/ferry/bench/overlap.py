@@ -67,6 +67,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 
 import numpy as np
+from ferry.bench._cli import positive_int
 from ferry.bench._gpu import torch_cuda_device
 from ferry.bench.bandwidth import LAYOUTS, layout_sizes
 
@@ -765,13 +766,6 @@ def _print_table(summaries):
 # ---- command line (SPDL's names, defaults and validation, then this port's options) ------------------------------
 
 
-def _positive_int(value):
-    parsed = int(value)
-    if parsed <= 0:
-        raise argparse.ArgumentTypeError("must be positive")
-    return parsed
-
-
 def _non_negative_int(value):
     parsed = int(value)
     if parsed < 0:
@@ -801,20 +795,20 @@ def _parse_args(argv):
                    help=f"Summary CSV output path (default: {DEFAULT_OUTPUT}).")
     p.add_argument("--samples-output", type=os.path.realpath, help="Optional per-trial CSV output path.")
     p.add_argument("--device", default="cuda:0", help="CUDA device to use.")
-    p.add_argument("--total-mib", type=_positive_int, nargs="+", default=[64],
+    p.add_argument("--total-mib", type=positive_int, nargs="+", default=[64],
                    help="Fixed total payload sizes in MiB.")
-    p.add_argument("--num-tensors", type=_positive_int, nargs="+", default=[1, 32],
+    p.add_argument("--num-tensors", type=positive_int, nargs="+", default=[1, 32],
                    help="Tensor counts to test for each fixed payload size.")
-    p.add_argument("--matrix-size", type=_positive_int, default=2048,
+    p.add_argument("--matrix-size", type=positive_int, default=2048,
                    help="Square float32 matrix size for foreground torch.mm work.")
     p.add_argument("--compute-ms", type=_positive_float, default=8.0,
                    help="Independent target duration used to calibrate foreground compute.")
-    p.add_argument("--compute-iterations", type=_positive_int,
+    p.add_argument("--compute-iterations", type=positive_int,
                    help="Skip calibration and use this many torch.mm calls per sample.")
     p.add_argument("--num-warmup", type=_non_negative_int, default=5, help="Warmup blocks per scenario.")
     p.add_argument("--num-runs", type=_at_least_two_int, default=30,
                    help="Paired randomized timing blocks per scenario.")
-    p.add_argument("--bootstrap-resamples", type=_positive_int, default=2000,
+    p.add_argument("--bootstrap-resamples", type=positive_int, default=2000,
                    help="Bootstrap resamples for paired median confidence intervals.")
     p.add_argument("--seed", type=int, default=0, help="Randomization seed.")
     p.add_argument("--layout", choices=LAYOUTS, default="even",
