@@ -9,6 +9,13 @@ its CUDA graphs.
 
 Each distinct problem (device, dtypes, shapes, strides) finds its best operator, compiles it (NVRTC once, then the
 memo or the disk cache) and binds a ``ferry.ops.Launcher`` the first time; later calls with that problem reuse it.
+
+``gemm`` is differentiable (its backward is two ``torch.matmul`` calls, summed over a broadcast batch).
+``gemm_out``, like torch's ``out=`` functions, is not: it raises when grad mode is on and an operand requires grad.
+
+The ops are defined with ``torch.library.Library`` rather than ``torch.library.custom_op``: the same schema, fake
+implementations and autograd, without custom_op's Python layers around every eager call (9 us against 2 us per
+call of an empty op, measured on a CPU build of torch 2.15).
 """
 
 import torch  # no `from __future__ import annotations`: torch.library reads the ops' signatures as objects
@@ -72,18 +79,19 @@ def _launcher(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> ops.Launch
     return launch
 
 
-@torch.library.custom_op("ferry::gemm_out", mutates_args=("out",), device_types="cuda")
+_library = torch.library.Library("ferry", "DEF")
+_library.define("gemm_out(Tensor a, Tensor b, Tensor(a!) out) -> ()")
+_library.define("gemm(Tensor a, Tensor b) -> Tensor")
+
+
 def gemm_out(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
     """out = a @ b on torch's current stream."""
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or out.requires_grad):
+        raise RuntimeError("ferry::gemm_out: an out= function does not support automatic differentiation; use "
+                           "ferry::gemm, or call it under torch.no_grad()")
     _launcher(a, b, out)(a, b, out)
 
 
-@gemm_out.register_fake
-def _(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
-    _check_out(a, b, out)
-
-
-@torch.library.custom_op("ferry::gemm", mutates_args=(), device_types="cuda")
 def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b, a new tensor, on torch's current stream."""
     out = torch.empty(_output_shape(a, b), dtype=a.dtype, device=a.device)
@@ -91,6 +99,38 @@ def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@gemm.register_fake
+_library.impl("gemm_out", gemm_out, "CUDA")
+_library.impl("gemm", gemm, "CUDA")
+# gemm_out's grad check is in its kernel, as torch's out= functions do it: nothing runs at the autograd key.
+_library.impl("gemm_out", torch.library.fallthrough_kernel, "Autograd")
+
+
+@torch.library.register_fake("ferry::gemm_out", lib=_library)
+def _(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+    _check_out(a, b, out)
+
+
+@torch.library.register_fake("ferry::gemm", lib=_library)
 def _(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a.new_empty(_output_shape(a, b))
+
+
+def _sum_to(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """An operand's gradient: summed over the batch it was broadcast across (rank 2, or a batch of 1)."""
+    if grad.shape == like.shape:
+        return grad
+    return grad.sum(0) if like.dim() == 2 else grad.sum(0, keepdim=True)
+
+
+def _save_operands(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _gemm_backward(ctx, grad: torch.Tensor):
+    a, b = ctx.saved_tensors
+    grad_a = _sum_to(torch.matmul(grad, b.mT), a) if ctx.needs_input_grad[0] else None
+    grad_b = _sum_to(torch.matmul(a.mT, grad), b) if ctx.needs_input_grad[1] else None
+    return grad_a, grad_b
+
+
+torch.library.register_autograd("ferry::gemm", _gemm_backward, setup_context=_save_operands, lib=_library)

@@ -1,7 +1,8 @@
 """torch.ops.ferry.gemm / gemm_out on a GPU (run on the H200; skipped without torch or CUDA): eager results against
 a float64 reference (fp16, bf16, fp32; row- and column-major operands; odd sizes; batches and broadcasting), the
 current stream followed, torch.compile(fullgraph=True) with the default backend and with mode="reduce-overhead"
-(CUDA graphs) equal to eager, and gemm_out captured under torch.cuda.graph and replayed on new data.
+(CUDA graphs) equal to eager, gemm_out captured under torch.cuda.graph and replayed on new data, gemm's backward
+against torch.matmul's (eager and compiled), and gemm_out's refusal of operands that require grad.
 
 Error bounds: gemm_reference.py.
 """
@@ -81,3 +82,30 @@ def test_gemm_out_captured_under_torch_cuda_graph_replays_on_new_data():
         graph.replay()
         torch.cuda.synchronize()
         assert relative_error(out, a, b) <= BOUND[torch.float16]
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((64, 96), (96, 40)), ((3, 64, 96), (96, 40)), ((1, 64, 96), (3, 96, 40))])
+def test_gemm_backward_matches_torch_matmuls_and_a_compiled_training_step_matches_eager(a_shape, b_shape):
+    a = operand(a_shape, torch.float32, seed=7).requires_grad_()
+    b = operand(b_shape, torch.float32, seed=8).requires_grad_()
+    upstream = operand(torch.matmul(a, b).shape, torch.float32, seed=9)
+    grads = []
+    compiled = torch.compile(lambda x, y: torch.ops.ferry.gemm(x, y), fullgraph=True)
+    for fn in (torch.ops.ferry.gemm, torch.matmul, compiled):
+        a.grad = b.grad = None
+        torch.autograd.backward(fn(a, b), upstream)
+        grads.append((a.grad.clone(), b.grad.clone()))
+    for got in (grads[0], grads[2]):
+        for g, want in zip(got, grads[1]):
+            assert g.shape == want.shape
+            assert float(torch.linalg.norm(g - want) / torch.linalg.norm(want)) <= BOUND[torch.float32]
+
+
+def test_gemm_out_refuses_operands_that_require_grad_and_runs_under_no_grad():
+    a = operand((64, 32), torch.float16, seed=10).requires_grad_()
+    b, out = operand((32, 16), torch.float16, seed=11), torch.empty(64, 16, dtype=torch.float16, device=DEV)
+    with pytest.raises(RuntimeError, match="does not support automatic differentiation"):
+        torch.ops.ferry.gemm_out(a, b, out)
+    with torch.no_grad():
+        torch.ops.ferry.gemm_out(a, b, out)
+    assert relative_error(out, a.detach(), b) <= BOUND[torch.float16]

@@ -57,3 +57,23 @@ def test_gemm_captured_in_a_cuda_graph_replays_on_new_data():
         graph.replay()
         torch.cuda.synchronize()
         assert relative_error(out, a, b) <= BOUND[torch.float16]
+
+
+def test_calls_that_alternate_layouts_and_alignments_each_get_their_own_problem():
+    """The provider repeats a thread's last problem only when all three layouts and alignments are the same: calls
+    that alternate shapes, majors and an operand 2 bytes off its 16-byte alignment must each be right."""
+    base = torch.full((4096 + 8,), float("nan"), dtype=torch.float16, device=DEV)
+    offset_a = base[1:1 + 64 * 64].view(64, 64)   # 2 bytes past an aligned address: another problem
+    cases = []
+    for seed, (a_shape, b_shape, b_col) in enumerate([((64, 64), (64, 64), False), ((64, 64), (64, 64), True),
+                                                      ((64, 64), (64, 48), False), ((64, 64), (64, 64), False)]):
+        a, b = operand(a_shape, torch.float16, seed=40 + seed), operand(b_shape, torch.float16, b_col, seed=50 + seed)
+        cases.append((a, b, torch.empty(a_shape[0], b_shape[1], dtype=torch.float16, device=DEV)))
+    offset_a.copy_(cases[0][0])
+    cases.append((offset_a, cases[0][1], torch.empty(64, 64, dtype=torch.float16, device=DEV)))
+    for _ in range(2):
+        for a, b, out in cases + cases[::-1]:
+            out.fill_(float("nan"))
+            gemm(a, b, out)
+            torch.cuda.synchronize()
+            assert relative_error(out, a, b) <= BOUND[torch.float16]

@@ -101,7 +101,7 @@ STAND_IN_DEVICE = textwrap.dedent("""
 
     base = 0x7f0000000000   # device addresses never dereferenced: ferry checks and plans, the launch needs a driver
     a, b, out = tensor(128, 64, base), tensor(64, 32, base + (1 << 20)), tensor(128, 32, base + (2 << 20))
-    for _ in range(2):   # the second call finds the operator remembered
+    for _ in range(2):   # the second call repeats the first problem: this thread remembered its layouts
         print("valid:", *call(a, b, out))
     print("mismatched k:", *call(a, tensor(63, 32, base + (3 << 20)), out))
 """)

@@ -19,9 +19,10 @@ Rows: run without an artifact (ferry: memo hit) and with one; supports check on 
 graph of op.run (the notebook's code), and as a ferry.ops.Graph; first compile (cold: a fresh XDG_CACHE_HOME and
 an empty memo), disk-cache load, memo hit, CompiledArtifact.load. The same GEMM from other callers: through
 TVM-FFI (ferry.tvm_ffi), through torch.ops.ferry.gemm_out eagerly and in torch.compile(fullgraph=True), and 20
-ferry::gemm in torch.compile(mode="reduce-overhead"). Targets: fast call form with checks bypassed <= raw + 1.0 us;
+ferry::gemm in torch.compile(mode="reduce-overhead"), with the operands marked static (read in place, as a
+ferry.ops.Graph reads them) and not (copied into the graph's buffers each replay). Targets: fast call form with checks bypassed <= raw + 1.0 us;
 with the supports check <= that + 0.3 us; GemmArguments <= 3 us; TVM-FFI <= raw + 1.0 us; the torch op eagerly
-<= torch.mm; 20 under reduce-overhead <= 1.1 x the ferry.ops.Graph replay.
+<= torch.mm; 20 under reduce-overhead with static inputs <= 1.1 x the ferry.ops.Graph replay.
 
 Writes a CSV (--output), a PNG of the table (--plot; needs matplotlib), and prints the table last. Without CUDA or
 torch it says so and exits 0.
@@ -80,7 +81,8 @@ ROWS = [  # key, label, unit
     ("eager20", "20 launches, no graph, + sync", "us"),
     ("torchgraph20", "20 launches, torch.cuda.graph of op.run, replay + sync", "us"),
     ("ferrygraph20", "20 launches, ferry.ops.Graph, replay + sync", "us"),
-    ("torch_op_ro20", "20 launches, torch.compile reduce-overhead of ferry::gemm, + sync", "us"),
+    ("torch_op_ro20", "20 launches, torch.compile reduce-overhead of ferry::gemm, static inputs, + sync", "us"),
+    ("torch_op_ro20_copied", "20 launches, torch.compile reduce-overhead of ferry::gemm, inputs copied, + sync", "us"),
     ("compile_cold", "compile, cold (NVRTC, fresh cache)", "ms"),
     ("compile_disk", "compile, disk cache hit (memo cleared)", "us"),
     ("compile_memo", "compile, memo hit", "us"),
@@ -324,10 +326,18 @@ def _unless_unavailable(what, fn):
         return None
 
 
-def _reduce_overhead20(torch, As, Bs):
+def _reduce_overhead20(torch, As, Bs, static):
     """A replay function for 20 ferry::gemm calls compiled with mode="reduce-overhead" (torch's CUDA graphs): the
-    compiled function is warmed up and recorded before it is timed."""
+    compiled function is warmed up and recorded before it is timed. Static inputs (marked as parameters are) are
+    read where they are, as a ferry.ops.Graph reads its operands; other inputs are copied into the graph's own
+    buffers before each replay, two copies per GEMM."""
     import ferry.torch  # noqa: F401
+
+    if static:
+        for t in (*As, *Bs):
+            torch._dynamo.mark_static_address(t)
+    else:   # fresh tensors: a mark is kept on the tensor and would reach the static case
+        As, Bs = [a.clone() for a in As], [b.clone() for b in Bs]
 
     @torch.compile(mode="reduce-overhead", fullgraph=True)
     def twenty(As, Bs):
@@ -548,11 +558,13 @@ def measure(opts, torch, ops, device):  # noqa: C901 (one experiment, read top t
                 mm(As[i], Bs[i], out=outs[i])
 
         cases = dict(eager20=eager_ferry, torch_eager20=eager_torch)
-        ro20 = _unless_unavailable("torch.compile reduce-overhead of 20 ferry::gemm", lambda: _attempt(
-            problems, "torch.compile reduce-overhead of 20 ferry::gemm",
-            lambda: _reduce_overhead20(torch, As[:GRAPH_RUNS], Bs[:GRAPH_RUNS]), _UNAVAILABLE))
-        if ro20 is not None:
-            cases["torch_op_ro20"] = ro20
+        for key, static in (("torch_op_ro20_copied", False), ("torch_op_ro20", True)):
+            what = f"torch.compile reduce-overhead of 20 ferry::gemm ({'static' if static else 'copied'} inputs)"
+            ro20 = _unless_unavailable(what, lambda what=what, static=static: _attempt(
+                problems, what, lambda: _reduce_overhead20(torch, As[:GRAPH_RUNS], Bs[:GRAPH_RUNS], static),
+                _UNAVAILABLE))
+            if ro20 is not None:
+                cases[key] = ro20
         for key, graph in (("torchgraph20", g), ("ferrygraph20", fg), ("torch_graph20", tg)):
             if graph is not None:
                 cases[key] = graph.replay
@@ -567,7 +579,7 @@ def measure(opts, torch, ops, device):  # noqa: C901 (one experiment, read top t
                 raw_ok = raw is not None
                 if raw:
                     raw20.append(raw[1] * GRAPH_RUNS)
-        for key in ("eager20", "torchgraph20", "ferrygraph20", "torch_op_ro20"):
+        for key in ("eager20", "torchgraph20", "ferrygraph20", "torch_op_ro20", "torch_op_ro20_copied"):
             figures[key] = _median(samples.get(key, []))
             figures[f"torch_{key}"] = _median(samples["torch_eager20"])
             figures[f"torchgraph_{key}"] = _median(samples.get("torch_graph20", []))
