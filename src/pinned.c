@@ -229,6 +229,8 @@ static size_t region_size_for(size_t size) {
   return want > share ? want : round_up(share, HUGE_PAGE);
 }
 
+size_t ferry__pool_growth(uint64_t bytes) { return region_size_for(slab_size(bytes)); }
+
 /* Pins a region of at least `size` bytes, without the lock held (pinning takes milliseconds). */
 static ferry_status grow(size_t size) {
   void *base;

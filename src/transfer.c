@@ -35,6 +35,7 @@ struct ferry_transfer {
   bool h2d;
   bool ended;           /* ferry_transfer_end was called */
   bool settled;         /* the fence is recorded (or the streams drained): every slab knows when it is free */
+  bool cutting;         /* D2H: a part was cut, so every later part the pool cannot hold is cut too (should_cut) */
   int device;           /* -1: everything passes through (no driver or no device) */
   ferry_transfer_options opts;
   CUstream stream;      /* the copy stream: gather kernels, H2D copies, the fence */
@@ -637,7 +638,7 @@ cleanup:
   return FERRY_OK;
 }
 
-static bool should_cut(const ferry__plan *plan);
+static bool should_cut(const ferry_transfer *t, const ferry__plan *plan);
 
 /* Plans and queues one part: the outputs [t->count, t->count + count). Kills the transfer on failure. With
  * `cut_instead` (a D2H part whole), a part that should_cut says is too large for the pool queues nothing and sets
@@ -662,7 +663,7 @@ static ferry_status add_part(ferry_transfer *t, const ferry_tensor *in, size_t c
     append_passthrough(t, in, count);
     goto cleanup;
   }
-  if (cut_instead && should_cut(&plan)) {
+  if (cut_instead && should_cut(t, &plan)) {
     *cut_instead = true;
     goto cleanup;
   }
@@ -700,12 +701,19 @@ cleanup:
 
 uint64_t ferry__pin_chunk_bytes = (uint64_t)256 << 20;
 
-/* A planned D2H part is cut when it is larger than a chunk and than every free range of the pool, but not past the
+/* A planned D2H part that no free range of the pool holds is cut when it is larger than a chunk, when an earlier
+ * part of its transfer was cut, or when the pool's growth rule would pin more than a chunk for it; not past the
  * machine's memory (one part then fails at once, naming its size, rather than chunks pinned until the system runs
- * out). The common case costs one comparison. */
-static bool should_cut(const ferry__plan *plan) {
+ * out). The last two keep a GB-scale batch that a Python call hands over in parts of any size (where its GIL
+ * slices fall) from growing a large pool by a quarter for a part: its parts fill the free ranges instead, or pin
+ * what they need. A part under an eighth of a chunk outside a cut transfer keeps the growth rule (it is the common
+ * case, and costs two comparisons). */
+static bool should_cut(const ferry_transfer *t, const ferry__plan *plan) {
   uint64_t total = plan->total;
-  return total > ferry__pin_chunk_bytes && total <= ferry__pinnable_limit() && !ferry__pool_fit(total, NULL);
+  bool large = total > ferry__pin_chunk_bytes;
+  if (!large && !t->cutting && total < ferry__pin_chunk_bytes / 8) return false; /* a small part, as most are */
+  if (total > ferry__pinnable_limit() || ferry__pool_fit(total, NULL)) return false;
+  return large || t->cutting || ferry__pool_growth(total) > ferry__pin_chunk_bytes;
 }
 
 /* What one tensor may take in a D2H slab, over-estimated (alignment, its share of the gather work list), for
@@ -804,7 +812,10 @@ ferry_status ferry_transfer_add(ferry_transfer *t, const ferry_tensor *in, size_
   }
   bool cut = false;
   st = add_part(t, in, count, false, t->h2d ? NULL : &cut);
-  if (st == FERRY_OK && cut) st = add_cut(t, in, count);
+  if (st == FERRY_OK && cut) {
+    t->cutting = true;
+    st = add_cut(t, in, count);
+  }
   return st;
 }
 

@@ -259,6 +259,7 @@ static const char *temp_dir(void) {
 
 TEST(pinning_more_than_the_memory_available_fails_before_touching_a_page) {
   setup();
+  ferry__pin_chunk_bytes = (uint64_t)256 * MIB; /* as shipped: the part takes the growth rule's 16 MiB region */
   const char *dir = temp_dir();
   ferry__cgroup_dir = dir; /* no limit files there */
   ferry__meminfo_path = write_file(dir, "meminfo", "MemTotal:  1048576 kB\nMemAvailable:   10240 kB\n");
@@ -296,4 +297,54 @@ TEST(pinning_more_than_a_cgroup_limit_leaves_fails_before_touching_a_page) {
   ASSERT_OK(ferry_pool_reserve((size_t)16 * MIB));
   ASSERT_EQ(stats().pin_calls, 1);
   remove_temp_dir(dir);
+}
+
+/* Llama 3.2 1B's state dict (bf16, the tied embedding once: 145 tensors, 2.47 GB) scaled by 1/SCALE, chunks too. */
+enum { LLAMA_T = 145, LLAMA_SCALE = 16 };
+static int64_t llama_sizes[LLAMA_T];
+
+static uint64_t llama_make(ferry_tensor *t) {
+  static const int64_t layer[9] = {2048 * 2048 * 2, 512 * 2048 * 2, 512 * 2048 * 2, 2048 * 2048 * 2,
+                                   8192 * 2048 * 2, 8192 * 2048 * 2, 8192 * 2048 * 2, 2048 * 2, 2048 * 2};
+  static unsigned char *shared; /* every tensor reads the same bytes: this test is about where outputs go */
+  int n = 0;
+  llama_sizes[n++] = (int64_t)128256 * 2048 * 2 / LLAMA_SCALE;
+  for (int l = 0; l < 16; l++)
+    for (int k = 0; k < 9; k++) llama_sizes[n++] = layer[k] / LLAMA_SCALE;
+  if (!shared) shared = calloc(1, (size_t)llama_sizes[0]);
+  ASSERT(shared != NULL);
+  uint64_t total = 0;
+  for (int i = 0; i < n; i++) {
+    t[i] = (ferry_tensor){shared, {FERRY_DEVICE_CUDA, 0}, 1, {FERRY_DTYPE_UINT, 8, 1}, &llama_sizes[i], NULL, 0};
+    total += (uint64_t)llama_sizes[i];
+  }
+  ferry__pin_chunk_bytes = (uint64_t)256 * MIB / LLAMA_SCALE;
+  return total;
+}
+
+/* A Python call hands a batch over in parts cut where its GIL slices fall, so two calls of one state dict are cut
+ * differently. Neither the first call nor the later ones may grow the pool by its growth rule (a quarter of what
+ * is pinned) for such a part: eight calls, each cut at random, keep the pool within 1.15x the batch. */
+TEST(chunks_a_state_dict_handed_over_in_random_parts_keeps_the_pool_near_its_size) {
+  setup();
+  ferry_tensor t[LLAMA_T];
+  uint64_t total = llama_make(t);
+  srand(7);
+  for (int call = 0; call < 8; call++) {
+    ferry_transfer_options o = blocking_on_device_0();
+    ferry_transfer *tr = NULL;
+    ASSERT_OK(ferry_transfer_begin_d2h(&o, &tr));
+    for (int done = 0; done < LLAMA_T;) {
+      int k = 1 + rand() % 40;
+      if (done + k > LLAMA_T) k = LLAMA_T - done;
+      ASSERT_OK(ferry_transfer_add(tr, t + done, (size_t)k));
+      done += k;
+    }
+    ASSERT_OK(ferry_transfer_end(tr));
+    double held = (double)stats().bytes_pinned / (double)total;
+    printf("  call %d: pinned %.3fx the batch in %llu regions\n", call, held, (unsigned long long)stats().regions);
+    ASSERT(held <= (call == 0 ? 1.10 : 1.15));
+    ferry_transfer_release(tr);
+  }
+  ASSERT_EQ(stats().bytes_in_use, 0);
 }
