@@ -84,7 +84,8 @@ def test_gemm_out_captured_under_torch_cuda_graph_replays_on_new_data():
         assert relative_error(out, a, b) <= BOUND[torch.float16]
 
 
-@pytest.mark.parametrize("a_shape, b_shape", [((64, 96), (96, 40)), ((3, 64, 96), (96, 40)), ((1, 64, 96), (3, 96, 40))])
+@pytest.mark.parametrize("a_shape, b_shape", [((64, 96), (96, 40)), ((3, 64, 96), (96, 40)),
+                                              ((1, 64, 96), (3, 96, 40))])
 def test_gemm_backward_matches_torch_matmuls_and_a_compiled_training_step_matches_eager(a_shape, b_shape):
     a = operand(a_shape, torch.float32, seed=7).requires_grad_()
     b = operand(b_shape, torch.float32, seed=8).requires_grad_()

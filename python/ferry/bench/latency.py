@@ -20,7 +20,9 @@ graph of op.run (the notebook's code), and as a ferry.ops.Graph; first compile (
 an empty memo), disk-cache load, memo hit, CompiledArtifact.load. The same GEMM from other callers: through
 TVM-FFI (ferry.tvm_ffi), through torch.ops.ferry.gemm_out eagerly and in torch.compile(fullgraph=True), and 20
 ferry::gemm in torch.compile(mode="reduce-overhead"), with the operands marked static (read in place, as a
-ferry.ops.Graph reads them) and not (copied into the graph's buffers each replay). Targets: fast call form with checks bypassed <= raw + 1.0 us;
+ferry.ops.Graph reads them) and not (copied into the graph's buffers each replay). For reference, what the callers
+cost without ferry: TVM-FFI's call of its empty testing.nop with the same operands, and 20 torch.mm under
+reduce-overhead. Targets: fast call form with checks bypassed <= raw + 1.0 us;
 with the supports check <= that + 0.3 us; GemmArguments <= 3 us; TVM-FFI <= raw + 1.0 us; the torch op eagerly
 <= torch.mm; 20 under reduce-overhead with static inputs <= 1.1 x the ferry.ops.Graph replay.
 
@@ -74,6 +76,7 @@ ROWS = [  # key, label, unit
     ("launcher_assume", "fast call form (launcher), check bypassed", "us"),
     ("launcher_checked", "fast call form (launcher), supports check", "us"),
     ("tvm_ffi", "through TVM-FFI (ferry.tvm_ffi gemm, tvm_ffi's call)", "us"),
+    ("tvm_ffi_nop", "TVM-FFI's own call of an empty function, testing.nop(A, B, out)", "us"),
     ("torch_op", "torch.ops.ferry.gemm_out, eager", "us"),
     ("torch_op_compiled", "torch.ops.ferry.gemm_out in torch.compile(fullgraph=True)", "us"),
     ("supports", "op.supports(args) alone", "us"),
@@ -83,6 +86,7 @@ ROWS = [  # key, label, unit
     ("ferrygraph20", "20 launches, ferry.ops.Graph, replay + sync", "us"),
     ("torch_op_ro20", "20 launches, torch.compile reduce-overhead of ferry::gemm, static inputs, + sync", "us"),
     ("torch_op_ro20_copied", "20 launches, torch.compile reduce-overhead of ferry::gemm, inputs copied, + sync", "us"),
+    ("torch_mm_ro20", "20 launches, torch.compile reduce-overhead of torch.mm, static inputs, + sync", "us"),
     ("compile_cold", "compile, cold (NVRTC, fresh cache)", "ms"),
     ("compile_disk", "compile, disk cache hit (memo cleared)", "us"),
     ("compile_memo", "compile, memo hit", "us"),
@@ -282,6 +286,19 @@ def _reach(torch, As, Bs, outs, problems):
                 gemm(As[i], Bs[i], outs[i])
         return loop
 
+    def tvm_ffi_nop():   # what TVM-FFI's call costs with these operands before any function runs
+        import tvm_ffi
+
+        nop = tvm_ffi.get_global_func("testing.nop")
+        if nop is None:
+            raise AttributeError("this tvm_ffi has no testing.nop")
+        nop(As[0], Bs[0], outs[0])
+
+        def loop(lo, hi):
+            for i in range(lo, hi):
+                nop(As[i], Bs[i], outs[i])
+        return loop
+
     def torch_op():
         import ferry.torch  # noqa: F401  (registers torch.ops.ferry)
 
@@ -304,7 +321,8 @@ def _reach(torch, As, Bs, outs, problems):
                 compiled(As[i], Bs[i], outs[i])
         return loop
 
-    for key, make in (("tvm_ffi", tvm_ffi), ("torch_op", torch_op), ("torch_op_compiled", torch_op_compiled)):
+    for key, make in (("tvm_ffi", tvm_ffi), ("tvm_ffi_nop", tvm_ffi_nop), ("torch_op", torch_op),
+                      ("torch_op_compiled", torch_op_compiled)):
         loop = _unless_unavailable(key, lambda: _attempt(problems, f"setting up {key}", make, _UNAVAILABLE))
         if loop is not None:
             found[key] = loop
@@ -326,13 +344,11 @@ def _unless_unavailable(what, fn):
         return None
 
 
-def _reduce_overhead20(torch, As, Bs, static):
-    """A replay function for 20 ferry::gemm calls compiled with mode="reduce-overhead" (torch's CUDA graphs): the
-    compiled function is warmed up and recorded before it is timed. Static inputs (marked as parameters are) are
-    read where they are, as a ferry.ops.Graph reads its operands; other inputs are copied into the graph's own
-    buffers before each replay, two copies per GEMM."""
-    import ferry.torch  # noqa: F401
-
+def _reduce_overhead20(torch, As, Bs, static, matmul):
+    """A replay function for 20 calls of `matmul` (ferry::gemm, or torch.mm for reference) compiled with
+    mode="reduce-overhead" (torch's CUDA graphs): the compiled function is warmed up and recorded before it is
+    timed. Static inputs (marked as parameters are) are read where they are, as a ferry.ops.Graph reads its
+    operands; other inputs are copied into the graph's own buffers before each replay, two copies per GEMM."""
     if static:
         for t in (*As, *Bs):
             torch._dynamo.mark_static_address(t)
@@ -341,7 +357,7 @@ def _reduce_overhead20(torch, As, Bs, static):
 
     @torch.compile(mode="reduce-overhead", fullgraph=True)
     def twenty(As, Bs):
-        return [torch.ops.ferry.gemm(a, b) for a, b in zip(As, Bs)]
+        return [matmul(a, b) for a, b in zip(As, Bs)]
 
     for _ in range(3):
         twenty(As, Bs)
@@ -558,11 +574,16 @@ def measure(opts, torch, ops, device):  # noqa: C901 (one experiment, read top t
                 mm(As[i], Bs[i], out=outs[i])
 
         cases = dict(eager20=eager_ferry, torch_eager20=eager_torch)
-        for key, static in (("torch_op_ro20_copied", False), ("torch_op_ro20", True)):
-            what = f"torch.compile reduce-overhead of 20 ferry::gemm ({'static' if static else 'copied'} inputs)"
-            ro20 = _unless_unavailable(what, lambda what=what, static=static: _attempt(
-                problems, what, lambda: _reduce_overhead20(torch, As[:GRAPH_RUNS], Bs[:GRAPH_RUNS], static),
-                _UNAVAILABLE))
+        for key, static, name in (("torch_op_ro20_copied", False, "ferry::gemm"),
+                                  ("torch_op_ro20", True, "ferry::gemm"), ("torch_mm_ro20", True, "torch.mm")):
+            what = f"torch.compile reduce-overhead of 20 {name} ({'static' if static else 'copied'} inputs)"
+
+            def make(static=static, name=name):
+                import ferry.torch  # noqa: F401  (registers torch.ops.ferry)
+                matmul = torch.mm if name == "torch.mm" else torch.ops.ferry.gemm
+                return _reduce_overhead20(torch, As[:GRAPH_RUNS], Bs[:GRAPH_RUNS], static, matmul)
+            ro20 = _unless_unavailable(what, lambda what=what, make=make: _attempt(problems, what, make,
+                                                                                   _UNAVAILABLE))
             if ro20 is not None:
                 cases[key] = ro20
         for key, graph in (("torchgraph20", g), ("ferrygraph20", fg), ("torch_graph20", tg)):
@@ -579,7 +600,8 @@ def measure(opts, torch, ops, device):  # noqa: C901 (one experiment, read top t
                 raw_ok = raw is not None
                 if raw:
                     raw20.append(raw[1] * GRAPH_RUNS)
-        for key in ("eager20", "torchgraph20", "ferrygraph20", "torch_op_ro20", "torch_op_ro20_copied"):
+        for key in ("eager20", "torchgraph20", "ferrygraph20", "torch_op_ro20", "torch_op_ro20_copied",
+                    "torch_mm_ro20"):
             figures[key] = _median(samples.get(key, []))
             figures[f"torch_{key}"] = _median(samples["torch_eager20"])
             figures[f"torchgraph_{key}"] = _median(samples.get("torch_graph20", []))

@@ -46,8 +46,8 @@ def test_latency_main_runs_end_to_end(monkeypatch, tmp_path, capsys):
         rows = list(csv.DictReader(f))
     assert [r["metric"] for r in rows] == [label for _, label, _ in latency.ROWS]
     # The other callers need the real torch (custom ops, torch.compile) and tvm_ffi beside it: left out here.
-    others = {label for key, label, _ in latency.ROWS if key.startswith(("tvm_ffi", "torch_op"))}
-    assert len(others) == 5 and captured.err.count("is not available here") == 5
+    others = {label for key, label, _ in latency.ROWS if key.startswith(("tvm_ffi", "torch_op", "torch_mm"))}
+    assert len(others) == 7 and captured.err.count("is not available here") == 7
     for r in rows:
         assert (r["ferry"] == "") if r["metric"] in others else float(r["ferry"]) > 0, r["metric"]
     fast = next(r for r in rows if r["metric"].startswith("fast call form (launcher), check bypassed"))
