@@ -170,8 +170,9 @@ void ferry__slab_drop_fences(ferry_slab *slab);
  * context must be current (cuMemHostRegister needs one). */
 ferry_status ferry__pool_take(size_t bytes, int device, bool exact_growth, ferry_slab **out);
 /* Whether a slab of `bytes` fits a free range of the pool now (released slabs whose copies have finished count as
- * free), and the largest free range too small for it (`largest_below`, may be NULL). */
-bool ferry__pool_fit(uint64_t bytes, uint64_t *largest_below);
+ * free); the smallest free range that holds it (`best_fit`, the one ferry__pool_take would use) and the largest
+ * one too small for it (`largest_below`); either may be NULL. */
+bool ferry__pool_fit(uint64_t bytes, uint64_t *best_fit, uint64_t *largest_below);
 /* The size of the region the growth rule would pin for a slab of `bytes` that no free range holds. */
 size_t ferry__pool_growth(uint64_t bytes);
 /* The machine's physical memory: no pinned request larger than this can succeed. */

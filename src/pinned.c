@@ -316,18 +316,21 @@ ferry_status ferry__pool_take(size_t bytes, int device, bool exact_growth, ferry
   }
 }
 
-bool ferry__pool_fit(uint64_t bytes, uint64_t *largest_below) {
-  uint64_t want = slab_size(bytes), below = 0;
-  bool fits = false;
+bool ferry__pool_fit(uint64_t bytes, uint64_t *best_fit, uint64_t *largest_below) {
+  uint64_t want = slab_size(bytes), below = 0, best = 0;
   pthread_mutex_lock(&pool_lock);
   if (pending) reap_pending();
   for (free_range *fr = free_list; fr; fr = fr->next) {
-    if (fr->size >= want) fits = true;
-    else if (fr->size > below) below = fr->size;
+    if (fr->size >= want) {
+      if (!best || fr->size < best) best = fr->size;
+    } else if (fr->size > below) {
+      below = fr->size;
+    }
   }
   pthread_mutex_unlock(&pool_lock);
+  if (best_fit) *best_fit = best;
   if (largest_below) *largest_below = below;
-  return fits;
+  return best != 0;
 }
 
 void ferry__pool_give(ferry_slab *s) {

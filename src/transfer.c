@@ -638,7 +638,7 @@ cleanup:
   return FERRY_OK;
 }
 
-static bool should_cut(const ferry_transfer *t, const ferry__plan *plan);
+static bool should_cut(const ferry_transfer *t, const ferry__plan *plan, const ferry_tensor *in, size_t count);
 
 /* Plans and queues one part: the outputs [t->count, t->count + count). Kills the transfer on failure. With
  * `cut_instead` (a D2H part whole), a part that should_cut says is too large for the pool queues nothing and sets
@@ -663,7 +663,7 @@ static ferry_status add_part(ferry_transfer *t, const ferry_tensor *in, size_t c
     append_passthrough(t, in, count);
     goto cleanup;
   }
-  if (cut_instead && should_cut(t, &plan)) {
+  if (cut_instead && should_cut(t, &plan, sc.inputs, count)) {
     *cut_instead = true;
     goto cleanup;
   }
@@ -701,21 +701,6 @@ cleanup:
 
 uint64_t ferry__pin_chunk_bytes = (uint64_t)256 << 20;
 
-/* A planned D2H part that no free range of the pool holds is cut when it is larger than a chunk, when an earlier
- * part of its transfer was cut, or when the pool's growth rule would pin more than a chunk for it; not past the
- * machine's memory (one part then fails at once, naming its size, rather than chunks pinned until the system runs
- * out). The last two keep a GB-scale batch that a Python call hands over in parts of any size (where its GIL
- * slices fall) from growing a large pool by a quarter for a part: its parts fill the free ranges instead, or pin
- * what they need. A part under an eighth of a chunk outside a cut transfer keeps the growth rule (it is the common
- * case, and costs two comparisons). */
-static bool should_cut(const ferry_transfer *t, const ferry__plan *plan) {
-  uint64_t total = plan->total;
-  bool large = total > ferry__pin_chunk_bytes;
-  if (!large && !t->cutting && total < ferry__pin_chunk_bytes / 8) return false; /* a small part, as most are */
-  if (total > ferry__pinnable_limit() || ferry__pool_fit(total, NULL)) return false;
-  return large || t->cutting || ferry__pool_growth(total) > ferry__pin_chunk_bytes;
-}
-
 /* What one tensor may take in a D2H slab, over-estimated (alignment, its share of the gather work list), for
  * cutting a part. The part was planned already, so its descriptors are valid and ferry_tensor_nbytes succeeds. */
 static uint64_t slab_estimate(const ferry_tensor *in) {
@@ -724,11 +709,45 @@ static uint64_t slab_estimate(const ferry_tensor *in) {
   return bytes + 512;
 }
 
+/* Whether tensors of at most `largest` bytes each should go in ranges of up to `below` bytes rather than the best
+ * fit `best`: a range much larger than a chunk was pinned for a tensor larger than a chunk, and smaller tensors take
+ * it only when no range of a worthwhile size (an eighth of a chunk) is left, so that the large tensor finds it
+ * again. */
+static bool keeps_large_range_free(uint64_t largest, uint64_t best, uint64_t below) {
+  uint64_t chunk = ferry__pin_chunk_bytes;
+  return largest <= chunk && best > chunk + chunk / 8 && below >= chunk / 8;
+}
+
+/* A planned D2H part that no free range of the pool holds is cut when it is larger than a chunk, when an earlier
+ * part of its transfer was cut, or when the pool's growth rule would pin more than a chunk for it; not past the
+ * machine's memory (one part then fails at once, naming its size, rather than chunks pinned until the system runs
+ * out). The last two keep a GB-scale batch that a Python call hands over in parts of any size (where its GIL
+ * slices fall) from growing a large pool by a quarter for a part: its parts fill the free ranges instead, or pin
+ * what they need. A part that fits is cut only to leave a large tensor's range free (keeps_large_range_free). A
+ * part under an eighth of a chunk outside a cut transfer keeps the growth rule (it is the common case, and costs
+ * two comparisons). */
+static bool should_cut(const ferry_transfer *t, const ferry__plan *plan, const ferry_tensor *in, size_t count) {
+  uint64_t total = plan->total, best, below;
+  bool large = total > ferry__pin_chunk_bytes;
+  if (!large && !t->cutting && total < ferry__pin_chunk_bytes / 8) return false; /* a small part, as most are */
+  if (total > ferry__pinnable_limit()) return false;
+  if (ferry__pool_fit(total, &best, &below)) {
+    if (!keeps_large_range_free(0, best, below)) return false;
+    uint64_t largest = 0;
+    for (size_t i = 0; i < count; i++) {
+      uint64_t b = slab_estimate(&in[i]);
+      if (b > largest) largest = b;
+    }
+    return keeps_large_range_free(largest, best, below);
+  }
+  return large || t->cutting || ferry__pool_growth(total) > ferry__pin_chunk_bytes;
+}
+
 /* The next sub-part of a cut part: its first `count` tensors and what they may take (`bytes`). It fills a chunk (a
- * tensor larger than a chunk alone) and goes in a free range of the pool that holds it. When none does, it shrinks
- * to fill the largest free range smaller than it, if that holds its first tensor and is worth a sub-part (an eighth
- * of a chunk): a batch seen before then pins nothing however its parts were split, and larger ranges stay for the
- * larger tensors they were pinned for. Otherwise a region is pinned for it (`pin`). */
+ * tensor larger than a chunk alone) and goes in a free range of the pool that holds it, unless that range is a large
+ * tensor's (keeps_large_range_free). Else it shrinks to fill the largest free range smaller than it, if that holds
+ * its first tensor and is worth a sub-part (an eighth of a chunk): a batch seen before then pins little however its
+ * parts were split. Otherwise a region is pinned for it (`pin`). */
 typedef struct sub_part {
   size_t count;
   uint64_t bytes;
@@ -747,10 +766,12 @@ static sub_part fill(const ferry_tensor *in, size_t count, uint64_t room) {
 }
 
 static sub_part next_sub_part(const ferry_tensor *in, size_t count) {
+  uint64_t best, below;
   sub_part sp = fill(in, count, ferry__pin_chunk_bytes);
-  uint64_t below;
-  if (ferry__pool_fit(sp.bytes, &below)) return sp;
-  if (below >= slab_estimate(&in[0]) && below >= ferry__pin_chunk_bytes / 8) return fill(in, count, below);
+  bool fits = ferry__pool_fit(sp.bytes, &best, &below);
+  bool shrink = below >= slab_estimate(&in[0]) && below >= ferry__pin_chunk_bytes / 8;
+  if (fits && !(shrink && keeps_large_range_free(sp.bytes, best, below))) return sp;
+  if (shrink) return fill(in, count, below);
   sp.pin = true;
   return sp;
 }

@@ -149,6 +149,25 @@ TEST(chunks_the_large_free_ranges_stay_for_the_large_tensors) {
   ferry_transfer_release(tr);
 }
 
+TEST(chunks_small_tensors_that_fit_only_a_large_tensors_range_fill_the_smaller_ranges_instead) {
+  setup();
+  const int64_t first[5] = {6 * MIB, 3 * MIB / 2, 3 * MIB / 2, 3 * MIB / 2, 3 * MIB / 2};
+  ferry_tensor t[MAX_T];
+  make(t, first, 5, 10);
+  ferry_transfer_release(d2h(t, 5)); /* [6] [1.5 1.5] [1.5 1.5]: an 8 MiB region and two of 4 MiB */
+  ferry_pool_stats before = stats();
+  ASSERT_EQ(before.pin_calls, 3);
+  /* The small tensors come first, 4.5 MiB in one part: only the 8 MiB range holds it whole, but it fills the
+   * 4 MiB ranges, and the large tensor, in the next part, finds its range again. */
+  const int64_t again[5] = {3 * MIB / 2, 3 * MIB / 2, 3 * MIB / 2, 3 * MIB / 2, 6 * MIB};
+  make(t, again, 5, 11);
+  ferry_transfer *tr = d2h_in_two_parts(t, 5, 3);
+  check_exact(tr, 5);
+  ASSERT_EQ(stats().pin_calls, before.pin_calls);
+  ASSERT_EQ(stats().bytes_pinned, before.bytes_pinned);
+  ferry_transfer_release(tr);
+}
+
 TEST(chunks_a_batch_the_pool_holds_in_one_free_range_is_one_slab) {
   setup();
   ASSERT_OK(ferry_pool_reserve((size_t)16 * MIB));
