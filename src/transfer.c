@@ -709,13 +709,13 @@ static uint64_t slab_estimate(const ferry_tensor *in) {
   return bytes + 512;
 }
 
-/* Whether tensors of at most `largest` bytes each should go in ranges of up to `below` bytes rather than the best
- * fit `best`: a range much larger than a chunk was pinned for a tensor larger than a chunk, and smaller tensors take
- * it only when no range of a worthwhile size (an eighth of a chunk) is left, so that the large tensor finds it
- * again. */
-static bool keeps_large_range_free(uint64_t largest, uint64_t best, uint64_t below) {
+/* Whether `best`, the free range that would hold tensors of at most `largest` bytes each, is a large tensor's: a
+ * range much larger than a chunk was pinned for a tensor larger than a chunk. Smaller tensors leave it to that
+ * tensor when other ranges can take them, or when a region of their own is cheaper than the large one's would be:
+ * the large tensor, met later in the batch, finds it again. */
+static bool large_tensors_range(uint64_t largest, uint64_t best) {
   uint64_t chunk = ferry__pin_chunk_bytes;
-  return largest <= chunk && best > chunk + chunk / 8 && below >= chunk / 8;
+  return largest <= chunk && best > chunk + chunk / 8;
 }
 
 /* A planned D2H part that no free range of the pool holds is cut when it is larger than a chunk, when an earlier
@@ -723,7 +723,7 @@ static bool keeps_large_range_free(uint64_t largest, uint64_t best, uint64_t bel
  * machine's memory (one part then fails at once, naming its size, rather than chunks pinned until the system runs
  * out). The last two keep a GB-scale batch that a Python call hands over in parts of any size (where its GIL
  * slices fall) from growing a large pool by a quarter for a part: its parts fill the free ranges instead, or pin
- * what they need. A part that fits is cut only to leave a large tensor's range free (keeps_large_range_free). A
+ * what they need. A part that fits is cut only to leave a large tensor's range free (large_tensors_range). A
  * part under an eighth of a chunk outside a cut transfer keeps the growth rule (it is the common case, and costs
  * two comparisons). */
 static bool should_cut(const ferry_transfer *t, const ferry__plan *plan, const ferry_tensor *in, size_t count) {
@@ -731,23 +731,24 @@ static bool should_cut(const ferry_transfer *t, const ferry__plan *plan, const f
   bool large = total > ferry__pin_chunk_bytes;
   if (!large && !t->cutting && total < ferry__pin_chunk_bytes / 8) return false; /* a small part, as most are */
   if (total > ferry__pinnable_limit()) return false;
-  if (ferry__pool_fit(total, &best, &below)) {
-    if (!keeps_large_range_free(0, best, below)) return false;
+  if (ferry__pool_fit(total, &best, &below)) { /* cut only to fill smaller ranges of a worthwhile size instead */
+    if (below < ferry__pin_chunk_bytes / 8 || !large_tensors_range(0, best)) return false;
     uint64_t largest = 0;
     for (size_t i = 0; i < count; i++) {
       uint64_t b = slab_estimate(&in[i]);
       if (b > largest) largest = b;
     }
-    return keeps_large_range_free(largest, best, below);
+    return large_tensors_range(largest, best);
   }
   return large || t->cutting || ferry__pool_growth(total) > ferry__pin_chunk_bytes;
 }
 
 /* The next sub-part of a cut part: its first `count` tensors and what they may take (`bytes`). It fills a chunk (a
  * tensor larger than a chunk alone) and goes in a free range of the pool that holds it, unless that range is a large
- * tensor's (keeps_large_range_free). Else it shrinks to fill the largest free range smaller than it, if that holds
+ * tensor's (large_tensors_range). Else it shrinks to fill the largest free range smaller than it, if that holds
  * its first tensor and is worth a sub-part (an eighth of a chunk): a batch seen before then pins little however its
- * parts were split. Otherwise a region is pinned for it (`pin`). */
+ * parts were split. Otherwise a region is pinned for it (`pin`); a large tensor's range is taken only when no other
+ * range is free at all. */
 typedef struct sub_part {
   size_t count;
   uint64_t bytes;
@@ -770,8 +771,10 @@ static sub_part next_sub_part(const ferry_tensor *in, size_t count) {
   sub_part sp = fill(in, count, ferry__pin_chunk_bytes);
   bool fits = ferry__pool_fit(sp.bytes, &best, &below);
   bool shrink = below >= slab_estimate(&in[0]) && below >= ferry__pin_chunk_bytes / 8;
-  if (fits && !(shrink && keeps_large_range_free(sp.bytes, best, below))) return sp;
+  bool large_range = fits && large_tensors_range(sp.bytes, best);
+  if (fits && !large_range) return sp;
   if (shrink) return fill(in, count, below);
+  if (large_range && below == 0) return sp; /* nothing else is free: a reserved or grown range, not a tensor's */
   sp.pin = true;
   return sp;
 }

@@ -63,6 +63,7 @@
   X(chunks_a_failed_pin_in_a_later_chunk_kills_the_transfer_and_leaks_nothing) \
   X(chunks_a_batch_larger_than_the_machines_memory_fails_at_once_and_pins_nothing) \
   X(chunks_a_state_dict_handed_over_in_random_parts_keeps_the_pool_near_its_size) \
+  X(chunks_a_tied_embedding_met_again_at_the_end_finds_its_range_in_random_parts) \
   X(pinning_more_than_the_memory_available_fails_before_touching_a_page) \
   X(pinning_more_than_a_cgroup_limit_leaves_fails_before_touching_a_page) \
   X(faults_armed_while_other_threads_transfer_hit_only_the_named_call) \

@@ -318,11 +318,12 @@ TEST(pinning_more_than_a_cgroup_limit_leaves_fails_before_touching_a_page) {
   remove_temp_dir(dir);
 }
 
-/* Llama 3.2 1B's state dict (bf16, the tied embedding once: 145 tensors, 2.47 GB) scaled by 1/SCALE, chunks too. */
-enum { LLAMA_T = 145, LLAMA_SCALE = 16 };
+/* Llama 3.2 1B's state dict (bf16: 145 tensors, 2.47 GB) scaled by 1/LLAMA_SCALE, chunks too; with `tied`, the
+ * embedding again at the end, as transfer_tensor_d2h copies a tied embedding (146 tensors). */
+enum { LLAMA_T = 146, LLAMA_SCALE = 16 };
 static int64_t llama_sizes[LLAMA_T];
 
-static uint64_t llama_make(ferry_tensor *t) {
+static int llama_make(ferry_tensor *t, bool tied, uint64_t *total) {
   static const int64_t layer[9] = {2048 * 2048 * 2, 512 * 2048 * 2, 512 * 2048 * 2, 2048 * 2048 * 2,
                                    8192 * 2048 * 2, 8192 * 2048 * 2, 8192 * 2048 * 2, 2048 * 2, 2048 * 2};
   static unsigned char *shared; /* every tensor reads the same bytes: this test is about where outputs go */
@@ -330,32 +331,35 @@ static uint64_t llama_make(ferry_tensor *t) {
   llama_sizes[n++] = (int64_t)128256 * 2048 * 2 / LLAMA_SCALE;
   for (int l = 0; l < 16; l++)
     for (int k = 0; k < 9; k++) llama_sizes[n++] = layer[k] / LLAMA_SCALE;
+  if (tied) llama_sizes[n++] = llama_sizes[0];
   if (!shared) shared = calloc(1, (size_t)llama_sizes[0]);
   ASSERT(shared != NULL);
-  uint64_t total = 0;
+  *total = 0;
   for (int i = 0; i < n; i++) {
     t[i] = (ferry_tensor){shared, {FERRY_DEVICE_CUDA, 0}, 1, {FERRY_DTYPE_UINT, 8, 1}, &llama_sizes[i], NULL, 0};
-    total += (uint64_t)llama_sizes[i];
+    *total += (uint64_t)llama_sizes[i];
   }
   ferry__pin_chunk_bytes = (uint64_t)256 * MIB / LLAMA_SCALE;
-  return total;
+  return n;
 }
 
 /* A Python call hands a batch over in parts cut where its GIL slices fall, so two calls of one state dict are cut
  * differently. Neither the first call nor the later ones may grow the pool by its growth rule (a quarter of what
- * is pinned) for such a part: eight calls, each cut at random, keep the pool within 1.15x the batch. */
-TEST(chunks_a_state_dict_handed_over_in_random_parts_keeps_the_pool_near_its_size) {
+ * is pinned) for such a part, nor let small tensors take the range of a large one met later: eight calls, each cut
+ * at random, keep the pool within 1.15x the batch. */
+static void stage_in_random_parts(bool tied) {
   setup();
   ferry_tensor t[LLAMA_T];
-  uint64_t total = llama_make(t);
+  uint64_t total;
+  int n = llama_make(t, tied, &total);
   srand(7);
   for (int call = 0; call < 8; call++) {
     ferry_transfer_options o = blocking_on_device_0();
     ferry_transfer *tr = NULL;
     ASSERT_OK(ferry_transfer_begin_d2h(&o, &tr));
-    for (int done = 0; done < LLAMA_T;) {
+    for (int done = 0; done < n;) {
       int k = 1 + rand() % 40;
-      if (done + k > LLAMA_T) k = LLAMA_T - done;
+      if (done + k > n) k = n - done;
       ASSERT_OK(ferry_transfer_add(tr, t + done, (size_t)k));
       done += k;
     }
@@ -367,3 +371,7 @@ TEST(chunks_a_state_dict_handed_over_in_random_parts_keeps_the_pool_near_its_siz
   }
   ASSERT_EQ(stats().bytes_in_use, 0);
 }
+
+TEST(chunks_a_state_dict_handed_over_in_random_parts_keeps_the_pool_near_its_size) { stage_in_random_parts(false); }
+
+TEST(chunks_a_tied_embedding_met_again_at_the_end_finds_its_range_in_random_parts) { stage_in_random_parts(true); }
