@@ -77,10 +77,11 @@ static inline bool same_layout(const layout *l, const DLTensor *t) {
 }
 
 /* The last problem again with new pointers, when the layouts match and the pointers have the same alignments (so
- * that it is the same problem the table holds, and the same operator is the best). */
+ * that it is the same problem the table holds, and the same operator is the best). A NULL data pointer goes to the
+ * full check, which refuses it for a tensor with elements (set_data would keep the last call's pointer). */
 static bool repeat_last(const DLTensor *a, const DLTensor *b, const DLTensor *out, ferry_gemm_args *run) {
-  if (!last.op || !same_layout(&last.operands[0], a) || !same_layout(&last.operands[1], b) ||
-      !same_layout(&last.operands[2], out))
+  if (!last.op || !a->data || !b->data || !out->data || !same_layout(&last.operands[0], a) ||
+      !same_layout(&last.operands[1], b) || !same_layout(&last.operands[2], out))
     return false;
   *run = last.args;
   ferry_gemm_args_set_data(run, (char *)a->data + a->byte_offset, (char *)b->data + b->byte_offset,

@@ -30,6 +30,7 @@ typedef struct {
   ferry_gemm_args args;           /* the bound problem; a call copies it and sets the pointers */
   ferry_py_operand bound[3];      /* layouts; `type` references are strong here */
   uint8_t need_align[3];          /* the operator's required alignment of A, B, out in bytes */
+  uint8_t has_elements[3];        /* whether the bound operand has any: then a NULL data pointer is refused */
   uint32_t flags;                 /* FERRY_RUN_ASSUME_SUPPORTED or 0 */
   const DLPackExchangeAPI *api;   /* for stream=None, as GemmArguments.api */
 } launcher_object;
@@ -121,6 +122,13 @@ static int __attribute__((noinline)) read_general(launcher_object *L, int i, PyO
   return 0;
 }
 
+/* A tensor of the bound layout whose data pointer is NULL: ferry_gemm_args_set_data would keep the bound pointer,
+ * and the kernel would read the operands the launcher was bound to. */
+static int __attribute__((noinline, cold)) no_data(int i) {
+  PyErr_Format(PyExc_ValueError, "Launcher: operand %s has a NULL data pointer but elements", operand_names[i]);
+  return -1;
+}
+
 static int __attribute__((noinline, cold)) misaligned(launcher_object *L, const ferry_gemm_args *a) {
   char reason[320];
   ferry_status st = ferry_op_supports(L->op->op, a, reason, sizeof reason);
@@ -157,6 +165,7 @@ static PyObject *launcher_call(launcher_object *L, PyObject *const *args, size_t
       general = 1;
       if (read_general(L, i, a[i], stream, &data[i], &leaves[i]) < 0) goto fail;
     }
+    if (__builtin_expect(!data[i] && L->has_elements[i], 0) && no_data(i) < 0) goto fail;
   }
   ferry_gemm_args run = L->args;
   ferry_gemm_args_set_data(&run, data[0], data[1], data[2]); /* recomputes the three alignments */
@@ -232,6 +241,9 @@ PyObject *ferry_py_ops_launcher_new(ferry_py_operator *op, PyObject *const *args
   for (int i = 0; i < 3; i++) {
     L->bound[i] = ga->layout[i];
     Py_INCREF(L->bound[i].type);
+    L->has_elements[i] = 1;
+    for (int d = 0; d < L->bound[i].ndim; d++)
+      if (L->bound[i].shape[d] == 0) L->has_elements[i] = 0;
   }
   return (PyObject *)L;
 }

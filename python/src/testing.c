@@ -21,6 +21,7 @@
  *   _sim_read_delay_us(us)    reading a _SimExchangeTensor takes `us` microseconds of CPU, GIL held (0: none): a
  *                             slow producer, to make GIL holds long enough to see; returns the old value
  *   _sim_set_shape(t, shape)  changes a _SimExchangeTensor's shape in place (same rank), as torch's resize_ does
+ *   _sim_null_data(t)         makes a _SimExchangeTensor export a NULL data pointer, as a producer with no storage
  *   _exchange_costs(tensors)  for a list of tensors of one exchange-API type (torch's on a GPU machine): the
  *                             nanoseconds per tensor of reading each one (dltensor_from_py_object_no_sync), of
  *                             making an output object per tensor (managed_tensor_to_py_object_no_sync, viewing a
@@ -626,6 +627,15 @@ static PyObject *sim_set_shape(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+static PyObject *sim_null_data(PyObject *self, PyObject *obj) {
+  if (Py_TYPE(obj) != &SimExchangeTensor_Type) {
+    PyErr_SetString(PyExc_TypeError, "_sim_null_data: expected a _SimExchangeTensor");
+    return NULL;
+  }
+  ((SimExchangeTensor *)obj)->managed->dl_tensor.data = NULL;
+  Py_RETURN_NONE;
+}
+
 static char exchange_cost_buffer[1 << 16];
 static int64_t exchange_cost_shape[1] = {64};
 static int64_t exchange_cost_strides[1] = {1};
@@ -685,6 +695,7 @@ static PyMethodDef hooks[] = {
     {"_exchange_costs", exchange_costs, METH_O, NULL},
     {"_sim_read_delay_us", sim_read_delay_us, METH_O, NULL},
     {"_sim_set_shape", sim_set_shape, METH_VARARGS, NULL},
+    {"_sim_null_data", sim_null_data, METH_O, NULL},
     {"_sim_install", sim_install, METH_NOARGS, NULL},
     {"_sim_frameworks", sim_frameworks, METH_O, NULL},
     {"_sim_hold", sim_hold, METH_O, NULL},

@@ -104,6 +104,7 @@ STAND_IN_DEVICE = textwrap.dedent("""
     for _ in range(2):   # the second call repeats the first problem: this thread remembered its layouts
         print("valid:", *call(a, b, out))
     print("mismatched k:", *call(a, tensor(63, 32, base + (3 << 20)), out))
+    print("null A:", *call(tensor(128, 64, 0), b, out))   # the remembered layout, no data: not the last call's A
 """)
 
 
@@ -115,7 +116,8 @@ def test_a_valid_cuda_problem_finds_its_operator_and_stops_at_the_launch_without
     if done.stdout.startswith("skip:"):
         pytest.skip(done.stdout.strip())
     lines = done.stdout.splitlines()
-    assert len(lines) == 3, done.stdout + done.stderr
+    assert len(lines) == 4, done.stdout + done.stderr
     for line in lines[:2]:   # past the checks and the operator search: the launch needs the driver
         assert line.startswith("valid: RuntimeError ferry gemm: running the operator:"), line
     assert lines[2].startswith("mismatched k: ValueError ferry gemm: checking the operands:"), lines[2]
+    assert lines[3].startswith("null A: ValueError ferry gemm: checking the operands:") and "NULL" in lines[3], lines[3]

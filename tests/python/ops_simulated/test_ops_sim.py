@@ -240,6 +240,18 @@ def test_launcher_accepts_an_equivalent_layout():
     assert rel_err(c, reference(a, b, c, 1.0, 0.0)) <= 1e-4
 
 
+def test_launcher_refuses_a_null_data_pointer_rather_than_run_on_the_bound_operands():
+    args, _ = operands(CASES[0])
+    launch = ops.get_operators(args)[0].launcher(args, assume_supported_args=True)
+    _, (a, b, c, c0) = operands(CASES[0], seed=6)
+    missing = EX(a)
+    _ferry._sim_null_data(missing)
+    launches = state()["launches"]
+    with pytest.raises(ValueError, match="operand A has a NULL data pointer"):
+        launch(missing, EX(b), EX(c))
+    assert state()["launches"] == launches
+
+
 def test_launcher_alignment_check_picks_the_operator_requirement():
     args, _ = operands(CASES[0])
     op = ops.get_operators(args)[0]
