@@ -709,14 +709,15 @@ static uint64_t slab_estimate(const ferry_tensor *in) {
   return bytes + 512;
 }
 
-/* Whether `best`, the free range that would hold tensors of at most `largest` bytes each, is a large tensor's: a
- * range much larger than a chunk was pinned for a tensor larger than a chunk. Smaller tensors leave it to that
- * tensor when other ranges can take them, or when a region of their own is cheaper than the large one's would be:
- * the large tensor, met later in the batch, finds it again. */
-static bool large_tensors_range(uint64_t largest, uint64_t best) {
-  uint64_t chunk = ferry__pin_chunk_bytes;
-  return largest <= chunk && best > chunk + chunk / 8;
-}
+/* The smallest free range worth a sub-part of its own, and the smallest part outside a cut transfer that is
+ * weighed for cutting at all. */
+static uint64_t worthwhile_bytes(void) { return ferry__pin_chunk_bytes / 8; }
+
+/* Whether a free range of `bytes` is a large tensor's: a range much larger than a chunk was pinned for a tensor
+ * larger than a chunk. Tensors no larger than a chunk leave it to that tensor when other ranges can take them, or
+ * when a region of their own is cheaper than the large one's would be: the large tensor, met later in the batch,
+ * finds it again. */
+static bool large_tensors_range(uint64_t bytes) { return bytes > ferry__pin_chunk_bytes + worthwhile_bytes(); }
 
 /* A planned D2H part that no free range of the pool holds is cut when it is larger than a chunk, when an earlier
  * part of its transfer was cut, or when the pool's growth rule would pin more than a chunk for it; not past the
@@ -729,16 +730,13 @@ static bool large_tensors_range(uint64_t largest, uint64_t best) {
 static bool should_cut(const ferry_transfer *t, const ferry__plan *plan, const ferry_tensor *in, size_t count) {
   uint64_t total = plan->total, best, below;
   bool large = total > ferry__pin_chunk_bytes;
-  if (!large && !t->cutting && total < ferry__pin_chunk_bytes / 8) return false; /* a small part, as most are */
+  if (!large && !t->cutting && total < worthwhile_bytes()) return false; /* a small part, as most are */
   if (total > ferry__pinnable_limit()) return false;
   if (ferry__pool_fit(total, &best, &below)) { /* cut only to fill smaller ranges of a worthwhile size instead */
-    if (below < ferry__pin_chunk_bytes / 8 || !large_tensors_range(0, best)) return false;
-    uint64_t largest = 0;
-    for (size_t i = 0; i < count; i++) {
-      uint64_t b = slab_estimate(&in[i]);
-      if (b > largest) largest = b;
-    }
-    return large_tensors_range(largest, best);
+    if (below < worthwhile_bytes() || !large_tensors_range(best)) return false;
+    for (size_t i = 0; i < count; i++)
+      if (slab_estimate(&in[i]) > ferry__pin_chunk_bytes) return false; /* a large tensor: the range is its own */
+    return true;
   }
   return large || t->cutting || ferry__pool_growth(total) > ferry__pin_chunk_bytes;
 }
@@ -770,8 +768,8 @@ static sub_part next_sub_part(const ferry_tensor *in, size_t count) {
   uint64_t best, below;
   sub_part sp = fill(in, count, ferry__pin_chunk_bytes);
   bool fits = ferry__pool_fit(sp.bytes, &best, &below);
-  bool shrink = below >= slab_estimate(&in[0]) && below >= ferry__pin_chunk_bytes / 8;
-  bool large_range = fits && large_tensors_range(sp.bytes, best);
+  bool shrink = below >= slab_estimate(&in[0]) && below >= worthwhile_bytes();
+  bool large_range = fits && sp.bytes <= ferry__pin_chunk_bytes && large_tensors_range(best);
   if (fits && !large_range) return sp;
   if (shrink) return fill(in, count, below);
   if (large_range && below == 0) return sp; /* nothing else is free: a reserved or grown range, not a tensor's */
