@@ -65,6 +65,17 @@ static ferry_pool_stats stats(void) {
   return s;
 }
 
+/* `t` staged again in two parts (the first of `first` tensors), byte-exact, without the pool pinning anything
+ * more; the transfer is returned for the caller's own checks. */
+static ferry_transfer *again_in_two_parts_pinning_nothing(const ferry_tensor *t, int n, int first) {
+  ferry_pool_stats before = stats();
+  ferry_transfer *tr = d2h_in_two_parts(t, n, first);
+  check_exact(tr, n);
+  ASSERT_EQ(stats().pin_calls, before.pin_calls);
+  ASSERT_EQ(stats().bytes_pinned, before.bytes_pinned);
+  return tr;
+}
+
 static uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
 static void setup(void) {
@@ -119,14 +130,9 @@ TEST(chunks_the_same_batch_split_otherwise_fills_the_free_ranges_and_pins_nothin
   ferry_tensor t[MAX_T];
   make(t, EIGHT, 8, 8);
   ferry_transfer_release(d2h(t, 8)); /* four regions of 4 MiB, each pinned for two 1.5 MiB tensors */
-  ferry_pool_stats before = stats();
-  ASSERT_EQ(before.pin_calls, 4);
+  ASSERT_EQ(stats().pin_calls, 4);
   /* Parts of 3 and 5 tensors: cut, they fill the free ranges ([2][1] and [2][2][1]) instead of pinning chunks. */
-  ferry_transfer *tr = d2h_in_two_parts(t, 8, 3);
-  check_exact(tr, 8);
-  ferry_pool_stats after = stats();
-  ASSERT_EQ(after.pin_calls, before.pin_calls);
-  ASSERT_EQ(after.bytes_pinned, before.bytes_pinned);
+  ferry_transfer *tr = again_in_two_parts_pinning_nothing(t, 8, 3);
   ASSERT_EQ(ferry_transfer_slab_count(tr), 5);
   ferry_transfer_release(tr);
   ASSERT_EQ(atomic_load(&ferry__pin_ahead_outstanding), 0);
@@ -138,15 +144,10 @@ TEST(chunks_the_large_free_ranges_stay_for_the_large_tensors) {
   ferry_tensor t[MAX_T];
   make(t, sizes, 8, 9);
   ferry_transfer_release(d2h(t, 8)); /* [6] [1 1 1] [1 1 1] [6]: two 8 MiB and two 4 MiB regions */
-  ferry_pool_stats before = stats();
-  ASSERT_EQ(before.pin_calls, 4);
+  ASSERT_EQ(stats().pin_calls, 4);
   /* Parts of 2 and 6: the first takes an 8 MiB range whole; the small tensors of the second fill the 4 MiB ranges
    * instead of the other 8 MiB one, which stays for the last tensor. */
-  ferry_transfer *tr = d2h_in_two_parts(t, 8, 2);
-  check_exact(tr, 8);
-  ASSERT_EQ(stats().pin_calls, before.pin_calls);
-  ASSERT_EQ(stats().bytes_pinned, before.bytes_pinned);
-  ferry_transfer_release(tr);
+  ferry_transfer_release(again_in_two_parts_pinning_nothing(t, 8, 2));
 }
 
 TEST(chunks_small_tensors_that_fit_only_a_large_tensors_range_fill_the_smaller_ranges_instead) {
@@ -155,17 +156,12 @@ TEST(chunks_small_tensors_that_fit_only_a_large_tensors_range_fill_the_smaller_r
   ferry_tensor t[MAX_T];
   make(t, first, 5, 10);
   ferry_transfer_release(d2h(t, 5)); /* [6] [1.5 1.5] [1.5 1.5]: an 8 MiB region and two of 4 MiB */
-  ferry_pool_stats before = stats();
-  ASSERT_EQ(before.pin_calls, 3);
+  ASSERT_EQ(stats().pin_calls, 3);
   /* The small tensors come first, 4.5 MiB in one part: only the 8 MiB range holds it whole, but it fills the
    * 4 MiB ranges, and the large tensor, in the next part, finds its range again. */
   const int64_t again[5] = {3 * MIB / 2, 3 * MIB / 2, 3 * MIB / 2, 3 * MIB / 2, 6 * MIB};
   make(t, again, 5, 11);
-  ferry_transfer *tr = d2h_in_two_parts(t, 5, 3);
-  check_exact(tr, 5);
-  ASSERT_EQ(stats().pin_calls, before.pin_calls);
-  ASSERT_EQ(stats().bytes_pinned, before.bytes_pinned);
-  ferry_transfer_release(tr);
+  ferry_transfer_release(again_in_two_parts_pinning_nothing(t, 5, 3));
 }
 
 TEST(chunks_a_batch_the_pool_holds_in_one_free_range_is_one_slab) {
