@@ -31,6 +31,8 @@ import numpy as np
 import pytest
 from ferry import _ferry
 
+from dlpack_ctypes import DLDataType, DLDevice, DLTensor
+
 HOOKS = hasattr(_ferry, "_sim_install")  # absent from wheels (built without FERRY_PYTHON_TEST_HOOKS)
 SIMULATED = os.environ.get("FERRY_TEST_SIMULATED") == "1"
 if HOOKS and SIMULATED:
@@ -65,20 +67,6 @@ def torch_like(producer):
 
 
 # ---- malformed producers -----------------------------------------------------------------------------------------
-
-
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32), ("dtype", DLDataType),
-                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
-                ("byte_offset", ctypes.c_uint64)]
 
 
 # The deleter takes a plain address: converting it to a ctypes pointer object would run Python code.

@@ -59,16 +59,7 @@ STAND_IN_DEVICE = textwrap.dedent("""
     if ferry.device_count() > 0:
         print("skip: a driver and a device are here; the fake pointers would be launched"); sys.exit(0)
 
-    class Device(ctypes.Structure):
-        _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-    class DType(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-    class DLTensor(ctypes.Structure):
-        _fields_ = [("data", ctypes.c_void_p), ("device", Device), ("ndim", ctypes.c_int32), ("dtype", DType),
-                    ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
-                    ("byte_offset", ctypes.c_uint64)]
+    from dlpack_ctypes import DLDataType, DLDevice, DLTensor   # the test directory is on PYTHONPATH
 
     class Any(ctypes.Structure):
         _fields_ = [("type_index", ctypes.c_int32), ("zero_padding", ctypes.c_uint32), ("v_ptr", ctypes.c_void_p)]
@@ -83,7 +74,7 @@ STAND_IN_DEVICE = textwrap.dedent("""
 
     def tensor(rows, cols, address):
         shape = (ctypes.c_int64 * 2)(rows, cols)
-        t = DLTensor(address, Device(KDLCUDA, 0), 2, DType(KDLFLOAT, 16, 1), shape, None, 0)
+        t = DLTensor(address, DLDevice(KDLCUDA, 0), 2, DLDataType(KDLFLOAT, 16, 1), shape, None, 0)
         keep.extend([shape, t])
         return t
 
@@ -109,7 +100,9 @@ STAND_IN_DEVICE = textwrap.dedent("""
 
 
 def test_a_valid_cuda_problem_finds_its_operator_and_stops_at_the_launch_without_a_driver():
-    env = dict(os.environ, FERRY_ARCH="sm_90")
+    here = os.path.dirname(os.path.abspath(__file__))   # for dlpack_ctypes
+    env = dict(os.environ, FERRY_ARCH="sm_90", PYTHONPATH=os.pathsep.join(filter(None, [here, os.environ.get(
+        "PYTHONPATH")])))
     done = subprocess.run([sys.executable, "-c", STAND_IN_DEVICE], capture_output=True, text=True, timeout=300,
                           env=env)
     assert done.returncode == 0, done.stdout + done.stderr
