@@ -29,7 +29,7 @@ import torch
 from ._ferry import transfer_tensor_d2h_async
 
 __all__ = ["Stager"]
-if hasattr(torch.library, "custom_op"):   # torch >= 2.4; the Stager works without it
+if hasattr(torch.library, "register_autograd"):   # what _torch_ops needs (torch >= 2.4); the Stager works without
     from ._torch_ops import gemm, gemm_out
 
     __all__ += ["gemm", "gemm_out"]
