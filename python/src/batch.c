@@ -264,6 +264,17 @@ static int walk_container(walker *w, PyObject *obj, PyObject *key, uint8_t kind,
 
 /* Copies the tensor's shape and strides into the tape's own memory and points the descriptor there. A rank the
  * C library would refuse is left for it to refuse (it reads no shape then). */
+/* The bytes a leaf holds by its shape and dtype (0 for a shape ferry will refuse), for choosing part boundaries. */
+static uint64_t leaf_bytes(const ferry_tensor *t) {
+  uint64_t n = ((uint64_t)t->dtype.bits * t->dtype.lanes + 7) / 8;
+  for (int32_t d = 0; d < t->ndim; d++) {
+    if (t->shape[d] < 0) return 0;
+    if (t->shape[d] > 0 && n > UINT64_MAX / (uint64_t)t->shape[d]) return UINT64_MAX;
+    n *= (uint64_t)t->shape[d];
+  }
+  return n;
+}
+
 static int copy_dims(ferry_py_batch *b, ferry_py_leaf *leaf, ferry_tensor *t) {
   leaf->dims_at = NO_DIMS;
   if (t->ndim <= 0 || t->ndim > FERRY_MAX_NDIM || !t->shape) {
@@ -272,6 +283,7 @@ static int copy_dims(ferry_py_batch *b, ferry_py_leaf *leaf, ferry_tensor *t) {
   }
   size_t nd = (size_t)t->ndim;
   if (grow((void **)&b->dims, &b->cap_dims, b->n_dims + 2 * nd, sizeof *b->dims) < 0) return -1;
+  b->pending_bytes += leaf_bytes(t);
   int64_t *d = b->dims + b->n_dims;
   memcpy(d, t->shape, nd * sizeof *d);
   if (t->strides) memcpy(d + nd, t->strides, nd * sizeof *d);
@@ -356,6 +368,7 @@ const ferry_tensor *ferry_py_batch_take_pending(ferry_py_batch *b, size_t *first
   *first = b->pending;
   *count = b->n_leaves - b->pending;
   b->pending = b->n_leaves;
+  b->pending_bytes = 0;
   b->n_dims = 0; /* ferry copies the descriptors while it takes them: the room is free for the next part */
   return b->tensors + *first;
 }

@@ -231,6 +231,7 @@ typedef struct ferry_py_batch {
   int64_t *dims;           /* the shapes and strides of the leaves not yet given to ferry (`pending` on) */
   size_t n_dims, cap_dims;
   size_t pending;          /* leaves [pending, n_leaves) are walked but not yet given to ferry */
+  uint64_t pending_bytes;  /* the bytes those leaves hold, from their shapes and dtypes as read */
   ferry_py_seen *seen;
 } ferry_py_batch;
 

@@ -162,11 +162,20 @@ static int submit_walked(ferry_py_job *job) {
  * copies start while the rest is walked. */
 #define PART_MIN_TENSORS 1024
 
+/* The first part goes at once only while the tensors walked are small on average: then the copies are short and
+ * the walk is what the call waits for. Large tensors (a state dict's) copy for far longer than they take to walk,
+ * so they wait for the walk's end or PART_MIN_TENSORS: a batch of up to that many is then one part, cut into
+ * sub-parts by the C core the same way on every call, which keeps the pinned pool from growing as calls are split
+ * at other tensors. */
+#define FIRST_PART_MAX_MEAN_BYTES ((uint64_t)1 << 20)
+
 /* A release point's work (pace.c): a part when enough is walked, else a plain release. 0 or -1. */
 static int release_point(void *arg) {
   ferry_py_job *job = arg;
   size_t pending = job->tape.n_leaves - job->tape.pending;
-  if (pending > 0 && (!job->ticket || pending >= PART_MIN_TENSORS)) return submit_walked(job);
+  bool part = pending >= PART_MIN_TENSORS ||
+              (pending > 0 && !job->ticket && job->tape.pending_bytes / pending < FIRST_PART_MAX_MEAN_BYTES);
+  if (part) return submit_walked(job);
   relock(job, unlock(job));
   return 0;
 }

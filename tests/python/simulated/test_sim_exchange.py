@@ -180,6 +180,23 @@ def test_a_long_walk_is_submitted_in_parts_and_stays_byte_exact(timing, slow_rea
     assert _ferry._last_phases()["parts"] == 1
 
 
+def test_a_batch_of_large_tensors_is_one_part_and_one_of_small_ones_starts_at_once(timing, slow_reads, pacing):
+    """Large tensors copy for far longer than they take to walk: the first release point does not hand them over,
+    and a batch of fewer than a thousand is one part, cut the same way by the C core on every call. Small ones go
+    at the first release point, so that their copies overlap the rest of the walk."""
+    pacing(slice_us=200)
+    slow_reads(100)   # 48 reads of 0.1 ms: a walk of several release points
+    large = [np.lib.stride_tricks.as_strided(np.full(1, i, np.uint8), (3 << 19,), (0,)) for i in range(48)]
+    out = ferry.transfer_tensor_d2h([X(a) for a in large])   # 1.5 MiB each, from one byte each
+    assert _ferry._last_phases()["parts"] == 1
+    for i, got in enumerate(out):
+        assert got.shape == (3 << 19,) and got.tobytes() == bytes([i]) * (3 << 19)
+    small = [random_array((1000,), np.uint8, i) for i in range(48)]
+    out = ferry.transfer_tensor_d2h([X(a) for a in small])
+    assert _ferry._last_phases()["parts"] == 2
+    assert all(got.tobytes() == want.tobytes() for got, want in zip(out, small, strict=True))
+
+
 def longest_wait_of_another_thread(batch):
     """Runs a transfer of `batch` while another thread spins on Python code, and returns the longest time that
     thread went without the GIL during the transfer, in seconds."""
