@@ -156,6 +156,13 @@ def _is_dtensor(t: torch.Tensor) -> bool:
     return isinstance(t, _dtensor_class)
 
 
+# A stage() call hands its CUDA copies to ferry in parts as the walk finds them, so that they run while the walk
+# reads the rest: the first part after this many tensors (the copies start early), each later one after PART_TENSORS
+# (few calls). The parts fall at the same tensors on every save of one layout, so the pool's memory is reused.
+FIRST_PART_TENSORS = 32
+PART_TENSORS = 256
+
+
 class _Staging:
     """One stage() call: the walk, which submits the copies, then finish(), which waits and rebuilds.
 
@@ -168,15 +175,31 @@ class _Staging:
       ("keep", obj)               an immutable leaf, kept
       ("copy", obj)               any other leaf, deep-copied
     Nodes are memoised by the id of their object, so an object met twice is staged once and rebuilt shared.
+
+    Tensors on one storage share one copy of it. A CUDA tensor that is its whole storage (offset 0, contiguous,
+    every byte) is copied as soon as the walk meets it, and the other tensors on that storage become views of its
+    copy. Every other tensor waits for the walk's end, where the tensors of a storage without such a copy are
+    copied together as the whole storage, or one by one when one of them cannot view it.
     """
 
     def __init__(self, state_dict: Any) -> None:
         self._nodes: dict[int, tuple] = {}
         self._sources: list[torch.Tensor] = []   # tensors to stage, by slot
         self._slot_of: dict[int, int] = {}       # id(tensor) -> slot
-        self._root = self._walk(state_dict)
-        self.results: list[torch.Tensor | None] = [None] * len(self._sources)
-        self._pending = self._submit()
+        self._whole: dict[tuple, int] = {}       # storage key -> slot of the tensor whose copy is that storage
+        self._views: list[tuple[int, int]] = []  # (slot, slot of the whole storage's copy it views)
+        self._later: list[tuple[int, tuple]] = []   # (slot, storage key) staged at the walk's end
+        self._parts: dict[int, tuple[list[torch.Tensor], list[tuple[list[int], bool]]]] = {}   # per device
+        # Per part handed to ferry: its handle and what each output becomes, (slots, False) for one tensor copied
+        # as it is, (slots, True) for a storage shared by several tensors, copied whole.
+        self._pending: list[tuple[Any, list[tuple[list[int], bool]]]] = []
+        try:
+            self._root = self._walk(state_dict)
+            self.results: list[torch.Tensor | None] = [None] * len(self._sources)
+            self._stage_the_rest()
+        except BaseException:
+            self._drain()
+            raise
 
     # ---- the walk --------------------------------------------------------------------------------------------
 
@@ -211,40 +234,62 @@ class _Staging:
         if slot is None:
             slot = self._slot_of[id(t)] = len(self._sources)
             self._sources.append(t)
+            self._route(slot, t)
         return slot
 
     # ---- the copies ------------------------------------------------------------------------------------------
 
-    def _submit(self) -> list[tuple[Any, list[tuple[list[int], bool]]]]:
-        """Stages the tensors that are not on a CUDA device now and submits one ferry transfer per CUDA device.
-        Returns, per transfer, its handle and what each of its outputs becomes: (slots, False) for one tensor
-        copied as it is, (slots, True) for a storage shared by several tensors, copied whole."""
-        by_storage: dict[tuple, list[int]] = {}
-        for slot, t in enumerate(self._sources):
-            by_storage.setdefault(_storage_key(t, slot), []).append(slot)
+    def _route(self, slot: int, t: torch.Tensor) -> None:
+        """A CUDA tensor that is its whole storage goes to ferry now; a tensor on a storage copied whole already
+        becomes a view of that copy; any other waits for the walk's end."""
+        key = _storage_key(t, slot)
+        whole = self._whole.get(key)
+        if whole is not None and self._sources[whole].nbytes % t.element_size() == 0:
+            self._views.append((slot, whole))
+        elif whole is None and key[0] == "cuda" and _is_whole_storage(t):
+            self._whole[key] = slot
+            self._queue(t.get_device(), _exportable(t.detach() if t.requires_grad else t), ([slot], False))
+        else:
+            self._later.append((slot, key))
 
-        per_device: dict[int, tuple[list[torch.Tensor], list[tuple[list[int], bool]]]] = {}
-        here = []   # staged by torch after ferry's copies are queued, so that they run meanwhile
-        for key, slots in by_storage.items():
+    def _queue(self, device: int, source: torch.Tensor, output: tuple[list[int], bool]) -> None:
+        sources, outputs = self._parts.setdefault(device, ([], []))
+        sources.append(source)
+        outputs.append(output)
+        if len(sources) >= (PART_TENSORS if self._pending else FIRST_PART_TENSORS):
+            self._hand_over(device)
+
+    def _hand_over(self, device: int) -> None:
+        sources, outputs = self._parts.pop(device)
+        self._pending.append((transfer_tensor_d2h_async(sources, device=device), outputs))
+
+    def _stage_the_rest(self) -> None:
+        """At the walk's end: the tensors that waited are grouped by storage and copied, and the last parts handed
+        to ferry; then tensors not on a CUDA device are staged by torch, while ferry's copies run."""
+        by_storage: dict[tuple, list[int]] = {}
+        for slot, key in self._later:
+            whole = self._whole.get(key)   # a tensor copied whole met after this one
+            if whole is not None and self._sources[whole].nbytes % self._sources[slot].element_size() == 0:
+                self._views.append((slot, whole))
+            else:
+                by_storage.setdefault(key, []).append(slot)
+        here = []
+        for slots in by_storage.values():
             first = self._sources[slots[0]]
             shared = len(slots) > 1 and _can_share(first, [self._sources[s] for s in slots])
             if not first.is_cuda or type(first) not in _PLAIN or first.is_quantized:
                 here.append((slots, shared))
-                continue
-            sources, outputs = per_device.setdefault(first.get_device(), ([], []))
-            if shared:
-                sources.append(torch.empty(0, dtype=torch.uint8, device=first.device).set_(first.untyped_storage()))
-                outputs.append((slots, True))
+            elif shared:
+                storage = torch.empty(0, dtype=torch.uint8, device=first.device).set_(first.untyped_storage())
+                self._queue(first.get_device(), storage, (slots, True))
             else:
                 for slot in slots:
                     t = self._sources[slot]
-                    sources.append(_exportable(t.detach() if t.requires_grad else t))
-                    outputs.append(([slot], False))
-        pending = [(transfer_tensor_d2h_async(sources, device=index), outputs)
-                   for index, (sources, outputs) in per_device.items()]
+                    self._queue(t.get_device(), _exportable(t.detach() if t.requires_grad else t), ([slot], False))
+        for device in list(self._parts):
+            self._hand_over(device)
         for slots, shared in here:
             self._stage_here(slots, shared)
-        return pending
 
     def _stage_here(self, slots: list[int], shared: bool) -> None:
         """Tensors that are not on a CUDA device, and tensor subclasses ferry cannot export (quantized wrappers and
@@ -261,10 +306,27 @@ class _Staging:
             t = self._sources[slot].detach()
             self.results[slot] = t.clone() if t.device.type == "cpu" else t.to("cpu", copy=True)
 
+    def _drain(self) -> None:
+        """Waits for the parts handed to ferry (their errors are dropped: the walk's own error is raised), so that
+        a failed stage() leaves no copy running and returns their memory to the pool."""
+        pending, self._pending = self._pending, []
+        for handle, _ in pending:
+            try:
+                handle.wait()
+            except Exception:   # noqa: BLE001 - the caller raises the walk's error
+                pass
+
     def finish(self) -> Any:
-        """Waits for the copies, then rebuilds the state dict around them."""
-        for handle, outputs in self._pending:
-            copies = handle.wait()
+        """Waits for the copies, then rebuilds the state dict around them. Every part is waited for before an
+        error of one is raised."""
+        pending, self._pending = self._pending, []
+        error = None
+        for handle, outputs in pending:
+            try:
+                copies = handle.wait()
+            except Exception as e:   # noqa: BLE001 - raised once every part is done
+                error = error or e
+                continue
             for (slots, shared), copied in zip(outputs, copies):
                 if not copied.is_cpu:
                     raise RuntimeError(
@@ -276,7 +338,11 @@ class _Staging:
                 else:
                     for slot in slots:
                         self.results[slot] = _view_of(copied, self._sources[slot])
-        self._pending = []
+        if error is not None:
+            raise error
+        for slot, whole in self._views:
+            copy_of_storage = self.results[whole].reshape(-1).view(torch.uint8)
+            self.results[slot] = _view_of(copy_of_storage, self._sources[slot])
         return _Rebuild(self.results).node(self._root)
 
 
@@ -303,7 +369,13 @@ def _storage_key(t: torch.Tensor, slot: int) -> tuple:
         pointer = t.data_ptr() - t.storage_offset() * t.element_size()
     except (RuntimeError, NotImplementedError):
         return ("alone", slot)
-    return (t.is_cuda, t.get_device(), pointer) if pointer else ("alone", slot)
+    return (t.device.type, t.get_device(), pointer) if pointer else ("alone", slot)
+
+
+def _is_whole_storage(t: torch.Tensor) -> bool:
+    """Whether t's compact copy is its storage's bytes: t starts at the storage's start, is contiguous and ends
+    at its end."""
+    return t.storage_offset() == 0 and t.is_contiguous() and t.nbytes == t.untyped_storage().nbytes()
 
 
 def _can_share(first: torch.Tensor, members: list[torch.Tensor]) -> bool:

@@ -161,3 +161,52 @@ def test_tensors_of_every_dtype_are_staged_exactly_float8_included():
         got = staged[k]
         assert got.dtype == v.dtype and got.shape == v.shape and got.is_pinned(), k
         assert torch.equal(got.contiguous().view(torch.uint8), v.contiguous().cpu().view(torch.uint8)), k
+
+
+def test_tensors_on_one_storage_share_one_copy_whatever_order_the_walk_meets_them_in():
+    """A tensor that is its whole storage is copied as the walk meets it, and the storage's other tensors view its
+    copy whether the walk meets them before or after it; a storage with no such tensor is copied whole once."""
+    weight = torch.randn(8, 4, device=DEV)
+    tied = {"rows": weight[2:5], "embed": weight.detach(), "head": weight.detach(), "transposed": weight.t()}
+    flat = torch.randn(10, 4, device=DEV)
+    partial = {"first": flat[1:3], "last": flat[5:], "columns": flat.t()[:, 1:]}
+    raw = torch.randint(0, 256, (10,), dtype=torch.uint8, device=DEV)   # 10 bytes: no whole float32 view
+    odd = {"bytes": raw[:8], "floats": raw[:8].view(torch.float32), "whole": raw}
+    staged = ferry.torch.Stager().stage({"tied": tied, "partial": partial, "odd": odd})
+    for group, live in (("tied", tied), ("partial", partial), ("odd", odd)):
+        for k, v in live.items():
+            got = staged[group][k]
+            assert got.is_pinned() and got.dtype == v.dtype and got.shape == v.shape, (group, k)
+            assert torch.equal(got.contiguous().view(torch.uint8), v.contiguous().cpu().view(torch.uint8)), (group, k)
+    for group in ("tied", "partial"):
+        assert len({t.untyped_storage().data_ptr() for t in staged[group].values()}) == 1, group
+    odd_staged = staged["odd"]
+    assert odd_staged["bytes"].untyped_storage().data_ptr() == odd_staged["whole"].untyped_storage().data_ptr()
+    assert odd_staged["floats"].untyped_storage().data_ptr() != odd_staged["whole"].untyped_storage().data_ptr()
+
+
+def test_a_state_dict_of_many_parts_keeps_tied_weights_tied_across_them():
+    """The copies go to ferry in parts as the walk finds them; a weight tied between the first and the last part
+    is still one copy."""
+    parts = ferry.torch.FIRST_PART_TENSORS + 2 * ferry.torch.PART_TENSORS + 7
+    embed = torch.randn(64, 16, device=DEV)
+    state = {"embed": embed.detach()}
+    state.update({f"layer{i}": torch.full((33,), float(i), device=DEV) for i in range(parts)})
+    state["head"] = embed.detach()
+    staged = ferry.torch.Stager().stage(state)
+    assert all(torch.equal(staged[k], v.cpu()) for k, v in state.items())
+    assert staged["embed"].untyped_storage().data_ptr() == staged["head"].untyped_storage().data_ptr()
+
+
+def test_a_tensor_ferry_refuses_after_parts_were_handed_over_fails_the_stage_and_returns_their_memory():
+    state = {f"w{i}": torch.randn(1024, device=DEV) for i in range(ferry.torch.FIRST_PART_TENSORS + 10)}
+    state["sparse"] = torch.eye(4, device=DEV).to_sparse()   # no DLPack export: refused by ferry at the walk's end
+    gc.collect()
+    in_use = ferry.pool.stats()["bytes_in_use"]
+    with pytest.raises(Exception, match="(?i)sparse|dlpack|strided|layout"):
+        ferry.torch.Stager().stage(state)
+    gc.collect()
+    assert ferry.pool.stats()["bytes_in_use"] == in_use
+    del state["sparse"]
+    staged = ferry.torch.Stager().stage(state)   # the pool still serves the next stage
+    assert all(torch.equal(staged[k], v.cpu()) for k, v in state.items())
