@@ -174,7 +174,8 @@ class _Staging:
       ("tuple", source, nodes)    tuple, named tuple or other tuple subclass
       ("keep", obj)               an immutable leaf, kept
       ("copy", obj)               any other leaf, deep-copied
-    Nodes are memoised by the id of their object, so an object met twice is staged once and rebuilt shared.
+    A tensor met twice has one slot, and other nodes are memoised by the id of their object, so an object met
+    twice is staged once and rebuilt shared.
 
     Tensors on one storage share one copy of it. A CUDA tensor that is its whole storage (offset 0, contiguous,
     every byte) is copied as soon as the walk meets it, and the other tensors on that storage become views of its
@@ -190,12 +191,13 @@ class _Staging:
         self._views: list[tuple[int, int]] = []  # (slot, slot of the whole storage's copy it views)
         self._later: list[tuple[int, tuple]] = []   # (slot, storage key) staged at the walk's end
         self._parts: dict[int, tuple[list[torch.Tensor], list[tuple[list[int], bool]]]] = {}   # per device
-        # Per part handed to ferry: its handle and what each output becomes, (slots, False) for one tensor copied
-        # as it is, (slots, True) for a storage shared by several tensors, copied whole.
+        # Per part handed to ferry and not yet placed: its handle and what each output becomes, (slots, False) for
+        # one tensor copied as it is, (slots, True) for a storage shared by several tensors, copied whole.
         self._pending: list[tuple[Any, list[tuple[list[int], bool]]]] = []
+        self._parts_handed_over = 0
+        self.results: list[torch.Tensor | None] = []   # by slot
         try:
             self._root = self._walk(state_dict)
-            self.results: list[torch.Tensor | None] = [None] * len(self._sources)
             self._stage_the_rest()
         except BaseException:
             self._drain()
@@ -204,6 +206,8 @@ class _Staging:
     # ---- the walk --------------------------------------------------------------------------------------------
 
     def _walk(self, obj: Any) -> tuple:
+        if isinstance(obj, torch.Tensor) and not _is_dtensor(obj):   # most of a state dict; its slot is its memo
+            return ("tensor", self._slot(obj))
         node = self._nodes.get(id(obj))
         if node is _IN_PROGRESS:
             raise ValueError(f"the state dict contains itself: a {type(obj).__name__} holds itself, directly or "
@@ -214,10 +218,7 @@ class _Staging:
         if isinstance(obj, _IMMUTABLE):
             node = ("keep", obj)
         elif isinstance(obj, torch.Tensor):
-            if _is_dtensor(obj):
-                node = ("dtensor", self._slot(obj._local_tensor), obj)
-            else:
-                node = ("tensor", self._slot(obj))
+            node = ("dtensor", self._slot(obj._local_tensor), obj)
         elif isinstance(obj, dict):
             node = ("dict", obj, [(key, self._walk(value)) for key, value in obj.items()])
         elif isinstance(obj, list):
@@ -230,38 +231,46 @@ class _Staging:
         return node
 
     def _slot(self, t: torch.Tensor) -> int:
+        """t's slot; a tensor met for the first time is routed: a CUDA tensor that is its whole storage goes to
+        ferry now, a tensor on a storage copied whole already becomes a view of that copy, any other waits for
+        the walk's end."""
         slot = self._slot_of.get(id(t))
-        if slot is None:
-            slot = self._slot_of[id(t)] = len(self._sources)
-            self._sources.append(t)
-            self._route(slot, t)
+        if slot is not None:
+            return slot
+        slot = self._slot_of[id(t)] = len(self._sources)
+        self._sources.append(t)
+        self.results.append(None)
+        key, whole_storage = _storage_of(t, slot)
+        whole = self._whole.get(key)
+        if whole is not None and self._sources[whole].nbytes % t.element_size() == 0:
+            self._views.append((slot, whole))
+        elif whole is None and whole_storage and key[0] == "cuda":
+            self._whole[key] = slot
+            self._queue(key[1], _exportable(t.detach() if t.requires_grad else t), ([slot], False))
+        else:
+            self._later.append((slot, key))
         return slot
 
     # ---- the copies ------------------------------------------------------------------------------------------
 
-    def _route(self, slot: int, t: torch.Tensor) -> None:
-        """A CUDA tensor that is its whole storage goes to ferry now; a tensor on a storage copied whole already
-        becomes a view of that copy; any other waits for the walk's end."""
-        key = _storage_key(t, slot)
-        whole = self._whole.get(key)
-        if whole is not None and self._sources[whole].nbytes % t.element_size() == 0:
-            self._views.append((slot, whole))
-        elif whole is None and key[0] == "cuda" and _is_whole_storage(t):
-            self._whole[key] = slot
-            self._queue(t.get_device(), _exportable(t.detach() if t.requires_grad else t), ([slot], False))
-        else:
-            self._later.append((slot, key))
-
     def _queue(self, device: int, source: torch.Tensor, output: tuple[list[int], bool]) -> None:
-        sources, outputs = self._parts.setdefault(device, ([], []))
+        part = self._parts.get(device)
+        if part is None:
+            part = self._parts[device] = ([], [])
+        sources, outputs = part
         sources.append(source)
         outputs.append(output)
-        if len(sources) >= (PART_TENSORS if self._pending else FIRST_PART_TENSORS):
+        if len(sources) >= (PART_TENSORS if self._parts_handed_over else FIRST_PART_TENSORS):
             self._hand_over(device)
 
     def _hand_over(self, device: int) -> None:
+        """Hands a device's part to ferry, then places the part before it, whose copies are likely done by now,
+        while this one's run."""
         sources, outputs = self._parts.pop(device)
         self._pending.append((transfer_tensor_d2h_async(sources, device=device), outputs))
+        self._parts_handed_over += 1
+        if len(self._pending) > 1:
+            self._place(*self._pending.pop(0))
 
     def _stage_the_rest(self) -> None:
         """At the walk's end: the tensors that waited are grouped by storage and copied, and the last parts handed
@@ -316,6 +325,21 @@ class _Staging:
             except Exception:   # noqa: BLE001 - the caller raises the walk's error
                 pass
 
+    def _place(self, handle: Any, outputs: list[tuple[list[int], bool]]) -> None:
+        """Waits for one part's copies and puts its outputs in their slots: a tensor as itself (viewed back to its
+        dtype when it was carried as integers), a shared storage as each member's view of it."""
+        for (slots, shared), copied in zip(outputs, handle.wait()):
+            if not copied.is_cpu:
+                raise RuntimeError(
+                    f"ferry did not copy a tensor on {copied.device}: ferry sees no CUDA driver or device while "
+                    f"torch does (ferry.device_count() is 0?)")
+            if not shared:
+                source = self._sources[slots[0]]
+                self.results[slots[0]] = copied if copied.dtype == source.dtype else copied.view(source.dtype)
+            else:
+                for slot in slots:
+                    self.results[slot] = _view_of(copied, self._sources[slot])
+
     def finish(self) -> Any:
         """Waits for the copies, then rebuilds the state dict around them. Every part is waited for before an
         error of one is raised."""
@@ -323,21 +347,9 @@ class _Staging:
         error = None
         for handle, outputs in pending:
             try:
-                copies = handle.wait()
+                self._place(handle, outputs)
             except Exception as e:   # noqa: BLE001 - raised once every part is done
                 error = error or e
-                continue
-            for (slots, shared), copied in zip(outputs, copies):
-                if not copied.is_cpu:
-                    raise RuntimeError(
-                        f"ferry did not copy a tensor on {copied.device}: ferry sees no CUDA driver or device "
-                        f"while torch does (ferry.device_count() is 0?)")
-                if not shared:
-                    source = self._sources[slots[0]]
-                    self.results[slots[0]] = copied if copied.dtype == source.dtype else copied.view(source.dtype)
-                else:
-                    for slot in slots:
-                        self.results[slot] = _view_of(copied, self._sources[slot])
         if error is not None:
             raise error
         for slot, whole in self._views:
@@ -361,21 +373,21 @@ def _exportable(t: torch.Tensor) -> torch.Tensor:
     return t if carrier is None else t.view(carrier)
 
 
-def _storage_key(t: torch.Tensor, slot: int) -> tuple:
-    """Tensors with equal keys share storage. Tensors without a (non-empty) strided storage key on their slot."""
-    if type(t) not in _PLAIN or t.layout != torch.strided or t.is_quantized or t.numel() == 0:
-        return ("alone", slot)
-    try:   # the storage's address without making a storage object (a microsecond per tensor)
-        pointer = t.data_ptr() - t.storage_offset() * t.element_size()
+def _storage_of(t: torch.Tensor, slot: int) -> tuple[tuple, bool]:
+    """(key, whole): tensors with equal keys share storage, and a CUDA tensor's key is ("cuda", device index,
+    address); a tensor without a strided storage keys on its slot. whole: t's compact copy is its storage's bytes
+    (it starts at the storage's start, is contiguous and ends at its end)."""
+    if type(t) not in _PLAIN or t.layout != torch.strided or t.is_quantized:
+        return ("alone", slot), False
+    try:
+        storage = t.untyped_storage()
     except (RuntimeError, NotImplementedError):
-        return ("alone", slot)
-    return (t.device.type, t.get_device(), pointer) if pointer else ("alone", slot)
-
-
-def _is_whole_storage(t: torch.Tensor) -> bool:
-    """Whether t's compact copy is its storage's bytes: t starts at the storage's start, is contiguous and ends
-    at its end."""
-    return t.storage_offset() == 0 and t.is_contiguous() and t.nbytes == t.untyped_storage().nbytes()
+        return ("alone", slot), False
+    pointer = storage.data_ptr()
+    if not pointer:
+        return ("alone", slot), False
+    key = ("cuda", t.get_device(), pointer) if t.is_cuda else (t.device.type, t.get_device(), pointer)
+    return key, t.storage_offset() == 0 and t.is_contiguous() and t.nbytes == storage.nbytes()
 
 
 def _can_share(first: torch.Tensor, members: list[torch.Tensor]) -> bool:
