@@ -95,6 +95,8 @@ typedef struct walker {
   ferry_py_batch *b;
   ferry_py_read_ctx *ctx;
   ferry_py_pace *pace;
+  int (*leaf_walked)(void *arg);
+  void *arg;
   int depth;
 } walker;
 
@@ -318,7 +320,8 @@ static int walk_tensor(walker *w, PyObject *obj, PyObject *key, const ferry_py_t
   if (rc == 0) return push_node(b, obj, key, FERRY_PY_OTHER, -1) < 0 ? -1 : 0;
   int32_t index = (int32_t)b->n_leaves++; /* counted first: a failed step below must still release what was read */
   if (copy_dims(b, leaf, t) < 0) return -1;
-  return push_node(b, obj, key, FERRY_PY_OTHER, index) < 0 ? -1 : 0;
+  if (push_node(b, obj, key, FERRY_PY_OTHER, index) < 0) return -1;
+  return w->leaf_walked ? w->leaf_walked(w->arg) : 0;
 }
 
 static int walk(walker *w, PyObject *obj, PyObject *key) {
@@ -351,8 +354,9 @@ static int walk(walker *w, PyObject *obj, PyObject *key) {
   }
 }
 
-int ferry_py_batch_walk(ferry_py_batch *b, PyObject *root, ferry_py_read_ctx *ctx, ferry_py_pace *pace) {
-  walker w = {b, ctx, pace, 0};
+int ferry_py_batch_walk(ferry_py_batch *b, PyObject *root, ferry_py_read_ctx *ctx, ferry_py_pace *pace,
+                        int (*leaf_walked)(void *arg), void *arg) {
+  walker w = {b, ctx, pace, leaf_walked, arg, 0};
   return walk(&w, root, NULL);
 }
 

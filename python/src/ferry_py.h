@@ -241,11 +241,13 @@ typedef struct ferry_py_pace ferry_py_pace;
 
 /* Walks `root` into `b` (zero-initialised by the caller), reading source-side tensors through `ctx` and copying
  * their descriptors into `b` as they are read. A container met twice (a shared sub-batch) is walked once and
- * comes back shared, as copy.deepcopy keeps it. `pace` (may be NULL) is ticked after
- * every node; its release points may give ferry the walked leaves (ferry_py_batch_take_pending). Returns 0, or
+ * comes back shared, as copy.deepcopy keeps it. `pace` (may be NULL) is ticked after every node. `leaf_walked`
+ * (may be NULL) is called with `arg` after every leaf added, and may give ferry the leaves walked so far
+ * (ferry_py_batch_take_pending); 0 or -1 with an exception set, which ends the walk. Returns 0, or
  * -1 with an exception set (RecursionError for depth, ValueError for a cycle, RuntimeError for a dict changed
  * during the walk); `b` must be cleared either way. */
-int ferry_py_batch_walk(ferry_py_batch *b, PyObject *root, ferry_py_read_ctx *ctx, ferry_py_pace *pace);
+int ferry_py_batch_walk(ferry_py_batch *b, PyObject *root, ferry_py_read_ctx *ctx, ferry_py_pace *pace,
+                        int (*leaf_walked)(void *arg), void *arg);
 
 /* The leaves walked since the last call, as descriptors for ferry_transfer_add (valid until the walk goes on):
  * sets *first and *count and marks them taken. */
@@ -262,17 +264,13 @@ void ferry_py_batch_clear(ferry_py_batch *b);
 /* ---- pace.c ------------------------------------------------------------------------------------------------ *
  *
  * Long GIL-holding work (walking a batch, building its outputs, rebuilding it) ticks a pace after every item. At
- * most every `slice_ns` of holding, a tick makes a release point: the GIL is released (and, when the pace has a
- * `release` callback, the callback does its GIL-free work meanwhile, e.g. submitting the walked tensors), so a
- * thread waiting for the GIL gets it. See pace.c for how a waiting thread is made to get it in time. */
+ * most every `slice_ns` of holding, a tick makes a release point: the GIL is released, so a thread waiting for it
+ * gets it. See pace.c for how a waiting thread is made to get it in time. */
 
 struct ferry_py_pace {
   int64_t slice_ns;          /* release at most this long after the hold began; 0: no release points */
   int64_t since;             /* when the current hold began (CLOCK_MONOTONIC ns) */
   unsigned ticks;
-  int (*release)(void *ctx); /* a release point's work: called with the GIL held; releases it around what needs
-                                none. 0 or -1 with an exception set. NULL: a plain release */
-  void *ctx;
   bool measure;              /* record the holds below (diagnostics) */
   int64_t max_hold_ns;       /* the longest hold seen */
   uint32_t holds;            /* number of holds ended */
@@ -280,10 +278,7 @@ struct ferry_py_pace {
 };
 
 /* Starts a pace (GIL held): the current hold begins now. `slice_ns` 0 turns release points off. */
-void ferry_py_pace_init(ferry_py_pace *p, int64_t slice_ns, int (*release)(void *), void *ctx, bool measure);
-
-/* A release point now, whatever the time: the callback's work, or a plain release. 0 or -1. */
-int ferry_py_pace_release(ferry_py_pace *p);
+void ferry_py_pace_init(ferry_py_pace *p, int64_t slice_ns, bool measure);
 
 /* Ends the current hold (for the statistics), e.g. before a long GIL-free wait. */
 void ferry_py_pace_pause(ferry_py_pace *p);
@@ -327,6 +322,13 @@ enum {
   FERRY_PY_PHASE_FINISHED,  /* the other outputs are built and the batch rebuilt */
   FERRY_PY_PHASE_COUNT
 };
+
+/* A part goes early (before the walk's end or a full part) only while its tensors are smaller than this on
+ * average: then the copies are short and the walk is what the call waits for. Large tensors (a state dict's) copy
+ * for far longer than they take to walk, so a batch of them is one part, cut into sub-parts by the C core as the
+ * pool needs, and holds no more pinned memory than its bytes. Also ferry.torch.Stager's rule, through the module
+ * constant _EARLY_PART_MAX_MEAN_BYTES. */
+#define FERRY_PY_EARLY_PART_MAX_MEAN_BYTES ((uint64_t)1 << 20)
 
 /* One transfer, from submission to the rebuilt batch. Owned by the caller (a C stack frame or a ferry.Transfer). */
 typedef struct ferry_py_job {

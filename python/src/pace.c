@@ -28,11 +28,9 @@ static int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-void ferry_py_pace_init(ferry_py_pace *p, int64_t slice_ns, int (*release)(void *), void *ctx, bool measure) {
+void ferry_py_pace_init(ferry_py_pace *p, int64_t slice_ns, bool measure) {
   memset(p, 0, sizeof *p);
   p->slice_ns = slice_ns;
-  p->release = release;
-  p->ctx = ctx;
   p->measure = measure;
   p->since = now_ns();
 }
@@ -50,23 +48,18 @@ static void end_hold(ferry_py_pace *p, int64_t now) {
 void ferry_py_pace_pause(ferry_py_pace *p) { end_hold(p, now_ns()); }
 void ferry_py_pace_resume(ferry_py_pace *p) { p->since = now_ns(); }
 
-int ferry_py_pace_release(ferry_py_pace *p) {
+/* A release point: 0 or -1 with an exception set (a signal's). */
+static int release(ferry_py_pace *p) {
   end_hold(p, now_ns());
-  int rc = 0;
-  if (p->release) {
-    rc = p->release(p->ctx);
-  } else {
-    Py_BEGIN_ALLOW_THREADS Py_END_ALLOW_THREADS
-  }
+  Py_BEGIN_ALLOW_THREADS Py_END_ALLOW_THREADS
   p->since = now_ns();
   /* Long work is interruptible: Ctrl-C raises here (on the main thread) instead of after the whole batch. */
-  if (rc == 0 && PyErr_CheckSignals() < 0) rc = -1;
-  return rc;
+  return PyErr_CheckSignals() < 0 ? -1 : 0;
 }
 
 int ferry_py_pace_check(ferry_py_pace *p) {
   if (now_ns() - p->since < p->slice_ns) return 0;
-  return ferry_py_pace_release(p);
+  return release(p);
 }
 
 /* ---- the switch interval while sharing -------------------------------------------------------------------- */

@@ -5,9 +5,9 @@
  *   1. parse the arguments (syntax only); no CUDA -> the batch itself, as SPDL does, after walking it (cycles,
  *      depth) and checking LOCAL_RANK;
  *   2. resolve the device; walk the batch, reading source-side tensors and copying their descriptors;
- *   3. at release points of the walk (every slice of GIL holding), hand the tensors walked so far to ferry as
- *      one part (ferry_transfer_add, GIL released) — the first at once, later ones once enough are walked to
- *      be worth a part: their copies start at once. The first part also begins
+ *   3. release the GIL at points of the walk (every slice of holding), and hand the tensors walked so far to
+ *      ferry as one part (ferry_transfer_add, GIL released) each time they make a part's count (part_point):
+ *      their copies start at once. The first part also begins
  *      the transfer, ordered after the producer (producer_event, else the framework's current stream: an event
  *      recorded there, which is SPDL's contract; producers read through __dlpack__ order themselves on our
  *      stream);
@@ -157,27 +157,21 @@ static int submit_walked(ferry_py_job *job) {
   return build_exchange_outputs(job, first, count);
 }
 
-/* Parts after the first wait for this many walked tensors: each part costs ~30-50 us of driver calls (a slab, a
- * gather launch, its upload, events), against ~0.3 us per tensor walked; the first part goes at once, so the
- * copies start while the rest is walked. */
-#define PART_MIN_TENSORS 1024
+/* Parts are cut by tensor count alone, never where a time slice ends, so that every call of one batch is cut at
+ * the same tensors: its slabs have the same sizes from call to call and the pinned pool serves them from the
+ * ranges the first call pinned instead of growing. The first part goes after FIRST_PART_TENSORS, so that the
+ * copies start while the rest is walked; later ones each PART_TENSORS: a part costs ~30-50 us of driver calls (a
+ * slab, a gather launch, its upload, events), against ~0.3 us per tensor walked. */
+#define FIRST_PART_TENSORS 64
+#define PART_TENSORS 1024
 
-/* The first part goes at once only while the tensors walked are small on average: then the copies are short and
- * the walk is what the call waits for. Large tensors (a state dict's) copy for far longer than they take to walk,
- * so they wait for the walk's end or PART_MIN_TENSORS: a batch of up to that many is then one part, cut into
- * sub-parts by the C core the same way on every call, which keeps the pinned pool from growing as calls are split
- * at other tensors. */
-#define FIRST_PART_MAX_MEAN_BYTES ((uint64_t)1 << 20)
-
-/* A release point's work (pace.c): a part when enough is walked, else a plain release. 0 or -1. */
-static int release_point(void *arg) {
+/* After each leaf walked: a part when the leaves walked since the last one make a part's count. 0 or -1. */
+static int part_point(void *arg) {
   ferry_py_job *job = arg;
   size_t pending = job->tape.n_leaves - job->tape.pending;
-  bool part = pending >= PART_MIN_TENSORS ||
-              (pending > 0 && !job->ticket && job->tape.pending_bytes / pending < FIRST_PART_MAX_MEAN_BYTES);
-  if (part) return submit_walked(job);
-  relock(job, unlock(job));
-  return 0;
+  bool part = pending == PART_TENSORS || (pending == FIRST_PART_TENSORS && !job->ticket &&
+                                          job->tape.pending_bytes / pending < FERRY_PY_EARLY_PART_MAX_MEAN_BYTES);
+  return part ? submit_walked(job) : 0;
 }
 
 /* ---- the job ----------------------------------------------------------------------------------------------------- */
@@ -200,7 +194,7 @@ static int pass_through(ferry_py_job *job, const ferry_py_args *a) {
     return -1;
   }
   job->ctx.pass_all = true;
-  if (ferry_py_batch_walk(&job->tape, job->batch, &job->ctx, NULL) < 0) return -1;
+  if (ferry_py_batch_walk(&job->tape, job->batch, &job->ctx, NULL, NULL, NULL) < 0) return -1;
   return finish_as_is(job);
 }
 
@@ -239,8 +233,8 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *
 
   if ((sharing = ferry_py_gil_share_begin()) < 0) goto fail;
   ferry_py_gil_start_yield(sharing);
-  ferry_py_pace_init(&job->pace, ferry_py_gil_slice_ns, release_point, job, phase_timing);
-  if (ferry_py_batch_walk(&job->tape, job->batch, &job->ctx, &job->pace) < 0) goto fail;
+  ferry_py_pace_init(&job->pace, ferry_py_gil_slice_ns, phase_timing);
+  if (ferry_py_batch_walk(&job->tape, job->batch, &job->ctx, &job->pace, part_point, job) < 0) goto fail;
   if (job->tape.n_leaves == 0) {
     ferry_py_gil_share_end(sharing);
     job->args = NULL;
@@ -256,7 +250,6 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *
   }
   ferry_py_gil_share_end(sharing);
   job->args = NULL;
-  job->pace.release = NULL; /* from here on, release points are plain */
   stamp(job, FERRY_PY_PHASE_WALKED);
   return 0;
 
