@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ._ferry import transfer_tensor_d2h_async
+from ._ferry import _EARLY_PART_MAX_MEAN_BYTES, transfer_tensor_d2h_async
 
 __all__ = ["Stager"]
 if hasattr(torch.library, "register_autograd"):   # what _torch_ops needs (torch >= 2.4); the Stager works without
@@ -158,7 +158,9 @@ def _is_dtensor(t: torch.Tensor) -> bool:
 
 # A stage() call hands its CUDA copies to ferry in parts as the walk finds them, so that they run while the walk
 # reads the rest: the first part after this many tensors (the copies start early), each later one after PART_TENSORS
-# (few calls). The parts fall at the same tensors on every save of one layout, so the pool's memory is reused.
+# (few calls). The parts fall at the same tensors on every save of one layout, so the pool's memory is reused. As
+# in ferry's own walk, tensors averaging _EARLY_PART_MAX_MEAN_BYTES or more (a large model's) copy for far longer
+# than they take to walk: they go in one transfer at the walk's end, which holds no more pinned memory than them.
 FIRST_PART_TENSORS = 32
 PART_TENSORS = 256
 
@@ -190,7 +192,8 @@ class _Staging:
         self._whole: dict[tuple, int] = {}       # storage key -> slot of the tensor whose copy is that storage
         self._views: list[tuple[int, int]] = []  # (slot, slot of the whole storage's copy it views)
         self._later: list[tuple[int, tuple]] = []   # (slot, storage key) staged at the walk's end
-        self._parts: dict[int, tuple[list[torch.Tensor], list[tuple[list[int], bool]]]] = {}   # per device
+        # Per device, the part not yet handed to ferry: its sources, what each output becomes (below), its bytes.
+        self._parts: dict[int, list] = {}
         # Per part handed to ferry and not yet placed: its handle and what each output becomes, (slots, False) for
         # one tensor copied as it is, (slots, True) for a storage shared by several tensors, copied whole.
         self._pending: list[tuple[Any, list[tuple[list[int], bool]]]] = []
@@ -256,17 +259,20 @@ class _Staging:
     def _queue(self, device: int, source: torch.Tensor, output: tuple[list[int], bool]) -> None:
         part = self._parts.get(device)
         if part is None:
-            part = self._parts[device] = ([], [])
-        sources, outputs = part
+            part = self._parts[device] = [[], [], 0]
+        sources, outputs, _ = part
         sources.append(source)
         outputs.append(output)
-        if len(sources) >= (PART_TENSORS if self._parts_handed_over else FIRST_PART_TENSORS):
+        part[2] += source.nbytes
+        count = len(sources)
+        if (count >= (PART_TENSORS if self._parts_handed_over else FIRST_PART_TENSORS)
+                and part[2] < count * _EARLY_PART_MAX_MEAN_BYTES):
             self._hand_over(device)
 
     def _hand_over(self, device: int) -> None:
         """Hands a device's part to ferry, then places the part before it, whose copies are likely done by now,
         while this one's run."""
-        sources, outputs = self._parts.pop(device)
+        sources, outputs, _ = self._parts.pop(device)
         self._pending.append((transfer_tensor_d2h_async(sources, device=device), outputs))
         self._parts_handed_over += 1
         if len(self._pending) > 1:
