@@ -165,6 +165,23 @@ FIRST_PART_TENSORS = 32
 PART_TENSORS = 256
 
 
+class _Part:
+    """Tensors for one ferry transfer: their sources, what each output becomes ((slots, False) for one tensor copied
+    as it is, (slots, True) for a storage shared by several tensors, copied whole), and their bytes."""
+
+    __slots__ = ("sources", "outputs", "nbytes")
+
+    def __init__(self) -> None:
+        self.sources: list[torch.Tensor] = []
+        self.outputs: list[tuple[list[int], bool]] = []
+        self.nbytes = 0
+
+
+def _for_ferry(t: torch.Tensor) -> bool:
+    """Whether ferry copies t (a plain CUDA tensor); the others are staged by torch."""
+    return t.is_cuda and type(t) in _PLAIN and not t.is_quantized
+
+
 class _Staging:
     """One stage() call: the walk, which submits the copies, then finish(), which waits and rebuilds.
 
@@ -192,12 +209,11 @@ class _Staging:
         self._whole: dict[tuple, int] = {}       # storage key -> slot of the tensor whose copy is that storage
         self._views: list[tuple[int, int]] = []  # (slot, slot of the whole storage's copy it views)
         self._later: list[tuple[int, tuple]] = []   # (slot, storage key) staged at the walk's end
-        # Per device, the part not yet handed to ferry: its sources, what each output becomes (below), its bytes.
-        self._parts: dict[int, list] = {}
+        self._parts: dict[int, _Part] = {}      # per device, the part not yet handed to ferry
         # Per part handed to ferry and not yet placed: its handle and what each output becomes, (slots, False) for
         # one tensor copied as it is, (slots, True) for a storage shared by several tensors, copied whole.
         self._pending: list[tuple[Any, list[tuple[list[int], bool]]]] = []
-        self._parts_handed_over = 0
+        self._devices_started: set[int] = set()   # devices whose first part went to ferry
         self.results: list[torch.Tensor | None] = []   # by slot
         try:
             self._root = self._walk(state_dict)
@@ -247,9 +263,9 @@ class _Staging:
         whole = self._whole.get(key)
         if whole is not None and self._sources[whole].nbytes % t.element_size() == 0:
             self._views.append((slot, whole))
-        elif whole is None and whole_storage and key[0] == "cuda":
+        elif whole is None and whole_storage and _for_ferry(t):
             self._whole[key] = slot
-            self._queue(key[1], _exportable(t.detach() if t.requires_grad else t), ([slot], False))
+            self._queue(t.get_device(), _exportable(t.detach() if t.requires_grad else t), ([slot], False))
         else:
             self._later.append((slot, key))
         return slot
@@ -259,22 +275,21 @@ class _Staging:
     def _queue(self, device: int, source: torch.Tensor, output: tuple[list[int], bool]) -> None:
         part = self._parts.get(device)
         if part is None:
-            part = self._parts[device] = [[], [], 0]
-        sources, outputs, _ = part
-        sources.append(source)
-        outputs.append(output)
-        part[2] += source.nbytes
-        count = len(sources)
-        if (count >= (PART_TENSORS if self._parts_handed_over else FIRST_PART_TENSORS)
-                and part[2] < count * _EARLY_PART_MAX_MEAN_BYTES):
+            part = self._parts[device] = _Part()
+        part.sources.append(source)
+        part.outputs.append(output)
+        part.nbytes += source.nbytes
+        count = len(part.sources)
+        if (count >= (PART_TENSORS if device in self._devices_started else FIRST_PART_TENSORS)
+                and part.nbytes < count * _EARLY_PART_MAX_MEAN_BYTES):
             self._hand_over(device)
 
     def _hand_over(self, device: int) -> None:
         """Hands a device's part to ferry, then places the part before it, whose copies are likely done by now,
         while this one's run."""
-        sources, outputs, _ = self._parts.pop(device)
-        self._pending.append((transfer_tensor_d2h_async(sources, device=device), outputs))
-        self._parts_handed_over += 1
+        part = self._parts.pop(device)
+        self._pending.append((transfer_tensor_d2h_async(part.sources, device=device), part.outputs))
+        self._devices_started.add(device)
         if len(self._pending) > 1:
             self._place(*self._pending.pop(0))
 
@@ -292,7 +307,7 @@ class _Staging:
         for slots in by_storage.values():
             first = self._sources[slots[0]]
             shared = len(slots) > 1 and _can_share(first, [self._sources[s] for s in slots])
-            if not first.is_cuda or type(first) not in _PLAIN or first.is_quantized:
+            if not _for_ferry(first):
                 here.append((slots, shared))
             elif shared:
                 storage = torch.empty(0, dtype=torch.uint8, device=first.device).set_(first.untyped_storage())
@@ -380,20 +395,23 @@ def _exportable(t: torch.Tensor) -> torch.Tensor:
 
 
 def _storage_of(t: torch.Tensor, slot: int) -> tuple[tuple, bool]:
-    """(key, whole): tensors with equal keys share storage, and a CUDA tensor's key is ("cuda", device index,
-    address); a tensor without a strided storage keys on its slot. whole: t's compact copy is its storage's bytes
-    (it starts at the storage's start, is contiguous and ends at its end)."""
-    if type(t) not in _PLAIN or t.layout != torch.strided or t.is_quantized:
+    """(key, whole): tensors with equal keys share a storage (its device, address and size: two storages can start
+    at one address); a tensor without a strided storage of its own bytes keys on its slot, and so does one whose
+    views would lose a flag (conjugate, negative) or that holds nothing. whole: t's compact copy is its storage's
+    bytes (it starts at the storage's start, is contiguous and ends at its end)."""
+    if (type(t) not in _PLAIN or t.layout != torch.strided or t.is_quantized or t.numel() == 0 or t.is_conj()
+            or t.is_neg()):
         return ("alone", slot), False
     try:
         storage = t.untyped_storage()
     except (RuntimeError, NotImplementedError):
         return ("alone", slot), False
-    pointer = storage.data_ptr()
+    pointer, nbytes = storage.data_ptr(), storage.nbytes()
     if not pointer:
         return ("alone", slot), False
-    key = ("cuda", t.get_device(), pointer) if t.is_cuda else (t.device.type, t.get_device(), pointer)
-    return key, t.storage_offset() == 0 and t.is_contiguous() and t.nbytes == storage.nbytes()
+    device = t.get_device()
+    key = ("cuda", device, pointer, nbytes) if t.is_cuda else (t.device.type, device, pointer, nbytes)
+    return key, t.storage_offset() == 0 and t.is_contiguous() and t.nbytes == nbytes
 
 
 def _can_share(first: torch.Tensor, members: list[torch.Tensor]) -> bool:

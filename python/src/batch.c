@@ -264,8 +264,6 @@ static int walk_container(walker *w, PyObject *obj, PyObject *key, uint8_t kind,
   return rc;
 }
 
-/* Copies the tensor's shape and strides into the tape's own memory and points the descriptor there. A rank the
- * C library would refuse is left for it to refuse (it reads no shape then). */
 /* The bytes a leaf holds by its shape and dtype (0 for a shape ferry will refuse), for choosing part boundaries. */
 static uint64_t leaf_bytes(const ferry_tensor *t) {
   uint64_t n = ((uint64_t)t->dtype.bits * t->dtype.lanes + 7) / 8;
@@ -277,6 +275,8 @@ static uint64_t leaf_bytes(const ferry_tensor *t) {
   return n;
 }
 
+/* Copies the tensor's shape and strides into the tape's own memory and points the descriptor there. A rank the
+ * C library would refuse is left for it to refuse (it reads no shape then). */
 static int copy_dims(ferry_py_batch *b, ferry_py_leaf *leaf, ferry_tensor *t) {
   leaf->dims_at = NO_DIMS;
   if (t->ndim <= 0 || t->ndim > FERRY_MAX_NDIM || !t->shape) {
@@ -285,7 +285,8 @@ static int copy_dims(ferry_py_batch *b, ferry_py_leaf *leaf, ferry_tensor *t) {
   }
   size_t nd = (size_t)t->ndim;
   if (grow((void **)&b->dims, &b->cap_dims, b->n_dims + 2 * nd, sizeof *b->dims) < 0) return -1;
-  b->pending_bytes += leaf_bytes(t);
+  uint64_t bytes = leaf_bytes(t);
+  b->pending_bytes = bytes > UINT64_MAX - b->pending_bytes ? UINT64_MAX : b->pending_bytes + bytes;
   int64_t *d = b->dims + b->n_dims;
   memcpy(d, t->shape, nd * sizeof *d);
   if (t->strides) memcpy(d + nd, t->strides, nd * sizeof *d);

@@ -325,9 +325,9 @@ enum {
 
 /* A part goes early (before the walk's end or a full part) only while its tensors are smaller than this on
  * average: then the copies are short and the walk is what the call waits for. Large tensors (a state dict's) copy
- * for far longer than they take to walk, so a batch of them is one part, cut into sub-parts by the C core as the
- * pool needs, and holds no more pinned memory than its bytes. Also ferry.torch.Stager's rule, through the module
- * constant _EARLY_PART_MAX_MEAN_BYTES. */
+ * for far longer than they take to walk, so up to a full part of them is one part, cut into sub-parts by the C
+ * core as the pool needs, and holds no more pinned memory than its bytes. Also ferry.torch.Stager's rule, through
+ * the module constant _EARLY_PART_MAX_MEAN_BYTES. */
 #define FERRY_PY_EARLY_PART_MAX_MEAN_BYTES ((uint64_t)1 << 20)
 
 /* One transfer, from submission to the rebuilt batch. Owned by the caller (a C stack frame or a ferry.Transfer). */

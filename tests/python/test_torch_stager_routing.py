@@ -1,0 +1,145 @@
+"""ferry.torch.Stager's routing of the tensors ferry copies, on the CPU: which tensors go to ferry in which parts,
+which become views of another's copy, and what a failed part leaves behind. ferry's transfer is replaced by a
+stand-in that copies CPU tensors the way ferry copies CUDA ones (a compact copy with a storage of its own per
+output), and CPU tensors are routed as CUDA ones would be. The real copies are in test_gpu_torch_stager.py.
+
+Needs torch (CI installs it); skipped without it.
+"""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ferry.torch  # noqa: E402
+
+
+class StandInHandle:
+    def __init__(self, copies, error):
+        self.copies, self.error, self.waited = copies, error, False
+
+    def wait(self):
+        self.waited = True
+        if self.error:
+            raise RuntimeError("a copy of this part failed")
+        return self.copies
+
+
+class StandInFerry:
+    """Records each part (its sources' sizes in bytes) and returns their compact copies; `fail_part` makes that
+    part's wait() raise."""
+
+    def __init__(self, fail_part=None):
+        self.parts, self.handles, self.fail_part = [], [], fail_part
+
+    def transfer_tensor_d2h_async(self, sources, device=None):
+        self.parts.append([t.nbytes for t in sources])
+        handle = StandInHandle([t.contiguous().clone() for t in sources], len(self.parts) - 1 == self.fail_part)
+        self.handles.append(handle)
+        return handle
+
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    def install(**kwargs):
+        fake = StandInFerry(**kwargs)
+        monkeypatch.setattr(ferry.torch, "transfer_tensor_d2h_async", fake.transfer_tensor_d2h_async)
+        monkeypatch.setattr(ferry.torch, "_for_ferry", lambda t: type(t) in ferry.torch._PLAIN and not t.is_quantized)
+        return fake
+    return install
+
+
+def same_storage(a, b):
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def test_views_of_a_whole_storage_share_its_copy_whichever_the_walk_meets_first(stand_in):
+    fake = stand_in()
+    weight = torch.randn(8, 4)
+    state = {"rows": weight[2:5], "embed": weight.detach(), "head": weight.detach(), "transposed": weight.t()}
+    staged = ferry.torch.Stager().stage(state)
+    assert fake.parts == [[weight.nbytes]]   # the storage copied once, by the tensor that is all of it
+    for k, v in state.items():
+        assert torch.equal(staged[k], v) and staged[k].stride() == v.stride(), k
+        assert same_storage(staged[k], staged["embed"]), k
+
+
+def test_views_of_a_storage_none_of_them_covers_share_one_copy_of_the_whole_storage(stand_in):
+    fake = stand_in()
+    flat = torch.randn(10, 4)
+    state = {"first": flat[1:3], "last": flat[5:], "columns": flat.t()[:, 1:]}
+    staged = ferry.torch.Stager().stage(state)
+    assert fake.parts == [[flat.nbytes]]
+    for k, v in state.items():
+        assert torch.equal(staged[k], v) and same_storage(staged[k], staged["first"]), k
+
+
+def test_a_view_whose_dtype_cannot_divide_the_storage_is_copied_on_its_own(stand_in):
+    stand_in()
+    raw = torch.arange(10, dtype=torch.uint8)
+    state = {"bytes": raw[:8], "floats": raw[:8].view(torch.float32), "whole": raw}
+    staged = ferry.torch.Stager().stage(state)
+    for k, v in state.items():
+        assert torch.equal(staged[k].view(torch.uint8), v.view(torch.uint8)), k
+    assert same_storage(staged["bytes"], staged["whole"]) and not same_storage(staged["floats"], staged["whole"])
+
+
+def test_two_storages_at_one_address_are_not_taken_for_one(stand_in):
+    """A small storage that starts where a larger one does (two DLPack imports of one buffer): the larger tensor is
+    not a view of the smaller one's copy."""
+    stand_in()
+    buffer = np.arange(100, dtype=np.float32)
+    state = {"small": torch.from_numpy(buffer[:10]), "big": torch.from_numpy(buffer)}
+    assert state["small"].untyped_storage().data_ptr() == state["big"].untyped_storage().data_ptr()
+    staged = ferry.torch.Stager().stage(state)
+    for k, v in state.items():
+        assert torch.equal(staged[k], v), k
+
+
+def test_an_empty_slice_does_not_make_its_storage_copied_whole(stand_in):
+    fake = stand_in()
+    huge = torch.zeros(1 << 20)
+    state = {"empty": huge[:0], "one": huge[5:6]}
+    staged = ferry.torch.Stager().stage(state)
+    assert sum(map(sum, fake.parts)) == 4   # one float, not the 4 MiB storage
+    assert staged["empty"].shape == (0,) and torch.equal(staged["one"], state["one"])
+
+
+def test_conjugate_and_negative_views_keep_their_values(stand_in):
+    stand_in()
+    c = torch.randn(6, dtype=torch.complex64)
+    x = torch.randn(6)
+    state = {"c": c, "conj": c.conj(), "x": x, "neg": x._neg_view()}
+    staged = ferry.torch.Stager().stage(state)
+    for k, v in state.items():
+        assert torch.equal(staged[k].resolve_conj().resolve_neg(), v.resolve_conj().resolve_neg()), k
+
+
+def test_small_tensors_go_in_parts_while_the_walk_goes_on_and_a_tie_spans_them(stand_in):
+    fake = stand_in()
+    n = ferry.torch.FIRST_PART_TENSORS + 2 * ferry.torch.PART_TENSORS + 7
+    embed = torch.randn(64, 16)
+    state = {"embed": embed.detach(), **{f"layer{i}": torch.full((33,), float(i)) for i in range(n)},
+             "head": embed.detach()}
+    staged = ferry.torch.Stager().stage(state)
+    assert [len(p) for p in fake.parts] == [ferry.torch.FIRST_PART_TENSORS, ferry.torch.PART_TENSORS,
+                                           ferry.torch.PART_TENSORS, 8]
+    assert all(torch.equal(staged[k], v) for k, v in state.items())
+    assert same_storage(staged["embed"], staged["head"])
+
+
+def test_large_tensors_go_in_one_transfer(stand_in):
+    fake = stand_in()
+    state = {f"w{i}": torch.full((300_000,), float(i)) for i in range(ferry.torch.FIRST_PART_TENSORS + 8)}   # 1.2 MB
+    staged = ferry.torch.Stager().stage(state)
+    assert [len(p) for p in fake.parts] == [len(state)]
+    assert all(torch.equal(staged[k], v) for k, v in state.items())
+
+
+@pytest.mark.parametrize("fail_part", [0, 1])
+def test_a_failed_part_fails_the_stage_after_every_part_is_waited_for(stand_in, fail_part):
+    fake = stand_in(fail_part=fail_part)
+    state = {f"w{i}": torch.full((33,), float(i)) for i in range(ferry.torch.FIRST_PART_TENSORS + 10)}
+    with pytest.raises(RuntimeError, match="a copy of this part failed"):
+        ferry.torch.Stager().stage(state)
+    assert len(fake.handles) == 2 and all(h.waited for h in fake.handles)
