@@ -141,7 +141,19 @@ static int read_protocol(ferry_py_read_ctx *ctx, PyObject *obj, ferry_tensor *te
   int32_t type, id;
   if (dlpack_device(obj, &type, &id) < 0) return -1;
   if (!on_source_side(ctx, type, id)) return 0;
-  PyObject *capsule = export_capsule(ctx, obj);
+  /* torch's __dlpack__ refuses a conjugate view and describes a negative one as its memory: the view without the
+   * bits is exported, and the output gets them back. */
+  PyObject *source = Py_NewRef(obj);
+  if (leaf->family == FERRY_PY_FAMILY_TORCH) {
+    int bits = ferry_py_math_bits(obj, true);
+    if (bits < 0 || !(source = ferry_py_math_bits_flip(source, bits))) {
+      Py_XDECREF(bits < 0 ? source : NULL);
+      return -1;
+    }
+    leaf->math_bits = (uint8_t)bits;
+  }
+  PyObject *capsule = export_capsule(ctx, source);
+  Py_DECREF(source); /* the capsule's managed tensor holds the memory */
   if (!capsule) return -1;
   int rc = take_capsule(obj, capsule, tensor, leaf);
   Py_DECREF(capsule); /* renamed: its destructor no longer owns the managed tensor */
@@ -156,8 +168,21 @@ static int read_protocol(ferry_py_read_ctx *ctx, PyObject *obj, ferry_tensor *te
   return 1;
 }
 
+/* torch's bits that its export drops (math_bits.c), asked before the export, which Python code would invalidate:
+ * the negative bit always, the conjugate bit once the export has shown a complex dtype (then exported again). */
+static int torch_math_bits(PyObject *obj, const ferry_py_typeinfo *ti, ferry_tensor *tensor, bool exported) {
+  if (!exported) return ferry_py_math_bits(obj, false);
+  if (tensor->dtype.code != kDLComplex) return 0;
+  int bits = ferry_py_math_bits(obj, true);
+  if (bits >= 0 && ti->api->dltensor_from_py_object_no_sync(obj, (DLTensor *)tensor) != 0) return -1;
+  return bits;
+}
+
 static int read_exchange(ferry_py_read_ctx *ctx, PyObject *obj, const ferry_py_typeinfo *ti, ferry_tensor *tensor,
                          ferry_py_leaf *leaf) {
+  bool torch = ti->family == FERRY_PY_FAMILY_TORCH;
+  int neg = torch ? torch_math_bits(obj, ti, tensor, false) : 0;
+  if (neg < 0) return -1;
   if (ti->api->dltensor_from_py_object_no_sync(obj, (DLTensor *)tensor) != 0) {
     /* Some tensors cannot be described by DLPack (sparse, quantized, conjugate views). That only matters for
      * tensors on the source side: others pass through untouched, as SPDL's would. */
@@ -175,6 +200,9 @@ static int read_exchange(ferry_py_read_ctx *ctx, PyObject *obj, const ferry_py_t
     return -1;
   }
   if (!on_source_side(ctx, tensor->device.device_type, tensor->device.device_id)) return 0;
+  int conj = torch ? torch_math_bits(obj, ti, tensor, true) : 0;
+  if (conj < 0) return -1;
+  leaf->math_bits = (uint8_t)(neg | conj);
   leaf->api = ti->api;
   if (!ctx->producer_api) ctx->producer_api = ti->api;
   return 1;

@@ -116,6 +116,20 @@ typedef struct ferry_py_typeinfo {
 const ferry_py_typeinfo *ferry_py_typeinfo_of(PyTypeObject *type);
 void ferry_py_typeinfo_clear(void);
 
+/* ---- math_bits.c ------------------------------------------------------------------------------------------- */
+
+enum { FERRY_PY_MATH_CONJ = 1, FERRY_PY_MATH_NEG = 2 };
+
+/* A torch tensor's lazy bits that its DLPack export drops: FERRY_PY_MATH_NEG, and FERRY_PY_MATH_CONJ when
+ * `ask_conj` (only complex tensors have it). May run Python code (a subclass's __torch_function__). -1 with an
+ * exception set. */
+int ferry_py_math_bits(PyObject *obj, bool ask_conj);
+/* Steals `out` (NULL passes through) and returns it with `bits` set again: a view of the same memory. */
+PyObject *ferry_py_math_bits_flip(PyObject *out, int bits);
+/* 0, or -1 with a ValueError naming function `fn`'s operand `name` when torch tensor `obj` is a negative view: a
+ * kernel reads an operand's memory. */
+int ferry_py_math_bits_refuse(PyObject *obj, const char *fn, const char *name);
+
 /* ---- dlpack_in.c ------------------------------------------------------------------------------------------- */
 
 typedef struct ferry_py_outputs ferry_py_outputs;
@@ -131,6 +145,7 @@ typedef struct ferry_py_leaf {
   ferry_py_outputs *block;               /* the outputs block of its part (borrowed from the job), once added */
   uint32_t local;                        /* its index in that block */
   uint32_t dims_at;                      /* while pending: where its shape and strides are in the tape's dims */
+  uint8_t math_bits;                     /* torch's lazy bits the export dropped (math_bits.c), set on the output */
 } ferry_py_leaf;
 
 /* What reading an input needs to know about the transfer. */

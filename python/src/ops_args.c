@@ -117,9 +117,12 @@ int ferry_py_ops_read(PyObject *obj, const char *fn, const char *name, PyObject 
     return -1;
   }
   const DLPackExchangeAPI *api = ti->kind == FERRY_PY_TENSOR_EXCHANGE ? ti->api : NULL;
+  bool torch = ti->family == FERRY_PY_FAMILY_TORCH;
+  if (torch && ferry_py_math_bits_refuse(obj, fn, name) < 0) return -1;
   if (ferry_py_read_operand(obj, ti, cuda_stream, tensor, leaf) < 0) return -1;
   layout->type = Py_TYPE(obj);
   layout->api = api;
+  layout->torch = torch;
   layout->dtype = tensor->dtype;
   layout->device = tensor->device;
   layout->ndim = tensor->ndim;

@@ -110,6 +110,8 @@ static int __attribute__((noinline)) read_general(launcher_object *L, int i, PyO
                  Py_TYPE(obj)->tp_name);
     return -1;
   }
+  if (ti->family == FERRY_PY_FAMILY_TORCH && ferry_py_math_bits_refuse(obj, "Launcher", operand_names[i]) < 0)
+    return -1;
   PyObject *stream_arg = PyLong_FromVoidPtr(stream ? stream : (void *)(uintptr_t)1);
   if (!stream_arg) return -1;
   ferry_tensor t;
@@ -157,6 +159,7 @@ static PyObject *launcher_call(launcher_object *L, PyObject *const *args, size_t
     const ferry_py_operand *b = &L->bound[i];
     if (__builtin_expect(Py_TYPE(a[i]) == b->type && b->api != NULL, 1)) {
       DLTensor t;
+      if (b->torch && ferry_py_math_bits_refuse(a[i], "Launcher", operand_names[i]) < 0) goto fail;
       if (b->api->dltensor_from_py_object_no_sync(a[i], &t) != 0) goto fail;
       if (__builtin_expect(!same_layout(b, &t), 0) && check_equivalent(L, i, &t) < 0) goto fail;
       data[i] = (char *)t.data + t.byte_offset;

@@ -62,6 +62,7 @@ int ferry_py_ops_parse_sm(PyObject *obj, const char *what, int *out);
 typedef struct ferry_py_operand {
   PyTypeObject *type;            /* the Python type it was read from (the operand object keeps it alive) */
   const DLPackExchangeAPI *api;  /* the framework's exchange table, NULL on the __dlpack__ path */
+  bool torch;                    /* a torch tensor: its negative bit is refused (math_bits.c) */
   ferry_dtype dtype;
   ferry_device device;
   int32_t ndim;                  /* 2 or 3 once validated */

@@ -116,7 +116,8 @@ static int build_exchange_outputs(ferry_py_job *job, size_t first, size_t count)
     leaf->block = block;
     leaf->local = (uint32_t)i;
     if (!leaf->api || !ferry_py_outputs_copied(block, i)) continue;
-    if (!(leaf->output = ferry_py_output_exchange(block, i, leaf->api))) return -1;
+    leaf->output = ferry_py_math_bits_flip(ferry_py_output_exchange(block, i, leaf->api), leaf->math_bits);
+    if (!leaf->output) return -1;
     if (ferry_py_pace_tick(&job->pace) < 0) return -1;
   }
   return 0;
@@ -291,7 +292,8 @@ int ferry_py_job_finish(ferry_py_job *job) {
     ferry_py_leaf *leaf = &tape->leaves[i];
     ferry_py_leaf_release_input(leaf); /* the copies out of the producer's memory are done */
     if (!leaf->output && leaf->block && ferry_py_outputs_copied(leaf->block, leaf->local) &&
-        !(leaf->output = ferry_py_output_wrap(leaf->block, leaf->local, leaf->family, job->h2d)))
+        !(leaf->output = ferry_py_math_bits_flip(
+              ferry_py_output_wrap(leaf->block, leaf->local, leaf->family, job->h2d), leaf->math_bits)))
       goto fail;
     if (ferry_py_pace_tick(&job->pace) < 0) goto fail;
   }

@@ -160,6 +160,20 @@ def test_launcher_refuses_another_layout_before_launching():
         launch(a[:64], a, a)
 
 
+def test_a_negative_view_is_refused_as_an_operand_before_anything_runs():
+    """torch's DLPack export describes a negative view (Tensor._neg_view(), z.conj().imag) as its memory, which holds
+    the negation of its values: a kernel reading it would compute with the wrong sign."""
+    args, (a, b, c, _) = make_case(128, 128, 128, 1, torch.float16, torch.float16)
+    with pytest.raises(ValueError, match=r"GemmArguments: operand A is a negative view .*resolve_neg"):
+        ops.GemmArguments(a._neg_view(), b, c, torch.float32)
+    launch = ops.get_operators(args)[0].launcher(args)
+    with pytest.raises(ValueError, match=r"Launcher: operand B is a negative view"):
+        launch(a, b._neg_view(), c)
+    with pytest.raises(ValueError, match=r"Launcher: operand out is a negative view"):
+        launch(a, b, c._neg_view())
+    launch(a, b._neg_view().resolve_neg(), c)   # the resolved copy is an ordinary operand
+
+
 # ---- streams ---------------------------------------------------------------------------------------------------
 
 

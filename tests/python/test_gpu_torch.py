@@ -118,6 +118,25 @@ def test_requires_grad_and_parameters_are_copied_detached():
     assert torch.equal(out[1], (p * 2).detach().cpu())
 
 
+def test_conjugate_and_negative_views_keep_their_values_and_bits_both_ways():
+    """torch's DLPack export describes a lazily conjugated or negated view as its memory, whose values differ from
+    the view's: the copies hold the memory, and the outputs get the bits back, on the host and on the device."""
+    z = torch.randn(4, 6, dtype=torch.complex64, device=DEV)
+    x = torch.randn(4, 6, device=DEV)
+    inputs = [z.conj(), z.conj().t(), z.conj().imag, x._neg_view(), x._neg_view()[1:, ::2], z, x]
+    assert all(v.is_conj() or v.is_neg() for v in inputs[:5])
+
+    def check(outputs, device):
+        for got, want in zip(outputs, inputs, strict=True):
+            assert got.device.type == device and got.shape == want.shape and got.dtype == want.dtype
+            assert got.is_conj() == want.is_conj() and got.is_neg() == want.is_neg()
+            assert torch.equal(got.resolve_conj().resolve_neg().cpu(), want.resolve_conj().resolve_neg().cpu())
+
+    host = ferry.transfer_tensor_d2h(inputs)
+    check(host, "cpu")
+    check(ferry.transfer_tensor_h2d(host, device=DEV), "cuda")
+
+
 @pytest.mark.parametrize("pinned", [False, True])
 def test_h2d_is_byte_exact(pinned):
     host = [random_tensor(s, d, i, device="cpu") for i, (s, d) in

@@ -210,3 +210,19 @@ def test_a_tensor_ferry_refuses_after_parts_were_handed_over_fails_the_stage_and
     del state["sparse"]
     staged = ferry.torch.Stager().stage(state)   # the pool still serves the next stage
     assert all(torch.equal(staged[k], v.cpu()) for k, v in state.items())
+
+
+def test_conjugate_negative_and_empty_views_are_staged_with_their_values_and_leave_the_storage_shared_by_the_rest():
+    """A lazily conjugated or negated view keeps its flag's meaning, and an empty slice neither copies nor breaks
+    its storage's sharing: the other tensors on each storage still view one copy."""
+    z = torch.randn(6, 5, dtype=torch.complex64, device=DEV)
+    x = torch.randn(6, 5, device=DEV)
+    state = {"z": z, "z.conj": z.conj(), "z.rows.conj": z[1:4].conj(), "x": x, "x.neg": torch._neg_view(x),
+             "x.empty": x[3:3], "x.rows": x[2:]}
+    assert state["z.conj"].is_conj() and state["x.neg"].is_neg()
+    staged = ferry.torch.Stager().stage(state)
+    for k, v in state.items():
+        got = staged[k]
+        assert got.dtype == v.dtype and got.shape == v.shape and got.device.type == "cpu", k
+        assert torch.equal(got.resolve_conj().resolve_neg(), v.resolve_conj().resolve_neg().cpu()), k
+    assert staged["x.rows"].untyped_storage().data_ptr() == staged["x"].untyped_storage().data_ptr()
