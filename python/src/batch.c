@@ -10,8 +10,10 @@
  * Identity: a node whose subtree holds no copied tensor comes back as the very same object; only containers on
  * the way to a copied tensor are new. A container met twice (a sub-batch shared by two parents) is walked and
  * copied once, and its rebuilt form is shared the same way, as copy.deepcopy keeps it: a shared structure costs
- * its size, not the number of its paths. (Tensors are not looked up: one tensor named twice directly is copied
- * twice, which costs less than a look-up per tensor in the common batch.) Containers are rebuilt with their own
+ * its size, not the number of its paths. A tensor that views memory an earlier tensor of the batch views the same
+ * way (one tensor in two places, a weight tied under two names: same first byte, dtype, shape, strides, device,
+ * type and lazy bits) is copied once, and both places get the one output: the outputs share memory where the
+ * inputs do, and a state dict with tied weights costs its distinct bytes. Containers are rebuilt with their own
  * type:
  *   list, tuple, dict             new list / tuple / dict (dict keys and order kept)
  *   namedtuple                    cls(*items)
@@ -34,58 +36,63 @@
 static int64_t has_strides_mark;
 #define HAS_STRIDES (&has_strides_mark) /* a pending descriptor's strides, until its pointers are set */
 
-/* ---- objects already walked: an open-addressing table from object to its first node ------------------------- */
+/* ---- an open-addressing table from an address to indices ---------------------------------------------------------
+ * Two of them: containers walked, by object, to their first node; leaves, by the address of their first byte, to
+ * their index (several leaves may view one address in different ways, so a key may repeat). */
 
-struct ferry_py_seen {
+struct ferry_py_addrmap {
   size_t cap, used; /* cap is a power of two; at most half full */
-  struct seen_slot { PyObject *obj; uint32_t node; } slots[];
+  struct addr_slot { uintptr_t key; uint32_t value; } slots[];
 };
 
-/* Fibonacci hashing: the product's HIGH bits, which depend on every bit of the address (the low bits of object
- * addresses repeat with the allocator's strides, and taking the product's low bits would pile them into few
- * slots). */
-static size_t seen_hash(PyObject *obj, size_t cap) {
-  return (size_t)(((uint64_t)(uintptr_t)obj * 0x9E3779B97F4A7C15ull) >> (64 - __builtin_ctzll((uint64_t)cap)));
+/* Fibonacci hashing: the product's HIGH bits, which depend on every bit of the address (the low bits of addresses
+ * repeat with the allocator's strides, and taking the product's low bits would pile them into few slots). */
+static size_t addr_hash(uintptr_t key, size_t cap) {
+  return (size_t)(((uint64_t)key * 0x9E3779B97F4A7C15ull) >> (64 - __builtin_ctzll((uint64_t)cap)));
 }
 
-/* The first node of `obj`, or -1. */
-static int64_t seen_find(const ferry_py_seen *s, PyObject *obj) {
-  if (!s) return -1;
-  for (size_t i = seen_hash(obj, s->cap);; i = (i + 1) & (s->cap - 1)) {
-    if (s->slots[i].obj == obj) return s->slots[i].node;
-    if (!s->slots[i].obj) return -1;
+/* The values of `key` one by one: *cursor starts at SIZE_MAX; -1 when there are no more. Key 0 is never stored. */
+static int64_t addrmap_next(const ferry_py_addrmap *m, uintptr_t key, size_t *cursor) {
+  if (!m || !key) return -1;
+  size_t i = *cursor == SIZE_MAX ? addr_hash(key, m->cap) : (*cursor + 1) & (m->cap - 1);
+  for (;; i = (i + 1) & (m->cap - 1)) {
+    if (!m->slots[i].key) return -1;
+    if (m->slots[i].key == key) {
+      *cursor = i;
+      return m->slots[i].value;
+    }
   }
 }
 
-static int seen_add(ferry_py_seen **sp, PyObject *obj, size_t node) {
-  ferry_py_seen *s = *sp;
-  if (node > UINT32_MAX - 1) {
+static int addrmap_add(ferry_py_addrmap **mp, uintptr_t key, size_t value) {
+  ferry_py_addrmap *m = *mp;
+  if (value > UINT32_MAX - 1) {
     PyErr_SetString(PyExc_OverflowError, "the batch has more than 2^32 objects");
     return -1;
   }
-  if (!s || 2 * (s->used + 1) > s->cap) {
-    size_t cap = s ? 2 * s->cap : 256;
-    ferry_py_seen *t = PyMem_Calloc(1, sizeof *t + cap * sizeof t->slots[0]);
+  if (!m || 2 * (m->used + 1) > m->cap) {
+    size_t cap = m ? 2 * m->cap : 256;
+    ferry_py_addrmap *t = PyMem_Calloc(1, sizeof *t + cap * sizeof t->slots[0]);
     if (!t) {
       PyErr_NoMemory();
       return -1;
     }
     t->cap = cap;
-    for (size_t i = 0; s && i < s->cap; i++) {
-      if (!s->slots[i].obj) continue;
-      size_t j = seen_hash(s->slots[i].obj, cap);
-      while (t->slots[j].obj) j = (j + 1) & (cap - 1);
-      t->slots[j] = s->slots[i];
+    for (size_t i = 0; m && i < m->cap; i++) {
+      if (!m->slots[i].key) continue;
+      size_t j = addr_hash(m->slots[i].key, cap);
+      while (t->slots[j].key) j = (j + 1) & (cap - 1);
+      t->slots[j] = m->slots[i];
     }
-    t->used = s ? s->used : 0;
-    PyMem_Free(s);
-    *sp = s = t;
+    t->used = m ? m->used : 0;
+    PyMem_Free(m);
+    *mp = m = t;
   }
-  size_t i = seen_hash(obj, s->cap);
-  while (s->slots[i].obj) i = (i + 1) & (s->cap - 1);
-  s->slots[i].obj = obj; /* borrowed: the node holds the reference */
-  s->slots[i].node = (uint32_t)node;
-  s->used++;
+  size_t i = addr_hash(key, m->cap);
+  while (m->slots[i].key) i = (i + 1) & (m->cap - 1);
+  m->slots[i].key = key;
+  m->slots[i].value = (uint32_t)value;
+  m->used++;
   return 0;
 }
 
@@ -241,7 +248,8 @@ static int walk_children(walker *w, PyObject *obj, uint8_t kind, PyObject *field
 }
 
 static int walk_container(walker *w, PyObject *obj, PyObject *key, uint8_t kind, PyObject *fields) {
-  int64_t first = seen_find(w->b->seen, obj);
+  size_t cursor = SIZE_MAX;
+  int64_t first = addrmap_next(w->b->seen, (uintptr_t)obj, &cursor);
   if (first >= 0) return push_repeat(w, obj, key, first);
   if (w->depth >= FERRY_PY_MAX_DEPTH) {
     PyErr_Format(PyExc_RecursionError, "the batch is nested deeper than %d containers (a %s at depth %d)",
@@ -251,7 +259,7 @@ static int walk_container(walker *w, PyObject *obj, PyObject *key, uint8_t kind,
   if (Py_EnterRecursiveCall(" while walking a batch for ferry")) return -1;
   Py_ssize_t index = push_node(w->b, obj, key, kind, -1);
   int rc = -1;
-  if (index >= 0 && seen_add(&w->b->seen, obj, (size_t)index) == 0) {
+  if (index >= 0 && addrmap_add(&w->b->seen, (uintptr_t)obj, (size_t)index) == 0) {
     uint32_t count = 0;
     w->depth++;
     w->b->nodes[index].flags |= FERRY_PY_NODE_WALKING;
@@ -275,15 +283,23 @@ static uint64_t leaf_bytes(const ferry_tensor *t) {
   return n;
 }
 
+/* Whether a tensor just read has dimensions the tape keeps (others are rank 0, or refused by ferry later). */
+static bool has_dims(const ferry_tensor *t) { return t->ndim > 0 && t->ndim <= FERRY_MAX_NDIM && t->shape; }
+
 /* Copies the tensor's shape and strides into the tape's own memory and points the descriptor there. A rank the
  * C library would refuse is left for it to refuse (it reads no shape then). */
+
 static int copy_dims(ferry_py_batch *b, ferry_py_leaf *leaf, ferry_tensor *t) {
   leaf->dims_at = NO_DIMS;
-  if (t->ndim <= 0 || t->ndim > FERRY_MAX_NDIM || !t->shape) {
+  if (!has_dims(t)) {
     t->shape = t->strides = NULL;
     return 0;
   }
   size_t nd = (size_t)t->ndim;
+  if (b->n_dims + 2 * nd > UINT32_MAX) {
+    PyErr_SetString(PyExc_OverflowError, "the batch's tensors have more than 2^32 dimensions in all");
+    return -1;
+  }
   if (grow((void **)&b->dims, &b->cap_dims, b->n_dims + 2 * nd, sizeof *b->dims) < 0) return -1;
   uint64_t bytes = leaf_bytes(t);
   b->pending_bytes = bytes > UINT64_MAX - b->pending_bytes ? UINT64_MAX : b->pending_bytes + bytes;
@@ -298,6 +314,34 @@ static int copy_dims(ferry_py_batch *b, ferry_py_leaf *leaf, ferry_tensor *t) {
   t->shape = NULL;
   t->strides = t->strides ? HAS_STRIDES : NULL;
   return 0;
+}
+
+static uintptr_t first_byte(const ferry_tensor *t) { return t->data ? (uintptr_t)t->data + t->byte_offset : 0; }
+
+/* Whether leaf `j` of the tape and `t`, just read (its shape and strides still the producer's), view the same
+ * memory the same way and come back the same way (type, lazy bits). Strides given and omitted compare unequal. */
+static bool same_view(const ferry_py_batch *b, size_t j, const ferry_tensor *t, const ferry_py_leaf *leaf) {
+  const ferry_tensor *u = &b->tensors[j];
+  const ferry_py_leaf *l = &b->leaves[j];
+  if (u->ndim != t->ndim || u->dtype.code != t->dtype.code || u->dtype.bits != t->dtype.bits ||
+      u->dtype.lanes != t->dtype.lanes || u->device.device_type != t->device.device_type ||
+      u->device.device_id != t->device.device_id || l->family != leaf->family || l->api != leaf->api ||
+      l->math_bits != leaf->math_bits)
+    return false;
+  if (!has_dims(t) || l->dims_at == NO_DIMS) return !has_dims(t) && l->dims_at == NO_DIMS;
+  if ((u->strides != NULL) != (t->strides != NULL)) return false;
+  size_t nd = (size_t)t->ndim;
+  const int64_t *dims = b->dims + l->dims_at;
+  return memcmp(dims, t->shape, nd * sizeof *dims) == 0 &&
+         (!t->strides || memcmp(dims + nd, t->strides, nd * sizeof *dims) == 0);
+}
+
+/* The leaf that `t` repeats (a tied weight under two names, one tensor in two places), or -1. */
+static int64_t repeated_leaf(const ferry_py_batch *b, const ferry_tensor *t, const ferry_py_leaf *leaf) {
+  size_t cursor = SIZE_MAX;
+  for (int64_t j; (j = addrmap_next(b->views, first_byte(t), &cursor)) >= 0;)
+    if (same_view(b, (size_t)j, t, leaf)) return j;
+  return -1;
 }
 
 static int walk_tensor(walker *w, PyObject *obj, PyObject *key, const ferry_py_typeinfo *ti) {
@@ -319,7 +363,13 @@ static int walk_tensor(walker *w, PyObject *obj, PyObject *key, const ferry_py_t
   int rc = ferry_py_read_tensor(w->ctx, obj, ti, t, leaf);
   if (rc < 0) return -1;
   if (rc == 0) return push_node(b, obj, key, FERRY_PY_OTHER, -1) < 0 ? -1 : 0;
+  int64_t repeated = repeated_leaf(b, t, leaf);
+  if (repeated >= 0) { /* one copy, and one output object in both places, as the memory is one on the source side */
+    ferry_py_leaf_release_input(leaf);
+    return push_node(b, obj, key, FERRY_PY_OTHER, (int32_t)repeated) < 0 ? -1 : 0;
+  }
   int32_t index = (int32_t)b->n_leaves++; /* counted first: a failed step below must still release what was read */
+  if (first_byte(t) && addrmap_add(&b->views, first_byte(t), (size_t)index) < 0) return -1;
   if (copy_dims(b, leaf, t) < 0) return -1;
   if (push_node(b, obj, key, FERRY_PY_OTHER, index) < 0) return -1;
   return w->leaf_walked ? w->leaf_walked(w->arg) : 0;
@@ -374,7 +424,6 @@ const ferry_tensor *ferry_py_batch_take_pending(ferry_py_batch *b, size_t *first
   *count = b->n_leaves - b->pending;
   b->pending = b->n_leaves;
   b->pending_bytes = 0;
-  b->n_dims = 0; /* ferry copies the descriptors while it takes them: the room is free for the next part */
   return b->tensors + *first;
 }
 
@@ -392,6 +441,7 @@ void ferry_py_batch_clear(ferry_py_batch *b) {
   PyMem_Free(b->tensors);
   PyMem_Free(b->dims);
   PyMem_Free(b->seen);
+  PyMem_Free(b->views);
   memset(b, 0, sizeof *b);
 }
 

@@ -235,7 +235,7 @@ typedef struct ferry_py_node {
 #define FERRY_PY_NODE_WALKING 1       /* its children are being walked (meeting it again is a cycle) */
 #define FERRY_PY_NODE_REPEATED 2      /* a later FERRY_PY_SHARED node repeats it: the rebuild keeps its result */
 
-typedef struct ferry_py_seen ferry_py_seen; /* batch.c: objects already walked, by identity */
+typedef struct ferry_py_addrmap ferry_py_addrmap; /* batch.c: a table from an address to indices */
 
 typedef struct ferry_py_batch {
   ferry_py_node *nodes;
@@ -243,11 +243,12 @@ typedef struct ferry_py_batch {
   ferry_py_leaf *leaves;   /* source-side tensors, in batch order */
   ferry_tensor *tensors;   /* their descriptors, in ferry's own memory (parallel to leaves) */
   size_t n_leaves, cap_leaves;
-  int64_t *dims;           /* the shapes and strides of the leaves not yet given to ferry (`pending` on) */
+  int64_t *dims;           /* the leaves' shapes and strides (each leaf's dims_at) */
   size_t n_dims, cap_dims;
   size_t pending;          /* leaves [pending, n_leaves) are walked but not yet given to ferry */
   uint64_t pending_bytes;  /* the bytes those leaves hold, from their shapes and dtypes as read */
-  ferry_py_seen *seen;
+  ferry_py_addrmap *seen;  /* containers walked, by object, to their first node */
+  ferry_py_addrmap *views; /* leaves, by the address of their first byte, to their index */
 } ferry_py_batch;
 
 #define FERRY_PY_MAX_DEPTH 1000 /* deeper batches raise RecursionError */

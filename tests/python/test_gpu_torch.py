@@ -118,6 +118,19 @@ def test_requires_grad_and_parameters_are_copied_detached():
     assert torch.equal(out[1], (p * 2).detach().cpu())
 
 
+def test_a_weight_tied_under_two_names_is_copied_once_and_comes_back_as_one_tensor():
+    embed = torch.nn.Embedding(4096, 1024).to(DEV)
+    head = torch.nn.Linear(1024, 4096, bias=False).to(DEV)
+    head.weight = embed.weight
+    state = torch.nn.ModuleDict({"embed": embed, "head": head}).state_dict()
+    assert state["embed.weight"] is not state["head.weight"]   # state_dict() gives each name its own tensor
+    gc.collect()
+    before = ferry.pool.stats()["bytes_in_use"]
+    out = ferry.transfer_tensor_d2h(state)
+    assert out["embed.weight"] is out["head.weight"] and torch.equal(out["head.weight"], embed.weight.detach().cpu())
+    assert ferry.pool.stats()["bytes_in_use"] - before < 2 * embed.weight.nbytes
+
+
 def test_conjugate_and_negative_views_keep_their_values_and_bits_both_ways():
     """torch's DLPack export describes a lazily conjugated or negated view as its memory, whose values differ from
     the view's: the copies hold the memory, and the outputs get the bits back, on the host and on the device."""

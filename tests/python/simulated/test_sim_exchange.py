@@ -103,6 +103,45 @@ def test_h2d_through_the_exchange_api_is_byte_exact_and_device_tensors_pass_thro
         assert got.device == (2, 0) and got.tobytes() == want.tobytes()
 
 
+def in_use():
+    return ferry.pool.stats()["bytes_in_use"]
+
+
+def test_tensors_viewing_one_memory_the_same_way_are_copied_once_and_come_back_as_one_output():
+    """A tensor in two places and a weight tied under two names (two objects, one memory): one copy, one output."""
+    a, b = random_array((64, 32), np.float32, 11), random_array((64, 32), np.float32, 12)
+    gc.collect()
+    distinct = ferry.transfer_tensor_d2h({"embed": X(a), "other": X(b)})
+    held = in_use()
+    del distinct
+    gc.collect()
+    tied = X(a)
+    batch = {"embed": tied, "head": X(a), "again": [tied], "other": X(b)}
+    out = ferry.transfer_tensor_d2h(batch)
+    assert out["embed"] is out["head"] is out["again"][0] and out["other"] is not out["embed"]
+    assert in_use() == held
+    assert out["embed"].tobytes() == a.tobytes() and out["other"].tobytes() == b.tobytes()
+    back = ferry.transfer_tensor_h2d([X(a, device=-1), X(b, device=-1), X(a, device=-1)])
+    assert back[0] is back[2] and back[0] is not back[1] and back[2].tobytes() == a.tobytes()
+
+
+def test_views_of_one_first_byte_that_differ_in_layout_or_dtype_are_copied_apart():
+    a = random_array((8, 6), np.float32, 13)
+    views = [a, a.T, a[0], a.reshape(48), a.view(np.int32), a[:, :3], a[:1]]
+    out = ferry.transfer_tensor_d2h([X(v) for v in views] + [X(a)])
+    assert len({id(o) for o in out[:-1]}) == len(views) and out[-1] is out[0]
+    for got, want in zip(out, views):
+        assert got.shape == want.shape and got.tobytes() == np.ascontiguousarray(want).tobytes()
+
+
+def test_a_tensor_repeated_many_parts_later_is_still_one_output():
+    a = random_array((16,), np.float32, 14)
+    middle = [X(random_array((16,), np.float32, i)) for i in range(3000)]   # several parts
+    out = ferry.transfer_tensor_d2h([X(a)] + middle + [X(a)])
+    assert out[0] is out[-1] and out[-1].tobytes() == a.tobytes()
+    assert all(got.tobytes() == want.tobytes() for got, want in zip(out[1:-1], middle))
+
+
 def test_exchange_outputs_hold_the_slab_until_the_last_one_dies():
     out = ferry.transfer_tensor_d2h([X(np.arange(100)), X(np.arange(50))])
     assert ferry.pool.stats()["bytes_in_use"] > 0

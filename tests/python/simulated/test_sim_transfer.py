@@ -223,6 +223,14 @@ def test_outputs_share_one_slab_which_returns_to_the_pool_with_the_last_output()
     assert in_use() == 0
 
 
+def test_one_array_in_two_places_through_dlpack_is_copied_once():
+    a = np.arange(100, dtype=np.int64)
+    d = device(a)
+    out = ferry.transfer_tensor_d2h([d, {"again": d}, device(a), device(a[::2])])
+    assert out[0] is out[1]["again"] is out[2] and out[3] is not out[0]
+    assert out[0].tobytes() == a.tobytes() and out[3].tobytes() == a[::2].tobytes()
+
+
 def test_dropped_outputs_let_the_pool_reuse_the_slab():
     first = ferry.transfer_tensor_d2h(device(np.arange(4096)))
     where = address(first)
