@@ -87,8 +87,57 @@ static int strategy(int which, size_t n) {
   return 0;
 }
 
+/* Whether cuMemHostRegister scales with threads: `regions` fresh THP regions of `n` bytes, faulted in by 16 threads
+ * (timed apart), then registered by `threads` threads at once, each taking every threads-th region. */
+struct reg_job { char **base; size_t n; int first, step, regions; int failed; };
+static CUcontext probe_ctx;
+static void *register_some(void *a) {
+  struct reg_job *j = a;
+  cuCtxSetCurrent(probe_ctx); /* a context is current per thread */
+  for (int i = j->first; i < j->regions; i += j->step)
+    if (cuMemHostRegister(j->base[i], j->n, 0) != CUDA_SUCCESS) j->failed = 1;
+  return NULL;
+}
+static int parallel_register(size_t n, int regions, int threads) {
+  char *base[64]; pthread_t th[64]; struct reg_job jobs[64];
+  double t0 = now_ms();
+  for (int i = 0; i < regions; i++) {
+    base[i] = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base[i] == MAP_FAILED) { printf("mmap failed\n"); return -1; }
+    madvise(base[i], n, MADV_HUGEPAGE);
+    touch_par(base[i], n, 16, 4096);
+  }
+  double t1 = now_ms();
+  for (int t = 0; t < threads; t++) {
+    jobs[t] = (struct reg_job){base, n, t, threads, regions, 0};
+    pthread_create(&th[t], NULL, register_some, &jobs[t]);
+  }
+  int failed = 0;
+  for (int t = 0; t < threads; t++) { pthread_join(th[t], NULL); failed |= jobs[t].failed; }
+  double t2 = now_ms(), gb = (double)n * regions / 1e9;
+  printf("%2d x %4zu MiB: fault-in (16 threads) %8.2f ms (%5.1f GB/s); register on %d thread(s) %8.2f ms (%5.1f GB/s)%s\n",
+         regions, n >> 20, t1 - t0, gb / ((t1 - t0) / 1e3), threads, t2 - t1, gb / ((t2 - t1) / 1e3),
+         failed ? "  FAILED" : "");
+  for (int i = 0; i < regions; i++) { cuMemHostUnregister(base[i]); munmap(base[i], n); }
+  return failed ? -1 : 0;
+}
+
 int main(int argc, char **argv) {
-  if (argc > 1 && !strcmp(argv[1], "--help")) { puts("usage: probe_pinning [MiB...]  (default 96 1024)"); return 0; }
+  if (argc > 1 && !strcmp(argv[1], "--help")) {
+    puts("usage: probe_pinning [MiB...]           strategies for each size (default 96 1024)\n"
+         "       probe_pinning --register MiB N    N regions of MiB each, registered by 1, 2, 4 and 8 threads");
+    return 0;
+  }
+  if (argc == 4 && !strcmp(argv[1], "--register")) {
+    CK(cuInit(0)); CUdevice d; CK(cuDeviceGet(&d, 0)); CUcontext c; CK(cuDevicePrimaryCtxRetain(&c, d));
+    CK(cuCtxSetCurrent(c));
+    probe_ctx = c;
+    int regions = atoi(argv[3]);
+    if (regions < 1 || regions > 64) { puts("N: 1 to 64"); return 2; }
+    parallel_register((size_t)atol(argv[2]) << 20, regions, 1); /* warm-up: the first registration pays extra */
+    for (int threads = 1; threads <= 8; threads *= 2) parallel_register((size_t)atol(argv[2]) << 20, regions, threads);
+    return 0;
+  }
   CK(cuInit(0)); CUdevice d; CK(cuDeviceGet(&d, 0)); CUcontext c; CK(cuDevicePrimaryCtxRetain(&c, d)); CK(cuCtxSetCurrent(c));
   CK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
   size_t sizes[8]; int ns = 0;
