@@ -157,24 +157,29 @@ def _is_dtensor(t: torch.Tensor) -> bool:
 
 
 # A stage() call hands its CUDA copies to ferry in parts as the walk finds them, so that they run while the walk
-# reads the rest: the first part after this many tensors (the copies start early), each later one after PART_TENSORS
-# (few calls). The parts fall at the same tensors on every save of one layout, so the pool's memory is reused. As
-# in ferry's own walk, tensors averaging _EARLY_PART_MAX_MEAN_BYTES or more (a large model's) copy for far longer
-# than they take to walk: they go in one transfer at the walk's end, which holds no more pinned memory than them.
+# reads the rest: the first part after FIRST_PART_TENSORS (the copies start early), each next one after twice as
+# many as the last, up to PART_TENSORS (few calls; a model's first tensors are often tiny norm parameters, whose
+# copies end long before a large part is walked). The parts fall at the same tensors on every save of one layout, so
+# the pool's memory is reused. As in ferry's own walk, tensors averaging _EARLY_PART_MAX_MEAN_BYTES or more (a large
+# model's) copy for far longer than they take to walk: they go in one transfer at the walk's end, which holds no
+# more pinned memory than them.
 FIRST_PART_TENSORS = 32
 PART_TENSORS = 256
 
 
 class _Part:
-    """Tensors for one ferry transfer: their sources, what each output becomes ((slots, False) for one tensor copied
-    as it is, (slots, True) for a storage shared by several tensors, copied whole), and their bytes."""
+    """Tensors for one ferry transfer: their sources, what each output becomes (a slot for one tensor copied as it
+    is; (slots, False) for one carried as integers and viewed back; (slots, True) for a storage shared by several
+    tensors, copied whole), their bytes, and the count at which the part is handed to ferry if its tensors are
+    small."""
 
-    __slots__ = ("sources", "outputs", "nbytes")
+    __slots__ = ("sources", "outputs", "nbytes", "cut_at")
 
-    def __init__(self) -> None:
+    def __init__(self, cut_at: int) -> None:
         self.sources: list[torch.Tensor] = []
-        self.outputs: list[tuple[list[int], bool]] = []
+        self.outputs: list[int | tuple[list[int], bool]] = []
         self.nbytes = 0
+        self.cut_at = cut_at
 
 
 def _for_ferry(t: torch.Tensor) -> bool:
@@ -185,8 +190,9 @@ def _for_ferry(t: torch.Tensor) -> bool:
 class _Staging:
     """One stage() call: the walk, which submits the copies, then finish(), which waits and rebuilds.
 
-    The walk turns the state dict into nodes, each a tuple whose first item says what it is:
-      ("tensor", slot)            the tensor staged into results[slot]
+    The walk turns the state dict into nodes: a tensor's is its slot, an int (most of a state dict: cheap to make
+    and to rebuild), the others a tuple whose first item says what it is:
+      slot                        the tensor staged into results[slot]
       ("dtensor", slot, source)   a DTensor whose local tensor is staged into results[slot]
       ("dict", source, items)     items: [(key, node)]; rebuilt from a shallow copy of source
       ("list", source, nodes)
@@ -210,10 +216,9 @@ class _Staging:
         self._views: list[tuple[int, int]] = []  # (slot, slot of the whole storage's copy it views)
         self._later: list[tuple[int, tuple]] = []   # (slot, storage key) staged at the walk's end
         self._parts: dict[int, _Part] = {}      # per device, the part not yet handed to ferry
-        # Per part handed to ferry and not yet placed: its handle and what each output becomes, (slots, False) for
-        # one tensor copied as it is, (slots, True) for a storage shared by several tensors, copied whole.
-        self._pending: list[tuple[Any, list[tuple[list[int], bool]]]] = []
-        self._devices_started: set[int] = set()   # devices whose first part went to ferry
+        self._next_cut: dict[int, int] = {}     # per device, the count at which its next part is handed over
+        # Per part handed to ferry and not yet placed: its handle and what each output becomes (_Part.outputs).
+        self._pending: list[tuple[Any, list[int | tuple[list[int], bool]]]] = []
         self.results: list[torch.Tensor | None] = []   # by slot
         try:
             self._root = self._walk(state_dict)
@@ -224,9 +229,9 @@ class _Staging:
 
     # ---- the walk --------------------------------------------------------------------------------------------
 
-    def _walk(self, obj: Any) -> tuple:
-        if isinstance(obj, torch.Tensor) and not _is_dtensor(obj):   # most of a state dict; its slot is its memo
-            return ("tensor", self._slot(obj))
+    def _walk(self, obj: Any) -> int | tuple:
+        if type(obj) in _PLAIN or (isinstance(obj, torch.Tensor) and not _is_dtensor(obj)):   # its slot is its memo
+            return self._slot(obj)
         node = self._nodes.get(id(obj))
         if node is _IN_PROGRESS:
             raise ValueError(f"the state dict contains itself: a {type(obj).__name__} holds itself, directly or "
@@ -238,8 +243,10 @@ class _Staging:
             node = ("keep", obj)
         elif isinstance(obj, torch.Tensor):
             node = ("dtensor", self._slot(obj._local_tensor), obj)
-        elif isinstance(obj, dict):
-            node = ("dict", obj, [(key, self._walk(value)) for key, value in obj.items()])
+        elif isinstance(obj, dict):   # plain tensors go straight to _slot: a call less for most of a state dict
+            walk, slot = self._walk, self._slot
+            node = ("dict", obj, [(key, slot(value) if type(value) in _PLAIN else walk(value))
+                                  for key, value in obj.items()])
         elif isinstance(obj, list):
             node = ("list", obj, [self._walk(value) for value in obj])
         elif isinstance(obj, tuple):
@@ -261,35 +268,45 @@ class _Staging:
         self.results.append(None)
         key, whole_storage = _storage_of(t, slot)
         whole = self._whole.get(key)
-        if whole is not None and self._sources[whole].nbytes % t.element_size() == 0:
-            self._views.append((slot, whole))
-        elif whole is None and whole_storage and _for_ferry(t):
+        if whole is not None:
+            if self._sources[whole].nbytes % t.element_size() == 0:
+                self._views.append((slot, whole))
+                return slot
+        elif whole_storage and _for_ferry(t):
             self._whole[key] = slot
-            self._queue(t.get_device(), _exportable(t.detach() if t.requires_grad else t), ([slot], False))
-        else:
-            self._later.append((slot, key))
+            self._queue_tensor(key[1], t, slot)
+            return slot
+        self._later.append((slot, key))
         return slot
 
     # ---- the copies ------------------------------------------------------------------------------------------
 
-    def _queue(self, device: int, source: torch.Tensor, output: tuple[list[int], bool]) -> None:
+    def _queue_tensor(self, device: int, t: torch.Tensor, slot: int) -> None:
+        """Queues one tensor copied as it is into results[slot]."""
+        source = t.detach() if t.requires_grad else t
+        if t.dtype in _DLPACK_DTYPES:
+            self._queue(device, source, slot)
+        else:
+            self._queue(device, _exportable(source), ([slot], False))
+
+    def _queue(self, device: int, source: torch.Tensor, output: int | tuple[list[int], bool]) -> None:
         part = self._parts.get(device)
         if part is None:
-            part = self._parts[device] = _Part()
+            part = self._parts[device] = _Part(self._next_cut.get(device, FIRST_PART_TENSORS))
         part.sources.append(source)
         part.outputs.append(output)
         part.nbytes += source.nbytes
         count = len(part.sources)
-        if (count >= (PART_TENSORS if device in self._devices_started else FIRST_PART_TENSORS)
-                and part.nbytes < count * _EARLY_PART_MAX_MEAN_BYTES):
-            self._hand_over(device)
+        if count >= part.cut_at:
+            part.cut_at = self._next_cut[device] = min(2 * count, PART_TENSORS)
+            if part.nbytes < count * _EARLY_PART_MAX_MEAN_BYTES:
+                self._hand_over(device)
 
     def _hand_over(self, device: int) -> None:
         """Hands a device's part to ferry, then places the part before it, whose copies are likely done by now,
         while this one's run."""
         part = self._parts.pop(device)
         self._pending.append((transfer_tensor_d2h_async(part.sources, device=device), part.outputs))
-        self._devices_started.add(device)
         if len(self._pending) > 1:
             self._place(*self._pending.pop(0))
 
@@ -315,7 +332,7 @@ class _Staging:
             else:
                 for slot in slots:
                     t = self._sources[slot]
-                    self._queue(t.get_device(), _exportable(t.detach() if t.requires_grad else t), ([slot], False))
+                    self._queue_tensor(t.get_device(), t, slot)
         for device in list(self._parts):
             self._hand_over(device)
         for slots, shared in here:
@@ -346,20 +363,25 @@ class _Staging:
             except Exception:   # noqa: BLE001 - the caller raises the walk's error
                 pass
 
-    def _place(self, handle: Any, outputs: list[tuple[list[int], bool]]) -> None:
+    def _place(self, handle: Any, outputs: list[int | tuple[list[int], bool]]) -> None:
         """Waits for one part's copies and puts its outputs in their slots: a tensor as itself (viewed back to its
         dtype when it was carried as integers), a shared storage as each member's view of it."""
-        for (slots, shared), copied in zip(outputs, handle.wait()):
-            if not copied.is_cpu:
-                raise RuntimeError(
-                    f"ferry did not copy a tensor on {copied.device}: ferry sees no CUDA driver or device while "
-                    f"torch does (ferry.device_count() is 0?)")
+        copies = handle.wait()
+        if copies and not copies[0].is_cpu:   # ferry copies every tensor of a call, or passes them all through
+            raise RuntimeError(
+                f"ferry did not copy a tensor on {copies[0].device}: ferry sees no CUDA driver or device while torch "
+                f"does (ferry.device_count() is 0?)")
+        results = self.results
+        for output, copied in zip(outputs, copies):
+            if type(output) is int:
+                results[output] = copied
+                continue
+            slots, shared = output
             if not shared:
-                source = self._sources[slots[0]]
-                self.results[slots[0]] = copied if copied.dtype == source.dtype else copied.view(source.dtype)
+                results[slots[0]] = copied.view(self._sources[slots[0]].dtype)
             else:
                 for slot in slots:
-                    self.results[slot] = _view_of(copied, self._sources[slot])
+                    results[slot] = _view_of(copied, self._sources[slot])
 
     def finish(self) -> Any:
         """Waits for the copies, then rebuilds the state dict around them. Every part is waited for before an
@@ -380,6 +402,7 @@ class _Staging:
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)   # the tensor types ferry copies; a DTensor is staged by its local tensor
+_STRIDED = torch.strided
 
 
 # dtypes every DLPack consumer and producer knows; a tensor of another dtype (float8, sub-byte, ...) is copied as
@@ -395,12 +418,14 @@ def _exportable(t: torch.Tensor) -> torch.Tensor:
 
 
 def _storage_of(t: torch.Tensor, slot: int) -> tuple[tuple, bool]:
-    """(key, whole): tensors with equal keys share a storage (its device, address and size: two storages can start
-    at one address); a tensor without a strided storage of its own bytes keys on its slot, and so does one whose
-    views would lose a flag (conjugate, negative) or that holds nothing. whole: t's compact copy is its storage's
-    bytes (it starts at the storage's start, is contiguous and ends at its end)."""
-    if (type(t) not in _PLAIN or t.layout != torch.strided or t.is_quantized or t.numel() == 0 or t.is_conj()
-            or t.is_neg()):
+    """(key, whole): tensors with equal keys share a storage (its device type, device index, address and size: two
+    storages can start at one address); a tensor without a strided storage of its own bytes keys on its slot, and
+    so does one whose views would lose a flag (conjugate, negative) or that holds nothing. whole: t's compact copy
+    is its storage's bytes (it starts at the storage's start, is contiguous and ends at its end)."""
+    if type(t) not in _PLAIN or t.layout is not _STRIDED or t.is_quantized or t.is_conj() or t.is_neg():
+        return ("alone", slot), False
+    size = t.nbytes
+    if not size:
         return ("alone", slot), False
     try:
         storage = t.untyped_storage()
@@ -409,9 +434,8 @@ def _storage_of(t: torch.Tensor, slot: int) -> tuple[tuple, bool]:
     pointer, nbytes = storage.data_ptr(), storage.nbytes()
     if not pointer:
         return ("alone", slot), False
-    device = t.get_device()
-    key = ("cuda", device, pointer, nbytes) if t.is_cuda else (t.device.type, device, pointer, nbytes)
-    return key, t.storage_offset() == 0 and t.is_contiguous() and t.nbytes == nbytes
+    key = ("cuda" if t.is_cuda else t.device.type, t.get_device(), pointer, nbytes)
+    return key, size == nbytes and t.storage_offset() == 0 and t.is_contiguous()
 
 
 def _can_share(first: torch.Tensor, members: list[torch.Tensor]) -> bool:
@@ -435,14 +459,14 @@ class _Rebuild:
         self._built: dict[int, Any] = {}
         self._deepcopy_memo: dict[int, Any] = {}
 
-    def node(self, node: tuple) -> Any:
+    def node(self, node: int | tuple) -> Any:
+        if type(node) is int:
+            return self._results[node]
         built = self._built.get(id(node), self)
         if built is not self:
             return built
         kind = node[0]
-        if kind == "tensor":
-            built = self._results[node[1]]
-        elif kind == "keep":
+        if kind == "keep":
             built = node[1]
         elif kind == "dtensor":
             source = node[2]
@@ -453,8 +477,9 @@ class _Rebuild:
             if getattr(built, "__dict__", None):
                 built.__dict__ = copy.deepcopy(built.__dict__, self._deepcopy_memo)
             self._built[id(node)] = built
+            results, rebuild = self._results, self.node
             for key, value in node[2]:
-                built[key] = self.node(value)
+                built[key] = results[value] if type(value) is int else rebuild(value)
             return built
         elif kind == "list":
             built = copy.copy(node[1])
