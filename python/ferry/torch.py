@@ -157,12 +157,10 @@ def _is_dtensor(t: torch.Tensor) -> bool:
 
 
 # A stage() call hands its CUDA copies to ferry in parts as the walk finds them, so that they run while the walk
-# reads the rest: the first part after FIRST_PART_TENSORS (the copies start early), each next one after twice as
-# many as the last, up to PART_TENSORS (few calls; a model's first tensors are often tiny norm parameters, whose
-# copies end long before a large part is walked). The parts fall at the same tensors on every save of one layout, so
-# the pool's memory is reused. As in ferry's own walk, tensors averaging _EARLY_PART_MAX_MEAN_BYTES or more (a large
-# model's) copy for far longer than they take to walk: they go in one transfer at the walk's end, which holds no
-# more pinned memory than them.
+# reads the rest: the first part after this many tensors (the copies start early), each later one after PART_TENSORS
+# (few calls). The parts fall at the same tensors on every save of one layout, so the pool's memory is reused. As
+# in ferry's own walk, tensors averaging _EARLY_PART_MAX_MEAN_BYTES or more (a large model's) copy for far longer
+# than they take to walk: they go in one transfer at the walk's end, which holds no more pinned memory than them.
 FIRST_PART_TENSORS = 32
 PART_TENSORS = 256
 
@@ -170,16 +168,14 @@ PART_TENSORS = 256
 class _Part:
     """Tensors for one ferry transfer: their sources, what each output becomes (a slot for one tensor copied as it
     is; (slots, False) for one carried as integers and viewed back; (slots, True) for a storage shared by several
-    tensors, copied whole), their bytes, and the count at which the part is handed to ferry if its tensors are
-    small."""
+    tensors, copied whole), and their bytes."""
 
-    __slots__ = ("sources", "outputs", "nbytes", "cut_at")
+    __slots__ = ("sources", "outputs", "nbytes")
 
-    def __init__(self, cut_at: int) -> None:
+    def __init__(self) -> None:
         self.sources: list[torch.Tensor] = []
         self.outputs: list[int | tuple[list[int], bool]] = []
         self.nbytes = 0
-        self.cut_at = cut_at
 
 
 def _for_ferry(t: torch.Tensor) -> bool:
@@ -216,7 +212,7 @@ class _Staging:
         self._views: list[tuple[int, int]] = []  # (slot, slot of the whole storage's copy it views)
         self._later: list[tuple[int, tuple]] = []   # (slot, storage key) staged at the walk's end
         self._parts: dict[int, _Part] = {}      # per device, the part not yet handed to ferry
-        self._next_cut: dict[int, int] = {}     # per device, the count at which its next part is handed over
+        self._devices_started: set[int] = set()   # devices whose first part went to ferry
         # Per part handed to ferry and not yet placed: its handle and what each output becomes (_Part.outputs).
         self._pending: list[tuple[Any, list[int | tuple[list[int], bool]]]] = []
         self.results: list[torch.Tensor | None] = []   # by slot
@@ -292,21 +288,21 @@ class _Staging:
     def _queue(self, device: int, source: torch.Tensor, output: int | tuple[list[int], bool]) -> None:
         part = self._parts.get(device)
         if part is None:
-            part = self._parts[device] = _Part(self._next_cut.get(device, FIRST_PART_TENSORS))
+            part = self._parts[device] = _Part()
         part.sources.append(source)
         part.outputs.append(output)
         part.nbytes += source.nbytes
         count = len(part.sources)
-        if count >= part.cut_at:
-            part.cut_at = self._next_cut[device] = min(2 * count, PART_TENSORS)
-            if part.nbytes < count * _EARLY_PART_MAX_MEAN_BYTES:
-                self._hand_over(device)
+        if (count >= (PART_TENSORS if device in self._devices_started else FIRST_PART_TENSORS)
+                and part.nbytes < count * _EARLY_PART_MAX_MEAN_BYTES):
+            self._hand_over(device)
 
     def _hand_over(self, device: int) -> None:
         """Hands a device's part to ferry, then places the part before it, whose copies are likely done by now,
         while this one's run."""
         part = self._parts.pop(device)
         self._pending.append((transfer_tensor_d2h_async(part.sources, device=device), part.outputs))
+        self._devices_started.add(device)
         if len(self._pending) > 1:
             self._place(*self._pending.pop(0))
 

@@ -358,7 +358,6 @@ typedef struct ferry_py_job {
   ferry_transfer_options opts;/* made when the first part is submitted */
   const DLPackExchangeAPI *ordered_after; /* the framework whose current stream the copies were ordered after */
   ferry_transfer *ticket;     /* NULL until the first part is submitted */
-  size_t part_at;             /* transfer.c's part_point: the leaves pending at which the next part may be cut */
   ferry_py_outputs **blocks;  /* the parts' output blocks (one reference each) */
   size_t n_blocks, cap_blocks;
   ferry_py_pace pace;

@@ -159,14 +159,10 @@ static int submit_walked(ferry_py_job *job) {
 }
 
 /* Parts are cut by tensor count alone, never where a time slice ends, so that every call of one batch is cut at
- * the same tensors: its slabs have the same sizes from call to call and the pool serves them from the ranges the
- * first call pinned instead of growing. The first part goes after FIRST_PART_TENSORS so that the copies start while
- * the rest is walked, and each next one after twice as many, up to PART_TENSORS: a model's first tensors are often
- * tiny (a CNN's norm parameters), and a part whose copies end long before the next is walked leaves the link idle
- * for that walk. A part costs ~30-50 us of driver calls (a slab, a gather launch, its upload, events) against
- * ~0.3-2 us per tensor walked and built. Until PART_TENSORS, a part is cut only while its tensors average under
- * FERRY_PY_EARLY_PART_MAX_MEAN_BYTES: large tensors copy for far longer than they take to walk, and one transfer of
- * them holds no more pinned memory than they do. */
+ * the same tensors: its slabs have the same sizes from call to call and the pinned pool serves them from the
+ * ranges the first call pinned instead of growing. The first part goes after FIRST_PART_TENSORS, so that the
+ * copies start while the rest is walked; later ones each PART_TENSORS: a part costs ~30-50 us of driver calls (a
+ * slab, a gather launch, its upload, events), against ~0.3 us per tensor walked. */
 #define FIRST_PART_TENSORS 64
 #define PART_TENSORS 1024
 
@@ -174,9 +170,8 @@ static int submit_walked(ferry_py_job *job) {
 static int part_point(void *arg) {
   ferry_py_job *job = arg;
   size_t pending = job->tape.n_leaves - job->tape.pending;
-  if (pending < job->part_at) return 0;
-  job->part_at = pending * 2 < PART_TENSORS ? pending * 2 : PART_TENSORS; /* after a part or not: twice this many */
-  bool part = pending >= PART_TENSORS || job->tape.pending_bytes / pending < FERRY_PY_EARLY_PART_MAX_MEAN_BYTES;
+  bool part = pending == PART_TENSORS || (pending == FIRST_PART_TENSORS && !job->ticket &&
+                                          job->tape.pending_bytes / pending < FERRY_PY_EARLY_PART_MAX_MEAN_BYTES);
   return part ? submit_walked(job) : 0;
 }
 
@@ -208,7 +203,6 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *
                        PyObject *kwnames) {
   memset(job, 0, sizeof *job);
   job->h2d = h2d;
-  job->part_at = FIRST_PART_TENSORS;
   stamp(job, FERRY_PY_PHASE_START);
   ferry_py_args a;
   if (ferry_py_args_parse(name, args, nargs, kwnames, &a) < 0) return -1;
