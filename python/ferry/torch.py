@@ -380,21 +380,48 @@ class _Staging:
                     results[slot] = _view_of(copied, self._sources[slot])
 
     def finish(self) -> Any:
-        """Waits for the copies, then rebuilds the state dict around them. Every part is waited for before an
-        error of one is raised."""
+        """Waits for the copies and rebuilds the state dict around them. The containers are rebuilt while the last
+        part copies, with its tensors' places left to fill once it is done (when they are all in dicts and lists,
+        as in a state dict; otherwise the rebuild waits for it). Every part is waited for before an error of one is
+        raised."""
         pending, self._pending = self._pending, []
+        last = pending.pop() if pending else None
         error = None
         for handle, outputs in pending:
             try:
                 self._place(handle, outputs)
             except Exception as e:   # noqa: BLE001 - raised once every part is done
                 error = error or e
+        early = None
+        if last is not None and error is None:
+            self._make_views()
+            early = _Rebuild(self.results, holes_allowed=True)
+            root = early.node(self._root)
+        if last is not None:
+            try:
+                self._place(*last)
+            except Exception as e:   # noqa: BLE001 - as above
+                error = error or e
         if error is not None:
             raise error
+        self._make_views()
+        if early is None or early.holes is None:
+            return _Rebuild(self.results).node(self._root)
+        results = self.results
+        for container, key, slot in early.holes:
+            container[key] = results[slot]
+        return root
+
+    def _make_views(self) -> None:
+        """The results of the tensors that view a storage copied whole, where that copy is placed already."""
+        results, left = self.results, []
         for slot, whole in self._views:
-            copy_of_storage = self.results[whole].reshape(-1).view(torch.uint8)
-            self.results[slot] = _view_of(copy_of_storage, self._sources[slot])
-        return _Rebuild(self.results).node(self._root)
+            if results[whole] is None:
+                left.append((slot, whole))
+            elif results[slot] is None:
+                copy_of_storage = results[whole].reshape(-1).view(torch.uint8)
+                results[slot] = _view_of(copy_of_storage, self._sources[slot])
+        self._views = left
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)   # the tensor types ferry copies; a DTensor is staged by its local tensor
@@ -448,15 +475,26 @@ def _view_of(whole: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
 
 
 class _Rebuild:
-    """Builds the staged objects from the walk's nodes; a node met twice gives the same object."""
+    """Builds the staged objects from the walk's nodes; a node met twice gives the same object.
 
-    def __init__(self, results: list[torch.Tensor | None]) -> None:
+    With holes_allowed, a tensor whose result is not placed yet (None) leaves a hole: in a dict or a list, its
+    place is recorded in `holes` as (container, key or index, slot), to fill later; anywhere else (a tuple, a
+    DTensor) `holes` becomes None, and the objects built cannot be used."""
+
+    def __init__(self, results: list[torch.Tensor | None], holes_allowed: bool = False) -> None:
         self._results = results
         self._built: dict[int, Any] = {}
         self._deepcopy_memo: dict[int, Any] = {}
+        self.holes: list[tuple[Any, Any, int]] | None = [] if holes_allowed else None
+
+    def _hole(self, container: Any, key: Any, slot: int) -> None:
+        if self.holes is not None and self._results[slot] is None:
+            self.holes.append((container, key, slot))
 
     def node(self, node: int | tuple) -> Any:
         if type(node) is int:
+            if self._results[node] is None:   # only while holes are allowed: every result is placed otherwise
+                self.holes = None   # a place that cannot be filled later (a tuple's item, a DTensor's local tensor)
             return self._results[node]
         built = self._built.get(id(node), self)
         if built is not self:
@@ -465,9 +503,9 @@ class _Rebuild:
         if kind == "keep":
             built = node[1]
         elif kind == "dtensor":
-            source = node[2]
+            source, local = node[2], self.node(node[1])
             # DTensor.from_local would move the local tensor back to the mesh's device; the constructor does not.
-            built = type(source)(self._results[node[1]], source._spec, requires_grad=False)
+            built = None if local is None else type(source)(local, source._spec, requires_grad=False)
         elif kind == "dict":
             built = copy.copy(node[1])   # keeps the dict's type, default_factory and attributes
             if getattr(built, "__dict__", None):
@@ -475,12 +513,21 @@ class _Rebuild:
             self._built[id(node)] = built
             results, rebuild = self._results, self.node
             for key, value in node[2]:
-                built[key] = results[value] if type(value) is int else rebuild(value)
+                if type(value) is int:
+                    tensor = built[key] = results[value]
+                    if tensor is None:
+                        self._hole(built, key, value)
+                else:
+                    built[key] = rebuild(value)
             return built
         elif kind == "list":
             built = copy.copy(node[1])
             self._built[id(node)] = built
-            built[:] = [self.node(value) for value in node[2]]
+            items = node[2]
+            built[:] = [self._results[value] if type(value) is int else self.node(value) for value in items]
+            for index, value in enumerate(items):
+                if type(value) is int and self._results[value] is None:
+                    self._hole(built, index, value)
             return built
         elif kind == "tuple":
             items = [self.node(value) for value in node[2]]

@@ -143,3 +143,55 @@ def test_a_failed_part_fails_the_stage_after_every_part_is_waited_for(stand_in, 
     with pytest.raises(RuntimeError, match="a copy of this part failed"):
         ferry.torch.Stager().stage(state)
     assert len(fake.handles) == 2 and all(h.waited for h in fake.handles)
+
+
+def nested_state(n):
+    """A state dict of n small tensors in nested dicts and lists, the last ones in the last part, with a view of a
+    last-part storage and a dict met twice."""
+    shared = {"bias": torch.full((5,), -1.0)}
+    layers = [{"w": torch.full((33,), float(i)), "pair": [torch.full((3,), float(i)), torch.zeros(2)]}
+              for i in range(n)]
+    last = torch.randn(8, 4)
+    return {"layers": layers, "a": shared, "b": shared, "last": last, "last_rows": last[2:5]}
+
+
+def assert_staged(staged, state):
+    assert staged.keys() == state.keys() and staged["a"] is staged["b"]
+    for got, want in zip(staged["layers"], state["layers"], strict=True):
+        assert torch.equal(got["w"], want["w"]) and len(got["pair"]) == 2
+        assert all(torch.equal(g, w) for g, w in zip(got["pair"], want["pair"], strict=True))
+    assert torch.equal(staged["a"]["bias"], state["a"]["bias"]) and torch.equal(staged["last"], state["last"])
+    assert torch.equal(staged["last_rows"], state["last_rows"]) and same_storage(staged["last_rows"], staged["last"])
+
+
+@pytest.fixture
+def rebuilds(monkeypatch):
+    """Counts the Stager's rebuilds of the state dict: one while the last part copies when every tensor of it sits
+    in a dict or a list, and a second after it when one does not."""
+    made = []
+
+    class Counted(ferry.torch._Rebuild):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(ferry.torch, "_Rebuild", Counted)
+    return made
+
+
+def test_the_state_dict_is_rebuilt_while_the_last_part_copies_and_its_tensors_fill_their_places(stand_in, rebuilds):
+    fake = stand_in()
+    state = nested_state(ferry.torch.PART_TENSORS)
+    staged = ferry.torch.Stager().stage(state)
+    assert len(fake.parts) >= 3 and len(rebuilds) == 1 and len(rebuilds[0].holes) > 0
+    assert_staged(staged, state)
+
+
+def test_a_last_part_tensor_in_a_tuple_makes_the_rebuild_wait_for_its_copy(stand_in, rebuilds):
+    stand_in()
+    state = nested_state(ferry.torch.PART_TENSORS)
+    state["tuple"] = (state["last"], 7)
+    staged = ferry.torch.Stager().stage(state)
+    assert len(rebuilds) == 2 and rebuilds[0].holes is None
+    assert_staged(staged, state)
+    assert staged["tuple"][0] is staged["last"] and staged["tuple"][1] == 7
