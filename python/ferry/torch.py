@@ -20,6 +20,7 @@ Importing this module imports torch; ``import ferry`` never does.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import copy
 from typing import Any
@@ -216,8 +217,14 @@ class _Staging:
         # Per part handed to ferry and not yet placed: its handle and what each output becomes (_Part.outputs).
         self._pending: list[tuple[Any, list[int | tuple[list[int], bool]]]] = []
         self.results: list[torch.Tensor | None] = []   # by slot
+        # Whether finish() may rebuild while the last part copies: every tensor sits in a dict or a list of the
+        # built-in types, whose places can be filled afterwards (not in a tuple, a DTensor or at the root, nor in a
+        # container type whose __setitem__ might copy or refuse the placeholder).
+        self._early_rebuild = True
         try:
             self._root = self._walk(state_dict)
+            if type(self._root) is int:
+                self._early_rebuild = False
             self._stage_the_rest()
         except BaseException:
             self._drain()
@@ -239,14 +246,21 @@ class _Staging:
             node = ("keep", obj)
         elif isinstance(obj, torch.Tensor):
             node = ("dtensor", self._slot(obj._local_tensor), obj)
+            self._early_rebuild = False
         elif isinstance(obj, dict):   # plain tensors go straight to _slot: a call less for most of a state dict
             walk, slot = self._walk, self._slot
             node = ("dict", obj, [(key, slot(value) if type(value) in _PLAIN else walk(value))
                                   for key, value in obj.items()])
+            if type(obj) is not dict and type(obj) is not collections.OrderedDict:
+                self._early_rebuild = False
         elif isinstance(obj, list):
             node = ("list", obj, [self._walk(value) for value in obj])
+            if type(obj) is not list:
+                self._early_rebuild = False
         elif isinstance(obj, tuple):
             node = ("tuple", obj, [self._walk(value) for value in obj])
+            if any(type(item) is int for item in node[2]):
+                self._early_rebuild = False
         else:
             node = ("copy", obj)
         self._nodes[id(obj)] = node   # the state dict keeps obj alive, so its id is not reused during the walk
@@ -381,9 +395,9 @@ class _Staging:
 
     def finish(self) -> Any:
         """Waits for the copies and rebuilds the state dict around them. The containers are rebuilt while the last
-        part copies, with its tensors' places left to fill once it is done (when they are all in dicts and lists,
-        as in a state dict; otherwise the rebuild waits for it). Every part is waited for before an error of one is
-        raised."""
+        part copies, with its tensors' places left to fill once it is done, when every tensor sits in a dict or a
+        list (_early_rebuild); otherwise the rebuild waits for it. Every part is waited for before an error (of a
+        part or of the rebuild) is raised."""
         pending, self._pending = self._pending, []
         last = pending.pop() if pending else None
         error = None
@@ -393,10 +407,13 @@ class _Staging:
             except Exception as e:   # noqa: BLE001 - raised once every part is done
                 error = error or e
         early = None
-        if last is not None and error is None:
-            self._make_views()
-            early = _Rebuild(self.results, holes_allowed=True)
-            root = early.node(self._root)
+        if last is not None and error is None and self._early_rebuild:
+            try:
+                self._make_views()
+                early = _Rebuild(self.results, holes_allowed=True)
+                root = early.node(self._root)
+            except Exception as e:   # noqa: BLE001 - raised once the last part is done too
+                error, early = e, None
         if last is not None:
             try:
                 self._place(*last)

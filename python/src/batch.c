@@ -67,7 +67,7 @@ static int64_t addrmap_next(const ferry_py_addrmap *m, uintptr_t key, size_t *cu
 static int addrmap_add(ferry_py_addrmap **mp, uintptr_t key, size_t value) {
   ferry_py_addrmap *m = *mp;
   if (value > UINT32_MAX - 1) {
-    PyErr_SetString(PyExc_OverflowError, "the batch has more than 2^32 objects");
+    PyErr_SetString(PyExc_OverflowError, "the batch has more than 2^32 containers or tensors");
     return -1;
   }
   if (!m || 2 * (m->used + 1) > m->cap) {
@@ -288,7 +288,6 @@ static bool has_dims(const ferry_tensor *t) { return t->ndim > 0 && t->ndim <= F
 
 /* Copies the tensor's shape and strides into the tape's own memory and points the descriptor there. A rank the
  * C library would refuse is left for it to refuse (it reads no shape then). */
-
 static int copy_dims(ferry_py_batch *b, ferry_py_leaf *leaf, ferry_tensor *t) {
   leaf->dims_at = NO_DIMS;
   if (!has_dims(t)) {
@@ -336,11 +335,22 @@ static bool same_view(const ferry_py_batch *b, size_t j, const ferry_tensor *t, 
          (!t->strides || memcmp(dims + nd, t->strides, nd * sizeof *dims) == 0);
 }
 
-/* The leaf that `t` repeats (a tied weight under two names, one tensor in two places), or -1. */
-static int64_t repeated_leaf(const ferry_py_batch *b, const ferry_tensor *t, const ferry_py_leaf *leaf) {
+/* Views compared per first byte: beyond them a tensor is copied on its own rather than looked up, so that a batch
+ * of thousands of different views of one address (as_strided windows, say) costs a bounded look-up per tensor
+ * instead of one per earlier view. */
+#define MAX_VIEWS_PER_ADDRESS 8
+
+/* The leaf that `t` repeats (a tied weight under two names, one tensor in two places), or -1; *crowded when its
+ * first byte has MAX_VIEWS_PER_ADDRESS views recorded already (it is then not recorded). */
+static int64_t repeated_leaf(const ferry_py_batch *b, const ferry_tensor *t, const ferry_py_leaf *leaf,
+                             bool *crowded) {
   size_t cursor = SIZE_MAX;
-  for (int64_t j; (j = addrmap_next(b->views, first_byte(t), &cursor)) >= 0;)
+  int seen = 0;
+  for (int64_t j; seen < MAX_VIEWS_PER_ADDRESS && (j = addrmap_next(b->views, first_byte(t), &cursor)) >= 0;) {
     if (same_view(b, (size_t)j, t, leaf)) return j;
+    seen++;
+  }
+  *crowded = seen == MAX_VIEWS_PER_ADDRESS;
   return -1;
 }
 
@@ -363,13 +373,14 @@ static int walk_tensor(walker *w, PyObject *obj, PyObject *key, const ferry_py_t
   int rc = ferry_py_read_tensor(w->ctx, obj, ti, t, leaf);
   if (rc < 0) return -1;
   if (rc == 0) return push_node(b, obj, key, FERRY_PY_OTHER, -1) < 0 ? -1 : 0;
-  int64_t repeated = repeated_leaf(b, t, leaf);
+  bool crowded = false;
+  int64_t repeated = repeated_leaf(b, t, leaf, &crowded);
   if (repeated >= 0) { /* one copy, and one output object in both places, as the memory is one on the source side */
     ferry_py_leaf_release_input(leaf);
     return push_node(b, obj, key, FERRY_PY_OTHER, (int32_t)repeated) < 0 ? -1 : 0;
   }
   int32_t index = (int32_t)b->n_leaves++; /* counted first: a failed step below must still release what was read */
-  if (first_byte(t) && addrmap_add(&b->views, first_byte(t), (size_t)index) < 0) return -1;
+  if (first_byte(t) && !crowded && addrmap_add(&b->views, first_byte(t), (size_t)index) < 0) return -1;
   if (copy_dims(b, leaf, t) < 0) return -1;
   if (push_node(b, obj, key, FERRY_PY_OTHER, index) < 0) return -1;
   return w->leaf_walked ? w->leaf_walked(w->arg) : 0;

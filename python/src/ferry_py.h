@@ -144,7 +144,7 @@ typedef struct ferry_py_leaf {
   PyObject *output;                      /* the built output (strong), NULL until built */
   ferry_py_outputs *block;               /* the outputs block of its part (borrowed from the job), once added */
   uint32_t local;                        /* its index in that block */
-  uint32_t dims_at;                      /* while pending: where its shape and strides are in the tape's dims */
+  uint32_t dims_at;                      /* where its shape and strides are in the tape's dims (NO_DIMS: none) */
   uint8_t math_bits;                     /* torch's lazy bits the export dropped (math_bits.c), set on the output */
 } ferry_py_leaf;
 

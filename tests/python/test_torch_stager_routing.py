@@ -166,8 +166,8 @@ def assert_staged(staged, state):
 
 @pytest.fixture
 def rebuilds(monkeypatch):
-    """Counts the Stager's rebuilds of the state dict: one while the last part copies when every tensor of it sits
-    in a dict or a list, and a second after it when one does not."""
+    """Counts the Stager's rebuilds of the state dict and whether each may leave holes (rebuilt while the last part
+    copies) or not (after it)."""
     made = []
 
     class Counted(ferry.torch._Rebuild):
@@ -187,11 +187,55 @@ def test_the_state_dict_is_rebuilt_while_the_last_part_copies_and_its_tensors_fi
     assert_staged(staged, state)
 
 
-def test_a_last_part_tensor_in_a_tuple_makes_the_rebuild_wait_for_its_copy(stand_in, rebuilds):
+def test_a_tensor_in_a_tuple_makes_the_rebuild_wait_for_the_last_part(stand_in, rebuilds):
     stand_in()
     state = nested_state(ferry.torch.PART_TENSORS)
     state["tuple"] = (state["last"], 7)
     staged = ferry.torch.Stager().stage(state)
-    assert len(rebuilds) == 2 and rebuilds[0].holes is None
+    assert len(rebuilds) == 1 and rebuilds[0].holes is None   # one rebuild, after the last part
     assert_staged(staged, state)
     assert staged["tuple"][0] is staged["last"] and staged["tuple"][1] == 7
+
+
+class ConvertingDict(dict):
+    """A dict whose __setitem__ stores a new list for a list (as easydict's EasyDict does): a place filled after
+    the rebuild would be filled in the list it dropped."""
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, list(value) if isinstance(value, list) else value)
+
+
+class TensorsOnly(dict):
+    def __setitem__(self, key, value):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError("values must be tensors")
+        super().__setitem__(key, value)
+
+
+def test_containers_of_other_types_are_rebuilt_after_the_last_part(stand_in, rebuilds):
+    stand_in()
+    state = nested_state(ferry.torch.PART_TENSORS)
+    cfg = ConvertingDict()
+    dict.__setitem__(cfg, "pair", [state["last"], torch.full((3,), 2.0)])
+    state["cfg"] = cfg
+    staged = ferry.torch.Stager().stage(state)
+    assert len(rebuilds) == 1 and rebuilds[0].holes is None
+    assert_staged(staged, state)
+    assert staged["cfg"]["pair"][0] is staged["last"] and torch.equal(staged["cfg"]["pair"][1], torch.full((3,), 2.0))
+    strict = TensorsOnly({f"w{i}": torch.full((33,), float(i)) for i in range(ferry.torch.PART_TENSORS + 40)})
+    staged = ferry.torch.Stager().stage(strict)
+    assert type(staged) is TensorsOnly and all(torch.equal(staged[k], v) for k, v in strict.items())
+
+
+class CannotCopy:
+    def __deepcopy__(self, memo):
+        raise RuntimeError("cannot deep-copy")
+
+
+def test_a_rebuild_that_fails_raises_after_every_part_is_waited_for(stand_in):
+    fake = stand_in()
+    state = nested_state(ferry.torch.PART_TENSORS)
+    state["extra"] = CannotCopy()
+    with pytest.raises(RuntimeError, match="cannot deep-copy"):
+        ferry.torch.Stager().stage(state)
+    assert len(fake.handles) >= 3 and all(h.waited for h in fake.handles)

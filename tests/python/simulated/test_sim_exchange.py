@@ -134,6 +134,18 @@ def test_views_of_one_first_byte_that_differ_in_layout_or_dtype_are_copied_apart
         assert got.shape == want.shape and got.tobytes() == np.ascontiguousarray(want).tobytes()
 
 
+def test_thousands_of_views_of_one_address_are_each_copied_and_only_the_first_few_looked_up():
+    """Views of one first byte are compared against at most 8 earlier ones, so that thousands of windows of one
+    address cost a bounded look-up each: a repeat of one of the first 8 is still one output, a repeat of a later
+    one is a copy of its own, and every output holds its view's bytes."""
+    base = random_array((4096,), np.uint8, 15)
+    views = [base[:n] for n in range(1, 2001)]   # 2000 different views starting at base's first byte
+    out = ferry.transfer_tensor_d2h([X(v) for v in views] + [X(views[3]), X(views[1500])])
+    assert out[-2] is out[3] and out[-1] is not out[1500]
+    for got, want in zip(out, views + [views[3], views[1500]], strict=True):
+        assert got.tobytes() == want.tobytes()
+
+
 def test_a_tensor_repeated_many_parts_later_is_still_one_output():
     a = random_array((16,), np.float32, 14)
     middle = [X(random_array((16,), np.float32, i)) for i in range(3000)]   # several parts
