@@ -292,12 +292,10 @@ class _Staging:
     # ---- the copies ------------------------------------------------------------------------------------------
 
     def _queue_tensor(self, device: int, t: torch.Tensor, slot: int) -> None:
-        """Queues one tensor copied as it is into results[slot]."""
+        """Queues one tensor copied as it is into results[slot] (viewed back to its dtype if carried as integers)."""
         source = t.detach() if t.requires_grad else t
-        if t.dtype in _DLPACK_DTYPES:
-            self._queue(device, source, slot)
-        else:
-            self._queue(device, _exportable(source), ([slot], False))
+        exported = _exportable(source)
+        self._queue(device, exported, slot if exported is source else ([slot], False))
 
     def _queue(self, device: int, source: torch.Tensor, output: int | tuple[list[int], bool]) -> None:
         part = self._parts.get(device)
@@ -422,7 +420,7 @@ class _Staging:
         if error is not None:
             raise error
         self._make_views()
-        if early is None or early.holes is None:
+        if early is None:
             return _Rebuild(self.results).node(self._root)
         results = self.results
         for container, key, slot in early.holes:
@@ -494,9 +492,9 @@ def _view_of(whole: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
 class _Rebuild:
     """Builds the staged objects from the walk's nodes; a node met twice gives the same object.
 
-    With holes_allowed, a tensor whose result is not placed yet (None) leaves a hole: in a dict or a list, its
-    place is recorded in `holes` as (container, key or index, slot), to fill later; anywhere else (a tuple, a
-    DTensor) `holes` becomes None, and the objects built cannot be used."""
+    With holes_allowed (the walk found every tensor in a dict or a list of the built-in types: _early_rebuild), a
+    tensor whose result is not placed yet (None) leaves a hole, recorded in `holes` as (container, key or index,
+    slot), to fill later."""
 
     def __init__(self, results: list[torch.Tensor | None], holes_allowed: bool = False) -> None:
         self._results = results
@@ -504,14 +502,8 @@ class _Rebuild:
         self._deepcopy_memo: dict[int, Any] = {}
         self.holes: list[tuple[Any, Any, int]] | None = [] if holes_allowed else None
 
-    def _hole(self, container: Any, key: Any, slot: int) -> None:
-        if self.holes is not None and self._results[slot] is None:
-            self.holes.append((container, key, slot))
-
     def node(self, node: int | tuple) -> Any:
         if type(node) is int:
-            if self._results[node] is None:   # only while holes are allowed: every result is placed otherwise
-                self.holes = None   # a place that cannot be filled later (a tuple's item, a DTensor's local tensor)
             return self._results[node]
         built = self._built.get(id(node), self)
         if built is not self:
@@ -520,9 +512,9 @@ class _Rebuild:
         if kind == "keep":
             built = node[1]
         elif kind == "dtensor":
-            source, local = node[2], self.node(node[1])
+            source = node[2]
             # DTensor.from_local would move the local tensor back to the mesh's device; the constructor does not.
-            built = None if local is None else type(source)(local, source._spec, requires_grad=False)
+            built = type(source)(self._results[node[1]], source._spec, requires_grad=False)
         elif kind == "dict":
             built = copy.copy(node[1])   # keeps the dict's type, default_factory and attributes
             if getattr(built, "__dict__", None):
@@ -533,7 +525,7 @@ class _Rebuild:
                 if type(value) is int:
                     tensor = built[key] = results[value]
                     if tensor is None:
-                        self._hole(built, key, value)
+                        self.holes.append((built, key, value))
                 else:
                     built[key] = rebuild(value)
             return built
@@ -544,7 +536,7 @@ class _Rebuild:
             built[:] = [self._results[value] if type(value) is int else self.node(value) for value in items]
             for index, value in enumerate(items):
                 if type(value) is int and self._results[value] is None:
-                    self._hole(built, index, value)
+                    self.holes.append((built, index, value))
             return built
         elif kind == "tuple":
             items = [self.node(value) for value in node[2]]
