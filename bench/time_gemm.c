@@ -1,6 +1,7 @@
-/* time_gemm.c — device time of every tensor-core GEMM design at one size (`build/ferry_time_gemm`, default 4096³
- * bf16, row-major A, B and out, fp32 accumulation: `ferry bench latency`'s case), beside cuBLAS on the same
- * operands, and each design's output checked against cuBLAS's (‖ours − cuBLAS‖ / ‖cuBLAS‖, NaN-poisoned output).
+/* time_gemm.c — device time of every tensor-core GEMM design at one shape (`build/ferry_time_gemm`, default 4096³
+ * bf16, row-major A, B and out, fp32 accumulation: `ferry bench latency`'s case; --shape M N K for others, such as an
+ * LLM decode step, 16 × 8192 × 8192), beside cuBLAS on the same operands, and each design's output checked against
+ * cuBLAS's (‖ours − cuBLAS‖ / ‖cuBLAS‖, NaN-poisoned output).
  * Unlike the benchmark's table it lists every instruction kind, wgmma included (registered by default;
  * FERRY_WGMMA=0 leaves it out), and takes the median of several timed repeats. Each repeat: 3 warm-up launches, then `launches` launches between two
  * events, rotating over distinct operand sets so that the inputs are not all in L2. Exit status 1 when a design's
@@ -17,7 +18,7 @@
 
 enum { SETS = 3, MAX_REPEATS = 32 };
 static CUstream stream;
-static int n_, type_, launches_ = 20, repeats_ = 5;
+static int m_, n_, k_, type_, launches_ = 20, repeats_ = 5; /* out is m×n, A m×k, B k×n */
 static CUdeviceptr a_[SETS], b_[SETS], c_[SETS];
 static ferry_gemm_args args_[SETS];
 static bench_cublas cb_;
@@ -59,9 +60,9 @@ static uint16_t float_to_half(float f, int type) { /* operands only: values in [
 static void launch_cublas(int set) {
   float one = 1.0f, zero = 0.0f;
   int dt = type_ == FERRY_SCALAR_F16 ? BENCH_CUDA_R_16F : BENCH_CUDA_R_16BF;
-  /* row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ */
-  int rc = cb_.gemm_ex(cb_.handle, 0, 0, n_, n_, n_, &one, (const void *)(uintptr_t)b_[set], dt, n_,
-                       (const void *)(uintptr_t)a_[set], dt, n_, &zero, (void *)(uintptr_t)c_[set], dt, n_,
+  /* row-major C = A·B is column-major Cᵀ (n×m) = Bᵀ (n×k) · Aᵀ (k×m) */
+  int rc = cb_.gemm_ex(cb_.handle, 0, 0, n_, m_, k_, &one, (const void *)(uintptr_t)b_[set], dt, n_,
+                       (const void *)(uintptr_t)a_[set], dt, k_, &zero, (void *)(uintptr_t)c_[set], dt, n_,
                        BENCH_CUBLAS_COMPUTE_32F, BENCH_CUBLAS_GEMM_DEFAULT);
   if (rc != 0) {
     printf("FATAL cublasGemmEx failed with status %d\n", rc);
@@ -104,7 +105,7 @@ static double time_us(const ferry_op *op, ferry_artifact *art, double *spread) {
 
 /* ‖out − ref‖ / ‖ref‖ over set 0's output (NaN when an element is NaN: unwritten, or wrong). */
 static double compare(const uint16_t *ref, uint16_t *out) {
-  size_t count = (size_t)n_ * n_;
+  size_t count = (size_t)m_ * n_;
   BENCH_CU(ferry__drv.cuMemcpyDtoH(out, c_[0], count * 2));
   double num = 0, den = 0;
   for (size_t i = 0; i < count; i++) {
@@ -117,23 +118,29 @@ static double compare(const uint16_t *ref, uint16_t *out) {
 }
 
 int main(int argc, char **argv) {
-  n_ = 4096;
+  m_ = n_ = k_ = 4096;
   type_ = FERRY_SCALAR_BF16;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--size") && i + 1 < argc) n_ = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--launches") && i + 1 < argc) launches_ = atoi(argv[++i]);
+    if (!strcmp(argv[i], "--size") && i + 1 < argc) m_ = n_ = k_ = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--shape") && i + 3 < argc) {
+      m_ = atoi(argv[++i]);
+      n_ = atoi(argv[++i]);
+      k_ = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--launches") && i + 1 < argc) launches_ = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats_ = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--fp16")) type_ = FERRY_SCALAR_F16;
     else {
-      printf("usage: %s [--size N] [--fp16] [--launches L] [--repeats R]\n"
-             "Device time of every tensor-core GEMM design at N³ (default 4096, bf16, row-major, fp32 accumulation)\n"
-             "beside cuBLAS, and each design's output against cuBLAS's. FERRY_WGMMA=0 leaves the wgmma design out.\n"
+      printf("usage: %s [--size N | --shape M N K] [--fp16] [--launches L] [--repeats R]\n"
+             "Device time of every tensor-core GEMM design at N³ (default 4096), or at out M×N = A M×K · B K×N\n"
+             "(an LLM decode step: --shape 16 8192 8192), bf16 (or fp16), row-major, fp32 accumulation, beside\n"
+             "cuBLAS, and each design's output against cuBLAS's. FERRY_WGMMA=0 leaves the wgmma design out.\n"
              "Defaults: --launches 20 --repeats 5.\n", argv[0]);
       return strcmp(argv[i], "--help") ? 2 : 0;
     }
   }
-  if (n_ < 16 || launches_ < 1 || repeats_ < 1 || repeats_ > MAX_REPEATS) {
-    printf("ferry_time_gemm: bad --size, --launches or --repeats\n");
+  if (m_ < 1 || n_ < 16 || k_ < 16 || launches_ < 1 || repeats_ < 1 || repeats_ > MAX_REPEATS) {
+    printf("ferry_time_gemm: bad --size or --shape (M >= 1, N and K >= 16), --launches or --repeats (1 to %d)\n",
+           MAX_REPEATS);
     return 2;
   }
   ferry_status st = ferry_init();
@@ -151,31 +158,37 @@ int main(int argc, char **argv) {
   if (have_cublas_) cb_.set_stream(cb_.handle, stream);
   else printf("no cuBLAS (%s): times only, no reference\n", why);
 
-  size_t count = (size_t)n_ * n_, bytes = count * 2;
-  uint16_t *host = malloc(bytes), *ref = malloc(bytes), *out = malloc(bytes);
+  size_t a_bytes = (size_t)m_ * k_ * 2, b_bytes = (size_t)k_ * n_ * 2, bytes = (size_t)m_ * n_ * 2;
+  size_t host_bytes = a_bytes > b_bytes ? a_bytes : b_bytes;
+  uint16_t *host = malloc(host_bytes > bytes ? host_bytes : bytes), *ref = malloc(bytes), *out = malloc(bytes);
+  if (!host || !ref || !out) {
+    printf("ferry_time_gemm: out of host memory for %d×%d×%d\n", m_, n_, k_);
+    return 2;
+  }
   uint64_t rng = 0x9e3779b97f4a7c15ull;
-  int64_t shape[2] = {n_, n_};
+  int64_t a_shape[2] = {m_, k_}, b_shape[2] = {k_, n_}, c_shape[2] = {m_, n_};
   ferry_dtype dt = type_ == FERRY_SCALAR_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1}
                                              : (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
   for (int s = 0; s < SETS; s++) {
-    BENCH_CU(ferry__drv.cuMemAlloc(&a_[s], bytes));
-    BENCH_CU(ferry__drv.cuMemAlloc(&b_[s], bytes));
+    BENCH_CU(ferry__drv.cuMemAlloc(&a_[s], a_bytes));
+    BENCH_CU(ferry__drv.cuMemAlloc(&b_[s], b_bytes));
     BENCH_CU(ferry__drv.cuMemAlloc(&c_[s], bytes));
     for (int which = 0; which < 2; which++) { /* random in [-1, 1), A and B different: never zeros */
-      for (size_t i = 0; i < count; i++) {
+      size_t n_bytes = which ? b_bytes : a_bytes;
+      for (size_t i = 0; i < n_bytes / 2; i++) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         host[i] = float_to_half((float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0), type_);
       }
-      BENCH_CU(ferry__drv.cuMemcpyHtoD(which ? b_[s] : a_[s], host, bytes));
+      BENCH_CU(ferry__drv.cuMemcpyHtoD(which ? b_[s] : a_[s], host, n_bytes));
     }
     BENCH_CU(ferry__drv.cuStreamSynchronize(NULL)); /* pageable uploads may land after return: done before use */
-    ferry_tensor ta = {(void *)(uintptr_t)a_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
-    ferry_tensor tb = {(void *)(uintptr_t)b_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
-    ferry_tensor tc = {(void *)(uintptr_t)c_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, shape, NULL, 0};
+    ferry_tensor ta = {(void *)(uintptr_t)a_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, a_shape, NULL, 0};
+    ferry_tensor tb = {(void *)(uintptr_t)b_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, b_shape, NULL, 0};
+    ferry_tensor tc = {(void *)(uintptr_t)c_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, c_shape, NULL, 0};
     BENCH_F(ferry_gemm_args_init(&args_[s], &ta, &tb, &tc, FERRY_SCALAR_F32));
   }
 
-  const double flops = 2.0 * n_ * (double)n_ * n_;
+  const double flops = 2.0 * m_ * (double)n_ * k_;
   double cublas_us = NAN, spread = 0;
   if (have_cublas_) {
     launch_cublas(0);
@@ -183,8 +196,8 @@ int main(int argc, char **argv) {
     BENCH_CU(ferry__drv.cuMemcpyDtoH(ref, c_[0], bytes));
     cublas_us = time_us(NULL, NULL, &spread);
   }
-  printf("device sm_%d, %d³ %s, row-major, fp32 accumulation; median of %d repeats of %d launches\n", sm, n_,
-         type_ == FERRY_SCALAR_F16 ? "fp16" : "bf16", repeats_, launches_);
+  printf("device sm_%d, %d×%d×%d (M×N×K) %s, row-major, fp32 accumulation; median of %d repeats of %d launches\n",
+         sm, m_, n_, k_, type_ == FERRY_SCALAR_F16 ? "fp16" : "bf16", repeats_, launches_);
   printf("%-34s %10s %9s %8s %9s %12s\n", "design", "µs", "TFLOP/s", "spread", "× cuBLAS", "vs cuBLAS");
   if (have_cublas_)
     printf("%-34s %10.1f %9.1f %7.1f%% %9s %12s\n", "cuBLAS (cublasGemmEx)", cublas_us, flops / cublas_us * 1e-6,
