@@ -3,9 +3,9 @@
  * LLM decode step, 16 × 8192 × 8192), beside cuBLAS on the same operands, and each design's output checked against
  * cuBLAS's (‖ours − cuBLAS‖ / ‖cuBLAS‖, NaN-poisoned output).
  * Unlike the benchmark's table it lists every instruction kind, wgmma included (registered by default;
- * FERRY_WGMMA=0 leaves it out), and takes the median of several timed repeats. Each repeat: 3 warm-up launches, then `launches` launches between two
- * events, rotating over distinct operand sets so that the inputs are not all in L2. Exit status 1 when a design's
- * output disagrees with cuBLAS beyond 1e-2 (bf16) / 5e-3 (fp16).
+ * FERRY_WGMMA=0 leaves it out), and takes the median of several timed repeats. Each repeat: 3 warm-up launches,
+ * then `launches` launches between two events, rotating over distinct operand sets so that the inputs are not all in
+ * L2. Exit status 1 when a design's output disagrees with cuBLAS beyond 1e-2 (bf16) / 5e-3 (fp16).
  */
 #include "common.h"
 #include "cublas.h" /* the benchmarks' dlopen wrapper, not the toolkit's header */
@@ -19,6 +19,7 @@
 enum { SETS = 3, MAX_REPEATS = 32 };
 static CUstream stream;
 static int m_, n_, k_, type_, launches_ = 20, repeats_ = 5; /* out is m×n, A m×k, B k×n */
+static int b_col_; /* B column-major: a weight matrix stored n×k, as torch.nn.functional.linear reads it */
 static CUdeviceptr a_[SETS], b_[SETS], c_[SETS];
 static ferry_gemm_args args_[SETS];
 static bench_cublas cb_;
@@ -48,7 +49,8 @@ static uint16_t float_to_half(float f, int type) { /* operands only: values in [
   uint32_t sign = (x >> 16) & 0x8000u, e = (x >> 23) & 0xffu, man = x & 0x7fffffu;
   if (e < 103) return (uint16_t)sign; /* below fp16's subnormals */
   if (e < 113) {                      /* fp16 subnormal */
-    uint32_t shift = 126 - e, m = man | 0x800000u, h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    uint32_t shift = 126 - e, m = man | 0x800000u, h = m >> shift, rem = m & ((1u << shift) - 1);
+    uint32_t half = 1u << (shift - 1);
     if (rem > half || (rem == half && (h & 1))) h++;
     return (uint16_t)(sign | h);
   }
@@ -61,7 +63,8 @@ static void launch_cublas(int set) {
   float one = 1.0f, zero = 0.0f;
   int dt = type_ == FERRY_SCALAR_F16 ? BENCH_CUDA_R_16F : BENCH_CUDA_R_16BF;
   /* row-major C = A·B is column-major Cᵀ (n×m) = Bᵀ (n×k) · Aᵀ (k×m) */
-  int rc = cb_.gemm_ex(cb_.handle, 0, 0, n_, m_, k_, &one, (const void *)(uintptr_t)b_[set], dt, n_,
+  /* column-major B (n rows of k in memory) is Bᵀ's column-major n×k transposed: op T, leading dimension k */
+  int rc = cb_.gemm_ex(cb_.handle, b_col_, 0, n_, m_, k_, &one, (const void *)(uintptr_t)b_[set], dt, b_col_ ? k_ : n_,
                        (const void *)(uintptr_t)a_[set], dt, k_, &zero, (void *)(uintptr_t)c_[set], dt, n_,
                        BENCH_CUBLAS_COMPUTE_32F, BENCH_CUBLAS_GEMM_DEFAULT);
   if (rc != 0) {
@@ -129,11 +132,13 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--launches") && i + 1 < argc) launches_ = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats_ = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--fp16")) type_ = FERRY_SCALAR_F16;
+    else if (!strcmp(argv[i], "--b-col")) b_col_ = 1;
     else {
-      printf("usage: %s [--size N | --shape M N K] [--fp16] [--launches L] [--repeats R]\n"
+      printf("usage: %s [--size N | --shape M N K] [--fp16] [--b-col] [--launches L] [--repeats R]\n"
              "Device time of every tensor-core GEMM design at N³ (default 4096), or at out M×N = A M×K · B K×N\n"
-             "(an LLM decode step: --shape 16 8192 8192), bf16 (or fp16), row-major, fp32 accumulation, beside\n"
-             "cuBLAS, and each design's output against cuBLAS's. FERRY_WGMMA=0 leaves the wgmma design out.\n"
+             "(an LLM decode step: --shape 16 8192 8192), bf16 (or fp16), row-major (--b-col: B column-major, a\n"
+             "weight stored N×K as torch's linear reads it), fp32 accumulation, beside cuBLAS, and each design's\n"
+             "output against cuBLAS's. FERRY_WGMMA=0 leaves the wgmma design out.\n"
              "Defaults: --launches 20 --repeats 5.\n", argv[0]);
       return strcmp(argv[i], "--help") ? 2 : 0;
     }
@@ -166,7 +171,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   uint64_t rng = 0x9e3779b97f4a7c15ull;
-  int64_t a_shape[2] = {m_, k_}, b_shape[2] = {k_, n_}, c_shape[2] = {m_, n_};
+  int64_t a_shape[2] = {m_, k_}, b_shape[2] = {k_, n_}, c_shape[2] = {m_, n_}, b_strides[2] = {1, k_};
   ferry_dtype dt = type_ == FERRY_SCALAR_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1}
                                              : (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
   for (int s = 0; s < SETS; s++) {
@@ -183,7 +188,8 @@ int main(int argc, char **argv) {
     }
     BENCH_CU(ferry__drv.cuStreamSynchronize(NULL)); /* pageable uploads may land after return: done before use */
     ferry_tensor ta = {(void *)(uintptr_t)a_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, a_shape, NULL, 0};
-    ferry_tensor tb = {(void *)(uintptr_t)b_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, b_shape, NULL, 0};
+    ferry_tensor tb = {(void *)(uintptr_t)b_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, b_shape,
+                       b_col_ ? b_strides : NULL, 0};
     ferry_tensor tc = {(void *)(uintptr_t)c_[s], {FERRY_DEVICE_CUDA, dev}, 2, dt, c_shape, NULL, 0};
     BENCH_F(ferry_gemm_args_init(&args_[s], &ta, &tb, &tc, FERRY_SCALAR_F32));
   }
@@ -196,8 +202,9 @@ int main(int argc, char **argv) {
     BENCH_CU(ferry__drv.cuMemcpyDtoH(ref, c_[0], bytes));
     cublas_us = time_us(NULL, NULL, &spread);
   }
-  printf("device sm_%d, %d×%d×%d (M×N×K) %s, row-major, fp32 accumulation; median of %d repeats of %d launches\n",
-         sm, m_, n_, k_, type_ == FERRY_SCALAR_F16 ? "fp16" : "bf16", repeats_, launches_);
+  printf("device sm_%d, %d×%d×%d (M×N×K) %s, row-major A and out, %s-major B, fp32 accumulation; median of %d "
+         "repeats of %d launches\n", sm, m_, n_, k_, type_ == FERRY_SCALAR_F16 ? "fp16" : "bf16",
+         b_col_ ? "column" : "row", repeats_, launches_);
   printf("%-34s %10s %9s %8s %9s %12s\n", "design", "µs", "TFLOP/s", "spread", "× cuBLAS", "vs cuBLAS");
   if (have_cublas_)
     printf("%-34s %10.1f %9.1f %7.1f%% %9s %12s\n", "cuBLAS (cublasGemmEx)", cublas_us, flops / cublas_us * 1e-6,
