@@ -68,8 +68,8 @@ endif()
 # nvcc's view of every built-in design (registers, spills, shared memory): `cmake --build B --target
 # ferry_check_kernels`. The same sources NVRTC compiles at run time, with the defaults of their macros varied.
 if(FERRY_NVCC)
-  # The designs: src/ops/gemm_designs.def, one FERRY_GEMM_DESIGN(FAMILY, BM, BN, BK, WARPS_M, WARPS_N, STAGES, VEC,
-  # SPEED) a line.
+  # The designs: src/ops/gemm_designs.def, one FERRY_GEMM_DESIGN(FAMILY, BM, BN, BK, WARPS_M, WARPS_N, WARPS_K,
+  # STAGES, VEC, SPEED) a line.
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/ops/gemm_designs.def)
   file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/src/ops/gemm_designs.def design_lines REGEX "^FERRY_GEMM_DESIGN\\(")
   set(check_cmds)
@@ -83,15 +83,16 @@ if(FERRY_NVCC)
     list(GET fields 3 bk)
     list(GET fields 4 wm)
     list(GET fields 5 wn)
-    list(GET fields 6 st)
-    list(GET fields 7 vec)
+    list(GET fields 6 wk)
+    list(GET fields 7 st)
+    list(GET fields 8 vec)
     set(design_flags -DFERRY_BM=${bm} -DFERRY_BN=${bn} -DFERRY_BK=${bk} -DFERRY_WARPS_M=${wm} -DFERRY_WARPS_N=${wn}
         -DFERRY_STAGES=${st})
     if(family STREQUAL "MMA")
       # gemm_mma.cu in the default kind (fp16 in, fp32 out), all-row and all-column majors
       set(file gemm_mma.cu)
       set(arch -arch=sm_90)
-      list(APPEND design_flags -DFERRY_VEC=${vec})
+      list(APPEND design_flags -DFERRY_VEC=${vec} -DFERRY_WARPS_K=${wk})
       set(kinds "-DFERRY_A_ROW=1 -DFERRY_B_ROW=1" "-DFERRY_A_ROW=0 -DFERRY_B_ROW=0")
     else()
       # gemm_mma_sw.cu and gemm_wgmma.cu in the benchmark's kind (bf16 row-major in and out) and column-major
@@ -108,7 +109,7 @@ if(FERRY_NVCC)
     endif()
     foreach(majors ${kinds})
       separate_arguments(maj UNIX_COMMAND "${majors}")
-      list(APPEND check_cmds COMMAND ${CMAKE_COMMAND} -E echo "${file} ${bm}x${bn}x${bk} s${st} vec${vec} ${majors}"
+      list(APPEND check_cmds COMMAND ${CMAKE_COMMAND} -E echo "${file} ${bm}x${bn}x${bk} s${st} vec${vec} k-sets${wk} ${majors}"
         COMMAND ${FERRY_NVCC} ${arch} -cubin -o ${CMAKE_CURRENT_BINARY_DIR}/check_kernel.cubin -Xptxas -v
                 ${design_flags} ${maj} ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels/${file})
     endforeach()

@@ -29,11 +29,12 @@ cuobjdump=${CUOBJDUMP:-$(dirname "$nvcc")/cuobjdump}
 [ -x "$cuobjdump" ] || cuobjdump=$(command -v cuobjdump || echo cuobjdump)
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 
-# The designs of src/ops/gemm_designs.def (this checkout's), one a line: FAMILY BM BN BK WARPS_M WARPS_N STAGES VEC
+# The designs of src/ops/gemm_designs.def (this checkout's), one a line: FAMILY BM BN BK WARPS_M WARPS_N WARPS_K STAGES
+# VEC
 designs() { sed -n 's/^FERRY_GEMM_DESIGN(\([^)]*\)).*/\1/p' "$root/src/ops/gemm_designs.def" | tr -d ' ' | tr ',' ' '; }
-mma_designs=$(designs | awk '$1 == "MMA" { print $2, $3, $4, $5, $6, $7, $8 }')
-sw_designs=$(designs | awk '$1 == "MMA_SW" { print $2, $3, $4, $5, $6, $7 }')
-wgmma_designs=$(designs | awk '$1 == "WGMMA" { print $2, $3, $4, $7 }')
+mma_designs=$(designs | awk '$1 == "MMA" { print $2, $3, $4, $5, $6, $7, $8, $9 }')
+sw_designs=$(designs | awk '$1 == "MMA_SW" { print $2, $3, $4, $5, $6, $8 }')
+wgmma_designs=$(designs | awk '$1 == "WGMMA" { print $2, $3, $4, $8 }')
 
 # name:flags of the tensor-core kinds (operand, output, accumulator types; A, B, output majors: r or c). Types are
 # given by their codes (1 fp16, 2 bf16, 3 fp32), which every version of the sources reads the same way, whatever
@@ -54,9 +55,9 @@ f16_ccc_f32_acc16:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=3,-DFERRY_ACC_TYPE=1,-DFERRY
 
 # One line per cubin: NAME|SOURCE|ARCH FLAGS|MACRO FLAGS (comma-separated).
 jobs_list() {
-  echo "$mma_designs" | while read -r bm bn bk wm wn st vec; do
+  echo "$mma_designs" | while read -r bm bn bk wm wn wk st vec; do
     printf '%s\n%s\n' "$tc_kinds" "$acc16_kinds" | while IFS=: read -r kind flags; do
-      echo "mma_${bm}x${bn}x${bk}_w${wm}x${wn}_s${st}_v${vec}_$kind|gemm_mma.cu|-arch=sm_90|-DFERRY_BM=$bm,-DFERRY_BN=$bn,-DFERRY_BK=$bk,-DFERRY_WARPS_M=$wm,-DFERRY_WARPS_N=$wn,-DFERRY_STAGES=$st,-DFERRY_VEC=$vec,$flags"
+      echo "mma_${bm}x${bn}x${bk}_w${wm}x${wn}x${wk}_s${st}_v${vec}_$kind|gemm_mma.cu|-arch=sm_90|-DFERRY_BM=$bm,-DFERRY_BN=$bn,-DFERRY_BK=$bk,-DFERRY_WARPS_M=$wm,-DFERRY_WARPS_N=$wn,-DFERRY_WARPS_K=$wk,-DFERRY_STAGES=$st,-DFERRY_VEC=$vec,$flags"
     done
   done
   echo "$sw_designs" | while read -r bm bn bk wm wn st; do

@@ -2,8 +2,11 @@
 // accumulators, a multi-stage cp.async pipeline through shared memory, ldmatrix fragment loads.
 //
 // One thread block computes a BM×BN tile of out; its WARPS_M×WARPS_N warps each own a (BM/WARPS_M)×(BN/WARPS_N)
-// piece, built from 16×8 mma tiles. K advances BK at a time through STAGES shared-memory buffers: while the
-// tensor cores work on stage s, cp.async fills the stages after it. Operands may be row- or column-major (chosen at
+// piece, built from 16×8 mma tiles. With WARPS_K > 1 there are that many such sets of warps, each taking every
+// WARPS_K-th k16 step of a stage, and their sums meet in shared memory at the end: a tile too small to give each
+// scheduler more than one warp (m ≤ 16, a decode step) still gets several to hide the mma and ldmatrix latencies.
+// K advances BK at a time through STAGES shared-memory buffers: while the tensor cores work on stage s, cp.async
+// fills the stages after it. Operands may be row- or column-major (chosen at
 // compile time by the FERRY_*_ROW macros): a tile is stored in shared memory in the operand's own orientation and
 // ldmatrix (plain or .trans) turns either into mma fragments. Rows of the shared tiles are padded by 16 bytes, so
 // the 8 row addresses of each ldmatrix fall in 8 different 16-byte bank groups.
@@ -25,12 +28,16 @@
 #define FERRY_STAGES 4
 #define FERRY_VEC 8
 #endif
+#ifndef FERRY_WARPS_K
+#define FERRY_WARPS_K 1
+#endif
 
 namespace ferry {
 
 constexpr int BM = FERRY_BM, BN = FERRY_BN, BK = FERRY_BK;
-constexpr int WARPS_M = FERRY_WARPS_M, WARPS_N = FERRY_WARPS_N, STAGES = FERRY_STAGES, VEC = FERRY_VEC;
-constexpr int THREADS = WARPS_M * WARPS_N * 32;
+constexpr int WARPS_M = FERRY_WARPS_M, WARPS_N = FERRY_WARPS_N, WARPS_K = FERRY_WARPS_K;
+constexpr int STAGES = FERRY_STAGES, VEC = FERRY_VEC;
+constexpr int THREADS = WARPS_M * WARPS_N * WARPS_K * 32;
 constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N; // one warp's piece
 constexpr int MI = WM / 16, NI = WN / 8;            // its mma tiles
 constexpr bool A_ROW = FERRY_A_ROW, B_ROW = FERRY_B_ROW;
@@ -51,23 +58,29 @@ static_assert(FERRY_ACC_TYPE == FERRY_SCALAR_F32 || FERRY_A_TYPE == FERRY_SCALAR
               "fp16 accumulation needs fp16 operands");
 static_assert(BM % (16 * WARPS_M) == 0 && BN % (16 * WARPS_N) == 0 && NI % 2 == 0, "warp tiles of 16×16 pieces");
 static_assert(BK % 16 == 0 && STAGES >= 2, "k in steps of 16, at least double buffering");
+static_assert(BK / 16 % WARPS_K == 0, "every set of warps takes as many k16 steps of a stage");
+// The sums of the sets of warps past the first, each warp's fp32 values of its mma tiles, in the drained pipeline.
+constexpr unsigned PARTIAL_FLOATS = (WARPS_K - 1) * WARPS_M * WARPS_N * MI * NI * 32 * 4;
+static_assert(PARTIAL_FLOATS * 4 <= SMEM_BYTES, "the partial sums fit where the stages were");
 static_assert(VEC == 8 || VEC == 4 || VEC == 2 || VEC == 1, "load width");
 
 typedef u16 elem;
 
 // Loads a ROWS×COLS tile (COLS contiguous in memory and in shared memory) whose first element is at `g` with
 // leading dimension `ld`; rows at or past `rows_left` and columns at or past `cols_left` read as zero. Each
-// thread copies the same column chunk of rows r0, r0+STEP, ...
+// thread copies the same column chunk of rows r0, r0+STEP, ... (a tile of fewer chunks than threads: one row or none)
 template <int ROWS, int COLS>
 __device__ __forceinline__ void load_tile(elem *s, int pitch, const elem *g, i64 ld, int rows_left, int cols_left) {
   constexpr int CHUNKS_PER_ROW = COLS / VEC;
   constexpr int STEP = THREADS / CHUNKS_PER_ROW;
-  static_assert(COLS % VEC == 0 && THREADS % CHUNKS_PER_ROW == 0 && ROWS % STEP == 0, "tile split");
+  static_assert(COLS % VEC == 0 && THREADS % CHUNKS_PER_ROW == 0 && (ROWS % STEP == 0 || STEP % ROWS == 0),
+                "tile split");
   const int r0 = threadIdx.x / CHUNKS_PER_ROW;
   const int c = threadIdx.x % CHUNKS_PER_ROW * VEC;
   const int c_valid = max(0, min(cols_left - c, VEC));
+  if (STEP > ROWS && r0 >= ROWS) return;
 #pragma unroll
-  for (int i = 0; i < ROWS / STEP; ++i) {
+  for (int i = 0; i < (ROWS > STEP ? ROWS / STEP : 1); ++i) {
     const int r = r0 + i * STEP;
     const int n = r < rows_left ? c_valid : 0;
     elem *dst = s + r * pitch + c;
@@ -98,7 +111,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) ferry_gemm_mma(const ferry
   out_t *C = static_cast<out_t *>(p.out) + z * p.batch_c;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wm0 = warp / WARPS_N * WM, wn0 = warp % WARPS_N * WN;
+  // set of warps (a constant 0 without sets, so that the k16 loop below unrolls to constant offsets), place in it
+  const int kw = WARPS_K > 1 ? warp / (WARPS_M * WARPS_N) : 0, wmn = warp % (WARPS_M * WARPS_N);
+  const int wm0 = wmn / WARPS_N * WM, wn0 = wmn % WARPS_N * WN;
 
 #if FERRY_ACC_TYPE == FERRY_SCALAR_F16
   u32 acc[MI][NI][2];
@@ -142,7 +157,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) ferry_gemm_mma(const ferry
     const elem *sa = smem + (kt % STAGES) * STAGE_ELEMS, *sb = sa + A_ELEMS;
     const u32 sa_addr = smem_addr(sa), sb_addr = smem_addr(sb);
 #pragma unroll
-    for (int ks = 0; ks < BK / 16; ++ks) {
+    for (int kk = 0; kk < BK / 16 / WARPS_K; ++kk) {
+      const int ks = kk * WARPS_K + kw;
       u32 af[MI][4], bf[NI][2];
 #pragma unroll
       for (int i = 0; i < MI; ++i) {
@@ -187,6 +203,20 @@ extern "C" __global__ void __launch_bounds__(THREADS) ferry_gemm_mma(const ferry
 
   // Epilogue: thread (g, t) of a warp holds, for each 16×8 tile, rows g and g+8, columns 2t and 2t+1.
   const int g = lane >> 2, t = lane & 3;
+  float *partial = reinterpret_cast<float *>(smem_raw);
+  auto partial_at = [&](int set, int i, int j) {
+    return partial + ((((set - 1) * WARPS_M * WARPS_N + wmn) * MI + i) * NI + j) * 128 + lane * 4;
+  };
+  if (WARPS_K > 1) {
+    __syncthreads(); // every warp is done reading the stages
+    if (kw > 0)
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) tile_values(acc[i][j], partial_at(kw, i, j));
+    __syncthreads();
+    if (kw > 0) return;
+  }
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -194,6 +224,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) ferry_gemm_mma(const ferry
       const int row = m0 + wm0 + i * 16 + g, col = n0 + wn0 + j * 8 + t * 2;
       float v[4];
       tile_values(acc[i][j], v);
+      for (int set = 1; set < WARPS_K; ++set) {
+        const float *q = partial_at(set, i, j);
+        v[0] += q[0], v[1] += q[1], v[2] += q[2], v[3] += q[3];
+      }
       store_tile(C, p.ldc, p.m, p.n, row, col, v, p.alpha, p.beta);
     }
 }

@@ -55,7 +55,7 @@ typedef enum ferry__family {
  * gemm_mma_sw.cu. `speed` ranks designs in ferry_ops_find: the main loop's rate relative to gemm_mma 128×128×32 s4
  * (1.0), measured on the H200 where a figure exists, predicted otherwise (registry.c says which). */
 typedef struct ferry__design {
-  int bm, bn, bk, warps_m, warps_n, stages, vec;
+  int bm, bn, bk, warps_m, warps_n, warps_k, stages, vec;
   double speed;
 } ferry__design;
 

@@ -90,16 +90,19 @@ static int append(ferry_op *op) {
 
 /* A built-in tensor-core operator for fp16 or bf16 operands: `family` picks the kernel (gemm_mma.cu, gemm_mma_sw.cu
  * or gemm_wgmma.cu, whose warpgroups are warps_m×warps_n/4), `speed` its rank among designs (ferry__design). */
-static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, int warps_m, int warps_n, int stages,
-                    int vec, double speed) {
+static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, int warps_m, int warps_n, int warps_k,
+                    int stages, int vec, double speed) {
   ferry_op *op = op_alloc();
-  char name[96], defines[256];
+  char name[96], defines[288], split[24] = "";
   if (!op) return;
   const char *t = in_type == FERRY_SCALAR_F16 ? "f16" : "bf16";
   if (family == FERRY__WGMMA) snprintf(name, sizeof name, "gemm_wgmma_%s_%dx%dx%d_s%d", t, bm, bn, bk, stages);
   else if (family == FERRY__MMA_SW) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d_swz", t, bm, bn, bk, stages);
-  else if (vec == 8) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d", t, bm, bn, bk, stages);
-  else snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d_align%d", t, bm, bn, bk, stages, 2 * vec);
+  else {
+    if (warps_k > 1) snprintf(split, sizeof split, "_splitk%d", warps_k);
+    if (vec == 8) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d%s", t, bm, bn, bk, stages, split);
+    else snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d%s_align%d", t, bm, bn, bk, stages, split, 2 * vec);
+  }
   if (family == FERRY__WGMMA)
     snprintf(defines, sizeof defines, "#define FERRY_BM %d\n#define FERRY_BN %d\n#define FERRY_BK %d\n"
              "#define FERRY_STAGES %d\n", bm, bn, bk, stages);
@@ -109,10 +112,10 @@ static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, i
              bm, bn, bk, warps_m, warps_n, stages);
   else
     snprintf(defines, sizeof defines, "#define FERRY_BM %d\n#define FERRY_BN %d\n#define FERRY_BK %d\n"
-             "#define FERRY_WARPS_M %d\n#define FERRY_WARPS_N %d\n#define FERRY_STAGES %d\n#define FERRY_VEC %d\n",
-             bm, bn, bk, warps_m, warps_n, stages, vec);
+             "#define FERRY_WARPS_M %d\n#define FERRY_WARPS_N %d\n#define FERRY_WARPS_K %d\n#define FERRY_STAGES %d\n"
+             "#define FERRY_VEC %d\n", bm, bn, bk, warps_m, warps_n, warps_k, stages, vec);
   op->family = family;
-  op->design = (ferry__design){bm, bn, bk, warps_m, warps_n, stages, vec, speed};
+  op->design = (ferry__design){bm, bn, bk, warps_m, warps_n, warps_k, stages, vec, speed};
   op->info.name = strdup(name);
   op->defines = strdup(defines);
   op->info.instruction = family == FERRY__WGMMA ? "wgmma.m64n256k16" : "mma.sync.m16n8k16";
@@ -120,7 +123,7 @@ static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, i
   op->info.tile_n = bn;
   op->info.tile_k = bk;
   op->info.stages = stages;
-  op->info.threads = warps_m * warps_n * 32;
+  op->info.threads = warps_m * warps_n * warps_k * 32;
   op->info.min_sm = family == FERRY__WGMMA ? 90 : 80; /* wgmma; cp.async and bf16 mma */
   op->info.a_types = op->info.b_types = FERRY_SCALAR_BIT(in_type);
   op->info.out_types = FERRY_SCALARS_FLOAT;
@@ -162,7 +165,7 @@ static void add_simt(void) {
   ferry_op *op = op_alloc();
   if (!op) return;
   op->family = FERRY__SIMT;
-  op->design = (ferry__design){64, 64, 16, 0, 0, 1, 1, 0.0};
+  op->design = (ferry__design){64, 64, 16, 0, 0, 1, 1, 1, 0.0};
   op->info.name = strdup("gemm_simt_64x64x16");
   op->info.instruction = "simt.fma";
   op->info.tile_m = 64;
@@ -195,11 +198,11 @@ static void add_simt(void) {
  * SIMT fallback. */
 static const struct builtin_design {
   ferry__family family;
-  int bm, bn, bk, warps_m, warps_n, stages, vec;
+  int bm, bn, bk, warps_m, warps_n, warps_k, stages, vec;
   double speed;
 } builtin_designs[] = {
-#define FERRY_GEMM_DESIGN(family, bm, bn, bk, warps_m, warps_n, stages, vec, speed) \
-  {FERRY__##family, bm, bn, bk, warps_m, warps_n, stages, vec, speed},
+#define FERRY_GEMM_DESIGN(family, bm, bn, bk, warps_m, warps_n, warps_k, stages, vec, speed) \
+  {FERRY__##family, bm, bn, bk, warps_m, warps_n, warps_k, stages, vec, speed},
 #include "gemm_designs.def"
 #undef FERRY_GEMM_DESIGN
 };
@@ -216,7 +219,8 @@ static void register_builtins(void) {
       for (size_t k = 0; k < sizeof builtin_designs / sizeof builtin_designs[0]; k++) {
         const struct builtin_design *d = &builtin_designs[k];
         if ((d->family == FERRY__WGMMA) != last || (d->family == FERRY__WGMMA && !wgmma)) continue;
-        add_mma(d->family, types[i], d->bm, d->bn, d->bk, d->warps_m, d->warps_n, d->stages, d->vec, d->speed);
+        add_mma(d->family, types[i], d->bm, d->bn, d->bk, d->warps_m, d->warps_n, d->warps_k, d->stages, d->vec,
+                d->speed);
       }
   add_simt();
   pthread_mutex_unlock(&registry_lock);

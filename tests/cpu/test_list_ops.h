@@ -13,6 +13,7 @@
   X(scalar_names)                                         \
   X(builtins_are_registered_with_metadata)                \
   X(find_on_forced_target_orders_tensor_cores_first)      \
+  X(find_gives_decode_steps_the_m16_designs)             \
   X(find_respects_target_and_filter)                      \
   X(find_filter_keeps_what_it_says)                       \
   X(find_skips_designs_over_the_targets_shared_memory)    \

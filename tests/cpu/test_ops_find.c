@@ -55,8 +55,9 @@ TEST(find_on_forced_target_orders_tensor_cores_first) {
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
-  ASSERT_EQ(n, 10); /* eight f16 mma.sync designs, the wgmma one (sm_90) and the SIMT one */
-  ASSERT(!strcmp(ferry_op_info_get(ops[0])->name, "gemm_mma_f16_64x64x32_s3")); /* 128³ wants small tiles */
+  ASSERT_EQ(n, 13); /* eleven f16 mma.sync designs, the wgmma one (sm_90) and the SIMT one */
+  /* 128³ wants small tiles: an m = 16 design (3.3 µs on the H200, the 64×64 one 4.4 µs) */
+  ASSERT(!strcmp(ferry_op_info_get(ops[0])->name, "gemm_mma_f16_16x32x128_s6_splitk4"));
   ASSERT(!strcmp(ferry_op_info_get(ops[n - 1])->instruction, "simt.fma"));
   for (size_t i = 0; i < n; i++) ASSERT_OK(ferry_op_supports(ops[i], &args, NULL, 0));
   /* 4096³: the designs' speeds decide (registry.c, fitted to the H200's times). First the wgmma design on sm_90
@@ -66,7 +67,7 @@ TEST(find_on_forced_target_orders_tensor_cores_first) {
   ASSERT(!strcmp(ferry_op_info_get(find_first(&args, 90))->name, "gemm_wgmma_bf16_128x256x64_s4"));
   ASSERT(!strcmp(ferry_op_info_get(find_first(&args, 80))->name, "gemm_mma_bf16_128x256x64_s3_swz"));
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
-  ASSERT_EQ(n, 10);
+  ASSERT_EQ(n, 13);
   size_t at_128 = n, at_256 = n;
   for (size_t i = 0; i < n; i++) {
     if (!strcmp(ferry_op_info_get(ops[i])->name, "gemm_mma_bf16_128x128x32_s4")) at_128 = i;
@@ -75,9 +76,29 @@ TEST(find_on_forced_target_orders_tensor_cores_first) {
   ASSERT(at_128 < at_256 && at_256 < n);
   /* capacity smaller than the count: the count is still the total */
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 1, &n));
-  ASSERT_EQ(n, 10);
+  ASSERT_EQ(n, 13);
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, NULL, 0, &n));
-  ASSERT_EQ(n, 10);
+  ASSERT_EQ(n, 13);
+}
+
+TEST(find_gives_decode_steps_the_m16_designs) {
+  /* H200 device times (ferry_time_gemm --shape): 16×8192×8192 41.8 µs in 16×64 tiles, against 100 µs for the
+   * 64×64 design; 16×4096×4096 18.0 µs in 16×32 tiles (64 blocks of 16×64 leave half the chip idle); at
+   * 16×28672×8192 there are tiles enough for the wgmma design (114.8 µs, the 16×64 one 145 µs). */
+  ferry_gemm_args args;
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 16, 8192, 8192);
+  ASSERT(!strcmp(ferry_op_info_get(find_first(&args, 90))->name, "gemm_mma_bf16_16x64x128_s9_splitk2"));
+  ASSERT(!strcmp(ferry_op_info_get(find_first(&args, 80))->name, "gemm_mma_bf16_16x64x64_s8_splitk2"));
+  ASSERT(!strcmp(ferry_op_info_get(find_first(&args, 86))->name, "gemm_mma_bf16_16x64x64_s8_splitk2"));
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 1, 8192, 8192);
+  ASSERT(!strcmp(ferry_op_info_get(find_first(&args, 90))->name, "gemm_mma_bf16_16x64x128_s9_splitk2"));
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 16, 4096, 4096);
+  ASSERT(!strcmp(ferry_op_info_get(find_first(&args, 90))->name, "gemm_mma_bf16_16x32x128_s6_splitk4"));
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 16, 28672, 8192);
+  ASSERT(!strcmp(ferry_op_info_get(find_first(&args, 90))->name, "gemm_wgmma_bf16_128x256x64_s4"));
+  const ferry_op_info *i = ferry_op_info_get(ferry_op_by_name("gemm_mma_bf16_16x64x128_s9_splitk2"));
+  ASSERT_EQ(i->threads, 256); /* 4 warps across n, twice over k */
+  ASSERT_EQ(i->smem_bytes, 9 * (128 * 24 + 128 * 72) * 2); /* the larger stage: A column-major, B row-major */
 }
 
 TEST(find_respects_target_and_filter) {
@@ -124,14 +145,14 @@ TEST(find_skips_designs_over_the_targets_shared_memory) {
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n)); /* 227 KB: every design, wgmma too */
-  ASSERT_EQ(n, 10);
+  ASSERT_EQ(n, 13);
   ASSERT(named(ops, n, "gemm_mma_bf16_128x256x64_s4_swz"));
-  ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n)); /* 163 KB: not the 192 KB one */
-  ASSERT_EQ(n, 8);
+  ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n)); /* 163 KB: not the 192 and 221 KB ones */
+  ASSERT_EQ(n, 10);
   ASSERT(!named(ops, n, "gemm_mma_bf16_128x256x64_s4_swz"));
   ASSERT(named(ops, n, "gemm_mma_bf16_128x256x64_s3_swz"));
   ASSERT_OK(ferry_ops_find(&args, 86, NULL, NULL, ops, 32, &n)); /* 99 KB: not the 144 KB ones either */
-  ASSERT_EQ(n, 6);
+  ASSERT_EQ(n, 8);
   ASSERT(!named(ops, n, "gemm_mma_bf16_128x256x64_s3_swz") && !named(ops, n, "gemm_mma_bf16_256x128x64_s3_swz"));
   ASSERT(named(ops, n, "gemm_mma_bf16_128x128x64_s3_swz"));
   for (size_t i = 0; i < n; i++) ASSERT(ferry_op_info_get(ops[i])->smem_bytes <= 99 * 1024);

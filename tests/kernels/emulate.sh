@@ -1,9 +1,9 @@
 #!/bin/sh
 # emulate.sh — builds tests/kernels/emulate_gemm.cpp for every gemm_mma_sw and gemm_wgmma design of
 # src/ops/gemm_designs.def, in four problem kinds (all four A/B major pairs, row- and column-major outputs,
-# bf16/fp16/fp32 outputs, fp16 accumulators), runs each over edge, batched, alpha/beta and k=0 cases, and, as a
-# control, does the same for gemm_mma.cu (whose kernels passed on the H200) in its 128×128 design. Needs a C++17
-# compiler; no GPU.
+# bf16/fp16/fp32 outputs, fp16 accumulators), runs each over edge, batched, alpha/beta and k=0 cases, and does
+# the same for gemm_mma.cu in its 128×128 design (a control: its kernels passed on the H200) and its m ≤ 16 designs.
+# Needs a C++17 compiler; no GPU.
 #
 # usage: tests/kernels/emulate.sh [BUILD_DIR]   (default: a temporary directory; prints a table, exits 1 on failure)
 set -eu
@@ -24,11 +24,12 @@ bf16_ccc_f32:-DFERRY_A_TYPE=2,-DFERRY_OUT_TYPE=3,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0
 f16_rcr_acc16:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=1,-DFERRY_ACC_TYPE=1,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=1
 f16_crr_f32:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=3,-DFERRY_A_ROW=0,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1"
 
-# The designs of src/ops/gemm_designs.def, one a line: FAMILY BM BN BK WARPS_M WARPS_N STAGES VEC SPEED.
+# The designs of src/ops/gemm_designs.def, one a line: FAMILY BM BN BK WARPS_M WARPS_N WARPS_K STAGES VEC SPEED.
 designs() { sed -n 's/^FERRY_GEMM_DESIGN(\([^)]*\)).*/\1/p' "$root/src/ops/gemm_designs.def" | tr -d ' ' | tr ',' ' '; }
-designs | awk '$1 == "MMA_SW" { print $2, $3, $4, $5, $6, $7 }' > "$out/designs"
-designs | awk '$1 == "WGMMA" { print $2, $3, $4, $7 }' > "$out/wgmma_designs"
-designs | awk '$1 == "MMA" && $2 == 128 && $3 == 128 { print $2, $3, $4, $5, $6, $7, $8 }' > "$out/control_designs"
+designs | awk '$1 == "MMA_SW" { print $2, $3, $4, $5, $6, $8 }' > "$out/designs"
+designs | awk '$1 == "WGMMA" { print $2, $3, $4, $8 }' > "$out/wgmma_designs"
+designs | awk '$1 == "MMA" && (($2 == 128 && $3 == 128) || $2 == 16) { print $2, $3, $4, $5, $6, $7, $8, $9 }' \
+  > "$out/control_designs"
 for f in designs wgmma_designs control_designs; do
   [ -s "$out/$f" ] || { echo "src/ops/gemm_designs.def has none of the $f this script emulates"; exit 1; }
 done
@@ -86,15 +87,15 @@ while read -r bm bn bk st; do
   done
 done < "$out/wgmma_designs"
 
-# Controls: the padded-tile kernel, as it ran on the H200.
-while read -r bm bn bk wm wn st vec; do
+# The padded-tile kernel: its 128×128 design, as it ran on the H200 (a control), and the m ≤ 16 designs.
+while read -r bm bn bk wm wn wk st vec; do
   for kind in $kinds; do
     kname=${kind%%:*}
     flags=$(echo "${kind#*:}" | tr ',' ' ')
     # shellcheck disable=SC2086
-    run "mma_${bm}x${bn}x${bk}_s${st}_$kname" -DEMU_KERNEL='"gemm_mma_host.cu"' -DEMU_ENTRY=ferry_gemm_mma \
+    run "mma_${bm}x${bn}x${bk}_s${st}_k${wk}_$kname" -DEMU_KERNEL='"gemm_mma_host.cu"' -DEMU_ENTRY=ferry_gemm_mma \
       -DFERRY_BM="$bm" -DFERRY_BN="$bn" -DFERRY_BK="$bk" -DFERRY_WARPS_M="$wm" -DFERRY_WARPS_N="$wn" \
-      -DFERRY_STAGES="$st" -DFERRY_VEC="$vec" $flags
+      -DFERRY_WARPS_K="$wk" -DFERRY_STAGES="$st" -DFERRY_VEC="$vec" $flags
   done
 done < "$out/control_designs"
 
