@@ -20,6 +20,7 @@ enum { SETS = 3, MAX_REPEATS = 32 };
 static CUstream stream;
 static int m_, n_, k_, type_, launches_ = 20, repeats_ = 5; /* out is m×n, A m×k, B k×n */
 static int b_col_; /* B column-major: a weight matrix stored n×k, as torch.nn.functional.linear reads it */
+static int epilogues_; /* --epilogues: time ferry's first design with each fused epilogue beside its plain GEMM */
 static CUdeviceptr a_[SETS], b_[SETS], c_[SETS];
 static ferry_gemm_args args_[SETS];
 static bench_cublas cb_;
@@ -120,6 +121,55 @@ static double compare(const uint16_t *ref, uint16_t *out) {
   return sqrt(num / den);
 }
 
+/* Ferry's first design with each fused epilogue, its device time against the same design without one (set 0's output
+ * is checked for unwritten NaN only: the GPU tests check the values). Returns the number of failures. */
+static int time_epilogues(const ferry_op *op, uint16_t *host) {
+  static const struct { const char *name; ferry_bias bias; ferry_activation act; } epis[] = {
+      {"none", FERRY_BIAS_NONE, FERRY_ACTIVATION_NONE},       {"bias (row)", FERRY_BIAS_ROW, FERRY_ACTIVATION_NONE},
+      {"bias (column)", FERRY_BIAS_COL, FERRY_ACTIVATION_NONE}, {"ReLU", FERRY_BIAS_NONE, FERRY_ACTIVATION_RELU},
+      {"GELU (tanh)", FERRY_BIAS_NONE, FERRY_ACTIVATION_GELU_TANH}, {"SiLU", FERRY_BIAS_NONE, FERRY_ACTIVATION_SILU},
+      {"bias (row) + GELU (tanh)", FERRY_BIAS_ROW, FERRY_ACTIVATION_GELU_TANH}};
+  int len = m_ > n_ ? m_ : n_, bad = 0;
+  CUdeviceptr bias;
+  BENCH_CU(ferry__drv.cuMemAlloc(&bias, (size_t)len * 2));
+  for (int i = 0; i < len; i++) host[i] = type_ == FERRY_SCALAR_F16 ? 0x3800 : 0x3f00; /* 0.5 */
+  BENCH_CU(ferry__drv.cuMemcpyHtoD(bias, host, (size_t)len * 2));
+  ferry_dtype dt = type_ == FERRY_SCALAR_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1}
+                                             : (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
+  int dev = args_[0].problem.device;
+  printf("\n%s with a fused epilogue: out = activation(A·B + bias), median of %d repeats of %d launches\n",
+         ferry_op_info_get(op)->name, repeats_, launches_);
+  printf("%-28s %10s %8s %10s\n", "epilogue", "µs", "spread", "× none");
+  double none_us = NAN;
+  for (size_t e = 0; e < sizeof epis / sizeof epis[0]; e++) {
+    int64_t shape[1] = {epis[e].bias == FERRY_BIAS_COL ? m_ : n_};
+    ferry_tensor tb = {(void *)(uintptr_t)bias, {FERRY_DEVICE_CUDA, dev}, 1, dt, shape, NULL, 0};
+    for (int s = 0; s < SETS; s++)
+      BENCH_F(ferry_gemm_args_set_epilogue(&args_[s], epis[e].bias ? &tb : NULL, epis[e].bias, epis[e].act));
+    ferry_artifact *art = NULL;
+    BENCH_F(ferry_op_compile(op, &args_[0], &art));
+    memset(host, 0xff, (size_t)m_ * n_ * 2); /* NaN: every element must be written */
+    BENCH_CU(ferry__drv.cuMemcpyHtoD(c_[0], host, (size_t)m_ * n_ * 2));
+    BENCH_CU(ferry__drv.cuStreamSynchronize(NULL));
+    launch(op, art, 0);
+    BENCH_CU(ferry__drv.cuStreamSynchronize(stream));
+    uint16_t probe[2];
+    BENCH_CU(ferry__drv.cuMemcpyDtoH(probe, c_[0] + ((size_t)m_ * n_ - 1) * 2, 2));
+    BENCH_CU(ferry__drv.cuMemcpyDtoH(probe + 1, c_[0], 2));
+    int unwritten = probe[0] == 0xffff || probe[1] == 0xffff;
+    double spread = 0, us = time_us(op, art, &spread);
+    if (e == 0) none_us = us;
+    printf("%-28s %10.1f %7.1f%% %10.3f%s\n", epis[e].name, us, spread * 100, us / none_us,
+           unwritten ? "  FAIL: output not written" : "");
+    bad += unwritten;
+    ferry_artifact_release(art);
+  }
+  for (int s = 0; s < SETS; s++)
+    BENCH_F(ferry_gemm_args_set_epilogue(&args_[s], NULL, FERRY_BIAS_NONE, FERRY_ACTIVATION_NONE));
+  BENCH_CU(ferry__drv.cuMemFree(bias));
+  return bad;
+}
+
 int main(int argc, char **argv) {
   m_ = n_ = k_ = 4096;
   type_ = FERRY_SCALAR_BF16;
@@ -133,12 +183,14 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats_ = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--fp16")) type_ = FERRY_SCALAR_F16;
     else if (!strcmp(argv[i], "--b-col")) b_col_ = 1;
+    else if (!strcmp(argv[i], "--epilogues")) epilogues_ = 1;
     else {
-      printf("usage: %s [--size N | --shape M N K] [--fp16] [--b-col] [--launches L] [--repeats R]\n"
+      printf("usage: %s [--size N | --shape M N K] [--fp16] [--b-col] [--epilogues] [--launches L] [--repeats R]\n"
              "Device time of every tensor-core GEMM design at N³ (default 4096), or at out M×N = A M×K · B K×N\n"
              "(an LLM decode step: --shape 16 8192 8192), bf16 (or fp16), row-major (--b-col: B column-major, a\n"
              "weight stored N×K as torch's linear reads it), fp32 accumulation, beside cuBLAS, and each design's\n"
-             "output against cuBLAS's. FERRY_WGMMA=0 leaves the wgmma design out.\n"
+             "output against cuBLAS's. --epilogues: then ferry's first design with each fused epilogue (bias row or\n"
+             "column, ReLU, GELU-tanh, SiLU) against itself without one. FERRY_WGMMA=0 leaves the wgmma design out.\n"
              "Defaults: --launches 20 --repeats 5.\n", argv[0]);
       return strcmp(argv[i], "--help") ? 2 : 0;
     }
@@ -236,6 +288,7 @@ int main(int argc, char **argv) {
            have_cublas_ ? cublas_us / us : NAN, errs);
     ferry_artifact_release(art);
   }
+  if (epilogues_ && n_ops > 0) bad += time_epilogues(ops[0], out);
   if (have_cublas_) bench_cublas_close(&cb_);
   for (int s = 0; s < SETS; s++) {
     BENCH_CU(ferry__drv.cuMemFree(a_[s]));

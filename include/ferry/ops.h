@@ -43,10 +43,22 @@ typedef enum ferry_major { FERRY_MAJOR_ROW = 0, FERRY_MAJOR_COL = 1 } ferry_majo
 #define FERRY_MAJORS_ANY (FERRY_MAJOR_BIT(FERRY_MAJOR_ROW) | FERRY_MAJOR_BIT(FERRY_MAJOR_COL))
 
 /* The packed `kind` of a problem: operand types and majors, the part of a problem a compiled kernel is
- * specialised on (an artifact serves every problem of its kind, whatever the sizes). */
+ * specialised on (an artifact serves every problem of its kind, whatever the sizes). An epilogue adds its bias
+ * mode and activation above them (FERRY_GEMM_KIND_EPILOGUE). */
 #define FERRY_GEMM_KIND(a_type, b_type, out_type, acc_type, a_major, b_major, out_major)                        \
   ((uint32_t)(a_type) | (uint32_t)(b_type) << 2 | (uint32_t)(out_type) << 4 | (uint32_t)(acc_type) << 6 |      \
    (uint32_t)(a_major) << 8 | (uint32_t)(b_major) << 9 | (uint32_t)(out_major) << 10)
+#define FERRY_GEMM_KIND_EPILOGUE(bias, activation) ((uint32_t)(bias) << 11 | (uint32_t)(activation) << 13)
+
+/* A fused epilogue: out = activation(alpha·A·B + beta·out + bias), in fp32, then converted to out's type.
+ * The bias is a vector of out's type: FERRY_BIAS_ROW is a row of n values, one per column (out[i][j] + bias[j], as
+ * a linear layer's bias), FERRY_BIAS_COL a column of m values, one per row (out[i][j] + bias[i]); one vector for
+ * every batch. Activations: ReLU max(x, 0); GELU with the tanh approximation, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715
+ * x³))) (torch's approximate="tanh"); SiLU x / (1 + e^-x). */
+typedef enum ferry_bias { FERRY_BIAS_NONE = 0, FERRY_BIAS_ROW = 1, FERRY_BIAS_COL = 2 } ferry_bias;
+typedef enum ferry_activation {
+  FERRY_ACTIVATION_NONE = 0, FERRY_ACTIVATION_RELU = 1, FERRY_ACTIVATION_GELU_TANH = 2, FERRY_ACTIVATION_SILU = 3
+} ferry_activation;
 
 /* The compact description of a GEMM that ferry_gemm_args_init computes once, so that support checks and launches
  * are integer compares and copies. Read it; do not write it. */
@@ -54,13 +66,14 @@ typedef struct ferry_gemm_problem {
   int32_t m, n, k, l;            /* out is m×n, A m×k, B k×n; l batches (1 when out has rank 2) */
   int64_t lda, ldb, ldc;         /* leading dimensions in elements (the stride of the non-contiguous dimension) */
   int64_t batch_a, batch_b, batch_c; /* elements between consecutive batches; 0 for a rank-2 operand broadcast */
-  uint32_t kind;                 /* FERRY_GEMM_KIND of the fields below */
+  uint32_t kind;                 /* FERRY_GEMM_KIND of the fields below, | FERRY_GEMM_KIND_EPILOGUE */
   uint8_t a_type, b_type, out_type, acc_type; /* ferry_scalar */
   uint8_t a_major, b_major, out_major;        /* ferry_major */
   uint8_t a_align, b_align, out_align;        /* bytes (1, 2, 4, 8 or 16): the largest power of two up to 16 that
                                                  divides the operand's address, leading dimension and batch
                                                  stride in bytes (what vector loads of the operand may assume) */
   int32_t device;                /* the CUDA device of the operands */
+  uint8_t bias, activation;      /* ferry_bias, ferry_activation (ferry_gemm_args_set_epilogue) */
 } ferry_gemm_problem;
 
 /* GEMM arguments: the operands' device addresses, alpha/beta, and the validated problem. The caller owns the
@@ -72,6 +85,7 @@ typedef struct ferry_gemm_args {
   const void *a, *b;             /* device addresses of element [0,0(,0)] of A and B (data + byte_offset) */
   void *out;
   ferry_gemm_problem problem;    /* computed by ferry_gemm_args_init */
+  const void *bias;              /* device address of the epilogue's bias vector; NULL without one */
 } ferry_gemm_args;
 
 /** Validates A (m×k), B (k×n) and out (m×n) — rank 2, or rank 3 with a leading batch dimension l — and fills
@@ -86,6 +100,17 @@ typedef struct ferry_gemm_args {
  *  touched. `args` is written only on success. */
 FERRY_API ferry_status ferry_gemm_args_init(ferry_gemm_args *args, const ferry_tensor *A, const ferry_tensor *B,
                                             const ferry_tensor *out, ferry_scalar accumulator);
+
+/** Fuses an epilogue into validated `args` (see ferry_bias, ferry_activation): `bias` is a rank-1 tensor of out's
+ *  dtype on out's device, of n elements for FERRY_BIAS_ROW or m for FERRY_BIAS_COL, contiguous (stride 1, or NULL
+ *  strides); NULL with FERRY_BIAS_NONE. It becomes part of the problem's kind, so it selects the compiled kernel;
+ *  FERRY_BIAS_NONE with FERRY_ACTIVATION_NONE takes the epilogue away again. Fails with FERRY_INVALID_ARGUMENT
+ *  naming what is wrong (mode or activation out of range, a bias without a mode or a mode without one, its rank,
+ *  dtype, length, stride, device, a NULL data pointer with elements); `args` is written only on success. Every
+ *  built-in operator fuses every epilogue; a registered one only when its supports callback accepts the problem
+ *  (its source sees FERRY_BIAS and FERRY_ACTIVATION, and the bias in ferry_gemm_params). */
+FERRY_API ferry_status ferry_gemm_args_set_epilogue(ferry_gemm_args *args, const ferry_tensor *bias,
+                                                    ferry_bias bias_mode, ferry_activation activation);
 
 /** Points validated `args` at other operands of the same shapes, strides, types and device (a new batch of
  *  inputs for the same GEMM), recomputing only the alignment. NULL keeps that operand. Cheap: no validation of
@@ -298,13 +323,15 @@ FERRY_API void ferry_graph_destroy(ferry_graph *graph);
  * ferry_gemm_params (ferry/gemm_params.h, included above): ferry prepends that header's text to every operator's
  * CUDA source, with the problem's kind as macros (FERRY_A_TYPE, FERRY_B_TYPE, FERRY_OUT_TYPE, FERRY_ACC_TYPE:
  * FERRY_SCALAR_F16 1, FERRY_SCALAR_BF16 2, FERRY_SCALAR_F32 3, defined there too; FERRY_A_ROW, FERRY_B_ROW,
- * FERRY_OUT_ROW: 1 row-major, 0 column-major), so a kernel declared
+ * FERRY_OUT_ROW: 1 row-major, 0 column-major; FERRY_BIAS and FERRY_ACTIVATION: the epilogue's ferry_bias and
+ * ferry_activation), so a kernel declared
  *   extern "C" __global__ void my_gemm(ferry_gemm_params p)
  * can read it. The grid is (ceil(m/tile_m) * ceil(n/tile_n), 1, l) blocks of `threads`, with `smem_bytes` of
  * dynamic shared memory. */
 
 /** A registered operator's own support check: return 1 to accept; else 0 after writing a reason into `reason`
- *  (capacity reason_size, may be 0). Called after the metadata checks passed; must be fast and thread-safe. */
+ *  (capacity reason_size, may be 0). Called after the metadata checks passed; must be fast and thread-safe. An
+ *  operator without one is not given problems with an epilogue (args->problem.bias or .activation set). */
 typedef int (*ferry_op_supports_fn)(const ferry_gemm_args *args, char *reason, size_t reason_size, void *user);
 
 /** Fills the kernel's one parameter (params_size bytes at `params`, aligned to 16) from `args`, for kernels that

@@ -3,7 +3,7 @@
 
 from collections.abc import Callable, Sequence
 from os import PathLike
-from typing import Any, NamedTuple, Protocol, final
+from typing import Any, Literal, NamedTuple, Protocol, final
 
 class _CudaStreamLike(Protocol):
     def __cuda_stream__(self) -> tuple[int, int]: ...
@@ -57,8 +57,11 @@ class OperatorMetadata(NamedTuple):
     builtin: bool
 
 class GemmArguments:
-    """out = alpha * A @ B + beta * out, validated once. Keeps references to A, B and out (and to non-torch
-    operands' DLPack exports) until it dies; captures their pointers and layouts at construction."""
+    """out = activation(alpha * A @ B + beta * out + bias), validated once. bias: a contiguous vector of out's
+    dtype, (n,) or (1, n) (one value per column, as a linear layer's) or (m, 1) (one per row); activation: None,
+    "relu", "gelu_tanh" (torch's approximate="tanh") or "silu" — fused into the kernel, part of its compiled kind.
+    Keeps references to A, B, out and bias (and to non-torch operands' DLPack exports) until it dies; captures their
+    pointers and layouts at construction. A Launcher made from these arguments keeps their bias and activation."""
 
     def __init__(
         self,
@@ -69,6 +72,8 @@ class GemmArguments:
         *,
         alpha: float = 1.0,
         beta: float = 0.0,
+        bias: _Tensor | None = None,
+        activation: Literal["identity", "relu", "gelu_tanh", "silu", "swish"] | None = None,
     ) -> None: ...
     @property
     def A(self) -> _Tensor: ...
@@ -78,6 +83,10 @@ class GemmArguments:
     def out(self) -> _Tensor: ...
     @property
     def accumulator_type(self) -> Any: ...
+    @property
+    def bias(self) -> _Tensor | None: ...
+    @property
+    def activation(self) -> str | None: ...
     alpha: float
     beta: float
     @property

@@ -142,7 +142,39 @@ int ferry_py_ops_read(PyObject *obj, const char *fn, const char *name, PyObject 
 
 /* ---- the type ------------------------------------------------------------------------------------------------ */
 
-static const char *operand_names[3] = {"A", "B", "out"};
+static const char *operand_names[4] = {"A", "B", "out", "bias"};
+
+/* activation=: None or one of these names (torch's and CUTLASS's spellings); "gelu" alone is refused, since torch's
+ * default GELU is the erf form, which ferry does not compute. */
+static int parse_activation(PyObject *obj, ferry_activation *out) {
+  *out = FERRY_ACTIVATION_NONE;
+  if (!obj || obj == Py_None) return 0;
+  static const struct { const char *name; ferry_activation a; } names[] = {
+      {"identity", FERRY_ACTIVATION_NONE}, {"relu", FERRY_ACTIVATION_RELU}, {"gelu_tanh", FERRY_ACTIVATION_GELU_TANH},
+      {"silu", FERRY_ACTIVATION_SILU},     {"swish", FERRY_ACTIVATION_SILU}};
+  const char *t = PyUnicode_Check(obj) ? PyUnicode_AsUTF8(obj) : NULL;
+  if (!t) PyErr_Clear();
+  for (size_t i = 0; t && i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(t, names[i].name)) {
+      *out = names[i].a;
+      return 0;
+    }
+  PyErr_Format(PyExc_ValueError, "activation=%R is not None, \"identity\", \"relu\", \"gelu_tanh\" (GELU with the "
+               "tanh approximation, torch's approximate=\"tanh\") or \"silu\"", obj);
+  return -1;
+}
+
+/* bias=: a vector of n values (one per column of out, as a linear layer's) or, shaped (m, 1), one per row. Returns
+ * the mode, or -1 with ValueError; the C check then tests dtype, length, contiguity and device. */
+static int bias_mode_of(const ferry_tensor *t, const ferry_gemm_problem *p) {
+  if (t->ndim == 1) return FERRY_BIAS_ROW;
+  if (t->ndim == 2 && t->shape && t->shape[1] == 1 && (t->shape[0] != 1 || p->m == 1)) return FERRY_BIAS_COL;
+  if (t->ndim == 2 && t->shape && t->shape[0] == 1) return FERRY_BIAS_ROW;
+  PyErr_Format(PyExc_ValueError, "GemmArguments: bias has rank %d; give a vector of n = %d values (one per column "
+               "of out), shaped (n,) or (1, n), or m = %d values shaped (m, 1) (one per row)", (int)t->ndim,
+               (int)p->n, (int)p->m);
+  return -1;
+}
 
 /* What CUDA producers are asked to order their pending work before: the legacy default stream (1 in the
  * __dlpack__ protocol), the stream a run of operands without an exchange API defaults to. */
@@ -151,13 +183,18 @@ static PyObject *legacy_stream_arg;
 static PyObject *args_make(PyTypeObject *type, PyObject **a) {
   double alpha = 1.0, beta = 0.0;
   ferry_scalar acc;
+  ferry_activation activation;
   if (a[4] && a[4] != Py_None && (alpha = PyFloat_AsDouble(a[4])) == -1.0 && PyErr_Occurred()) return NULL;
   if (a[5] && a[5] != Py_None && (beta = PyFloat_AsDouble(a[5])) == -1.0 && PyErr_Occurred()) return NULL;
   if (parse_accumulator(a[3], &acc) < 0) return NULL;
+  if (parse_activation(a[7], &activation) < 0) return NULL;
+  PyObject *bias = a[6] && a[6] != Py_None ? a[6] : NULL;
   if (!legacy_stream_arg && !(legacy_stream_arg = PyLong_FromLong(1))) return NULL;
   ferry_py_gemm_args *self = (ferry_py_gemm_args *)type->tp_alloc(type, 0);
   if (!self) return NULL;
   for (int i = 0; i < 3; i++) self->operands[i] = Py_NewRef(a[i]);
+  self->operands[3] = Py_XNewRef(bias);
+  self->activation = a[7] && a[7] != Py_None ? Py_NewRef(a[7]) : NULL;
   static PyObject *default_accumulator;
   if (!default_accumulator && !(default_accumulator = PyUnicode_InternFromString("float32"))) goto fail;
   self->accumulator = Py_NewRef(a[3] && a[3] != Py_None ? a[3] : default_accumulator);
@@ -175,17 +212,38 @@ static PyObject *args_make(PyTypeObject *type, PyObject **a) {
   }
   self->args.alpha = (float)alpha;
   self->args.beta = (float)beta;
+  ferry_tensor bias_t;
+  int mode = FERRY_BIAS_NONE;
+  if (bias) {
+    if (ferry_py_ops_read(bias, "GemmArguments", "bias", legacy_stream_arg, &bias_t, &self->layout[3],
+                          &self->leaves[3]) < 0 ||
+        (mode = bias_mode_of(&bias_t, &self->args.problem)) < 0)
+      goto fail;
+    if (bias_t.ndim == 2) { /* (1, n) or (m, 1): the vector along its long dimension */
+      int d = mode == FERRY_BIAS_ROW ? 1 : 0;
+      bias_t.ndim = 1;
+      bias_t.shape += d;
+      if (bias_t.strides) bias_t.strides += d;
+    }
+  }
+  if (bias || activation != FERRY_ACTIVATION_NONE) {
+    st = ferry_gemm_args_set_epilogue(&self->args, bias ? &bias_t : NULL, (ferry_bias)mode, activation);
+    if (st != FERRY_OK) {
+      ferry_py_raise(st);
+      goto fail;
+    }
+  }
   return (PyObject *)self;
 fail:
   Py_DECREF(self);
   return NULL;
 }
 
-static ferry_py_sig args_sig = {"GemmArguments", 6, 3, 4, {"A", "B", "out", "accumulator_type", "alpha", "beta"},
-                                {0}};
+static ferry_py_sig args_sig = {
+    "GemmArguments", 8, 3, 4, {"A", "B", "out", "accumulator_type", "alpha", "beta", "bias", "activation"}, {0}};
 
 static PyObject *args_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-  PyObject *a[6];
+  PyObject *a[8];
   if (ferry_py_ops_parse(&args_sig, args, PyVectorcall_NARGS(nargsf), kwnames, a) < 0) return NULL;
   return args_make((PyTypeObject *)type, a);
 }
@@ -193,10 +251,10 @@ static PyObject *args_vectorcall(PyObject *type, PyObject *const *args, size_t n
 /* The tuple/dict path (subclasses, copy, a call through functools.partial): the same parser. */
 static PyObject *args_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   Py_ssize_t nargs = PyTuple_GET_SIZE(args), nkw = kwargs ? PyDict_GET_SIZE(kwargs) : 0;
-  PyObject *stack[12] = {NULL}, *kwnames = nkw ? PyTuple_New(nkw) : NULL;
-  if (nargs + nkw > 12) {
+  PyObject *stack[16] = {NULL}, *kwnames = nkw ? PyTuple_New(nkw) : NULL;
+  if (nargs + nkw > 16) {
     Py_XDECREF(kwnames);
-    PyErr_Format(PyExc_TypeError, "GemmArguments() takes at most 6 arguments (%zd given)", nargs + nkw);
+    PyErr_Format(PyExc_TypeError, "GemmArguments() takes at most 8 arguments (%zd given)", nargs + nkw);
     return NULL;
   }
   if (nkw && !kwnames) return NULL;
@@ -207,22 +265,24 @@ static PyObject *args_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
     PyTuple_SET_ITEM(kwnames, i, Py_NewRef(key));
     stack[nargs + i++] = value;
   }
-  PyObject *a[6], *r = NULL;
+  PyObject *a[8], *r = NULL;
   if (ferry_py_ops_parse(&args_sig, stack, nargs, kwnames, a) == 0) r = args_make(type, a);
   Py_XDECREF(kwnames);
   return r;
 }
 
 static int args_traverse(ferry_py_gemm_args *self, visitproc visit, void *arg) {
-  for (int i = 0; i < 3; i++) Py_VISIT(self->operands[i]);
+  for (int i = 0; i < 4; i++) Py_VISIT(self->operands[i]);
   Py_VISIT(self->accumulator);
+  Py_VISIT(self->activation);
   return 0;
 }
 
 static int args_clear(ferry_py_gemm_args *self) {
-  for (int i = 0; i < 3; i++) ferry_py_leaf_release_input(&self->leaves[i]);
-  for (int i = 0; i < 3; i++) Py_CLEAR(self->operands[i]);
+  for (int i = 0; i < 4; i++) ferry_py_leaf_release_input(&self->leaves[i]);
+  for (int i = 0; i < 4; i++) Py_CLEAR(self->operands[i]);
   Py_CLEAR(self->accumulator);
+  Py_CLEAR(self->activation);
   return 0;
 }
 
@@ -240,18 +300,27 @@ ferry_py_gemm_args *ferry_py_ops_args_check(PyObject *obj, const char *fn) {
 
 static const char *major_name(int m) { return m == FERRY_MAJOR_ROW ? "row" : "column"; }
 
+static const char *bias_name(int b) { return b == FERRY_BIAS_ROW ? "row" : b == FERRY_BIAS_COL ? "column" : "none"; }
+static const char *activation_name(int a) {
+  return a == FERRY_ACTIVATION_RELU ? "relu" : a == FERRY_ACTIVATION_GELU_TANH ? "gelu_tanh"
+         : a == FERRY_ACTIVATION_SILU ? "silu" : "identity";
+}
+
 static PyObject *args_repr(ferry_py_gemm_args *self) {
   const ferry_gemm_problem *p = &self->args.problem;
   char *alpha = PyOS_double_to_string(self->args.alpha, 'r', 0, 0, NULL);
   char *beta = PyOS_double_to_string(self->args.beta, 'r', 0, 0, NULL);
+  char epilogue[64] = "";
+  if (p->bias || p->activation)
+    snprintf(epilogue, sizeof epilogue, ", bias %s, activation %s", bias_name(p->bias), activation_name(p->activation));
   PyObject *r = NULL;
   if (alpha && beta)
     r = PyUnicode_FromFormat("ferry.ops.GemmArguments(m=%d, n=%d, k=%d, l=%d, A %s %s-major, B %s %s-major, out %s "
-                             "%s-major, accumulate %s, alpha=%s, beta=%s, cuda:%d)",
+                             "%s-major, accumulate %s, alpha=%s, beta=%s%s, cuda:%d)",
                              (int)p->m, (int)p->n, (int)p->k, (int)p->l, ferry_scalar_name(p->a_type),
                              major_name(p->a_major), ferry_scalar_name(p->b_type), major_name(p->b_major),
                              ferry_scalar_name(p->out_type), major_name(p->out_major), ferry_scalar_name(p->acc_type),
-                             alpha, beta, (int)p->device);
+                             alpha, beta, epilogue, (int)p->device);
   else
     PyErr_NoMemory();
   PyMem_Free(alpha);
@@ -264,6 +333,14 @@ static PyObject *get_operand(ferry_py_gemm_args *self, void *which) {
 }
 
 static PyObject *get_accumulator(ferry_py_gemm_args *self, void *unused) { return Py_NewRef(self->accumulator); }
+
+static PyObject *get_bias(ferry_py_gemm_args *self, void *unused) {
+  return Py_NewRef(self->operands[3] ? self->operands[3] : Py_None);
+}
+
+static PyObject *get_activation(ferry_py_gemm_args *self, void *unused) {
+  return Py_NewRef(self->activation ? self->activation : Py_None);
+}
 
 static PyObject *get_scalar(ferry_py_gemm_args *self, void *which) {
   return PyFloat_FromDouble(which ? self->args.beta : self->args.alpha);
@@ -287,7 +364,7 @@ static PyObject *get_device(ferry_py_gemm_args *self, void *unused) {
 
 static PyObject *get_problem(ferry_py_gemm_args *self, void *unused) {
   const ferry_gemm_problem *p = &self->args.problem;
-  return Py_BuildValue("{sisisisisLsLsLsLsLsLsIsssssssssssssssisisisi}", "m", (int)p->m, "n", (int)p->n, "k",
+  return Py_BuildValue("{sisisisisLsLsLsLsLsLsIsssssssssssssssisisisissss}", "m", (int)p->m, "n", (int)p->n, "k",
                        (int)p->k, "l", (int)p->l, "lda", (long long)p->lda, "ldb", (long long)p->ldb, "ldc",
                        (long long)p->ldc, "batch_a", (long long)p->batch_a, "batch_b", (long long)p->batch_b,
                        "batch_c", (long long)p->batch_c, "kind", (unsigned)p->kind, "a_type",
@@ -295,7 +372,8 @@ static PyObject *get_problem(ferry_py_gemm_args *self, void *unused) {
                        ferry_scalar_name(p->out_type), "accumulator_type", ferry_scalar_name(p->acc_type), "a_major",
                        major_name(p->a_major), "b_major", major_name(p->b_major), "out_major",
                        major_name(p->out_major), "a_align", (int)p->a_align, "b_align", (int)p->b_align, "out_align",
-                       (int)p->out_align, "device", (int)p->device);
+                       (int)p->out_align, "device", (int)p->device, "bias", bias_name(p->bias), "activation",
+                       activation_name(p->activation));
 }
 
 static PyGetSetDef args_getset[] = {
@@ -303,6 +381,8 @@ static PyGetSetDef args_getset[] = {
     {"B", (getter)get_operand, NULL, "Operand B (k×n, or l×k×n), the object given.", (void *)1},
     {"out", (getter)get_operand, NULL, "The output (m×n, or l×m×n), the object given.", (void *)2},
     {"accumulator_type", (getter)get_accumulator, NULL, "accumulator_type as given (\"float32\" by default).", NULL},
+    {"bias", (getter)get_bias, NULL, "The epilogue's bias as given, or None.", NULL},
+    {"activation", (getter)get_activation, NULL, "The epilogue's activation as given, or None.", NULL},
     {"alpha", (getter)get_scalar, (setter)set_scalar,
      "out = alpha·A·B + beta·out. Settable; runs read it at launch (a captured graph run keeps the value it was "
      "captured or last updated with).", NULL},
@@ -311,12 +391,14 @@ static PyGetSetDef args_getset[] = {
     {"device", (getter)get_device, NULL, "The CUDA device index of the operands.", NULL},
     {"problem", (getter)get_problem, NULL,
      "The validated problem as a dict: m, n, k, l, leading dimensions and batch strides (elements), kind, types, "
-     "majors, alignments (bytes) and device.", NULL},
+     "majors, alignments (bytes), device, and the epilogue's bias mode (\"none\", \"row\", \"column\") and "
+     "activation.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 PyDoc_STRVAR(args_doc,
-             "GemmArguments(A, B, out, accumulator_type='float32', *, alpha=1.0, beta=0.0)\n--\n\n"
-             "The arguments of out = alpha * A @ B + beta * out, validated once.\n\n"
+             "GemmArguments(A, B, out, accumulator_type='float32', *, alpha=1.0, beta=0.0, bias=None,\n"
+             "              activation=None)\n--\n\n"
+             "The arguments of out = activation(alpha * A @ B + beta * out + bias), validated once.\n\n"
              "A (m×k), B (k×n) and out (m×n): rank 2, or rank 3 with a leading batch l (a rank-2 or batch-1 A or B\n"
              "is broadcast over out's batch); float16, bfloat16 or float32; each row- or column-major (a stride of\n"
              "1 in one of the two matrix dimensions; the other is the leading dimension); all on one CUDA device.\n"
@@ -324,7 +406,12 @@ PyDoc_STRVAR(args_doc,
              "through its DLPack exchange API, without synchronising) or from CuPy, JAX, numpy or any producer with\n"
              "__dlpack__ (called with stream=1, the legacy default stream, once at construction).\n"
              "accumulator_type: float32 or float16 — a torch or numpy dtype, a numpy/JAX scalar type, or a string\n"
-             "(\"float32\", \"fp32\", \"float16\", \"fp16\"); which operators accept float16 is theirs to say.\n\n"
+             "(\"float32\", \"fp32\", \"float16\", \"fp16\"); which operators accept float16 is theirs to say.\n"
+             "bias and activation: a fused epilogue, computed in float32 before the conversion to out's dtype, in the\n"
+             "same kernel. bias: a contiguous vector of out's dtype on out's device, shaped (n,) or (1, n) — one\n"
+             "value per column, as a linear layer's — or (m, 1), one per row; shared by all batches. activation:\n"
+             "None, \"relu\", \"gelu_tanh\" (torch's approximate=\"tanh\") or \"silu\". Part of the compiled kernel's\n"
+             "kind; every built-in operator fuses them.\n\n"
              "Raises ValueError (from the C library's check) naming the operand and the values: a host array, a\n"
              "dtype that is not a GEMM type, a rank or shapes that do not chain, strides that are neither row- nor\n"
              "column-major, an out that overlaps itself, operands on different devices; OverflowError past 2^31-1\n"

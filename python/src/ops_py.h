@@ -72,10 +72,11 @@ typedef struct ferry_py_operand {
 typedef struct ferry_py_gemm_args {
   PyObject_HEAD
   ferry_gemm_args args;          /* validated once; the runs read it */
-  PyObject *operands[3];         /* A, B, out (strong): their memory must outlive the runs that read it */
+  PyObject *operands[4];         /* A, B, out, bias or NULL (strong): their memory must outlive the runs reading it */
   PyObject *accumulator;         /* accumulator_type as given (strong) */
-  ferry_py_leaf leaves[3];       /* __dlpack__ exports, held until the arguments die (their deleters run then) */
-  ferry_py_operand layout[3];
+  PyObject *activation;          /* activation as given, or NULL (strong) */
+  ferry_py_leaf leaves[4];       /* __dlpack__ exports, held until the arguments die (their deleters run then) */
+  ferry_py_operand layout[4];
   const DLPackExchangeAPI *api;  /* the first operand's framework with an exchange API: its current work stream is
                                     a run's default; NULL when none came through one */
 } ferry_py_gemm_args;

@@ -76,6 +76,7 @@ static void params_of(const ferry_gemm_args *a, ferry_gemm_params *k) {
   k->m = p->m, k->n = p->n, k->k = p->k, k->l = p->l;
   k->alpha = a->alpha, k->beta = a->beta;
   k->kind = p->kind;
+  k->bias = a->bias;
 }
 
 static double now_us(void) {

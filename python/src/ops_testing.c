@@ -102,6 +102,18 @@ static void store(void *base, int type, int64_t i, double v) {
 
 static int64_t at(int row_major, int64_t ld, int64_t i, int64_t j) { return row_major ? i * ld + j : i + j * ld; }
 
+/* The kind's fused epilogue (ferry/ops.h: bias mode in bits 11-12, activation in 13-14) of value v at (i, j). */
+static double epilogue(const ferry_gemm_params *p, double v, int64_t i, int64_t j) {
+  int mode = (p->kind >> 11) & 3, act = (p->kind >> 13) & 3, tc = (p->kind >> 4) & 3;
+  if (mode) v += load(p->bias, tc, mode == FERRY_BIAS_ROW ? j : i);
+  switch (act) {
+  case FERRY_ACTIVATION_RELU: return v < 0 ? 0 : v;
+  case FERRY_ACTIVATION_GELU_TANH: return 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+  case FERRY_ACTIVATION_SILU: return v / (1 + exp(-v));
+  default: return v;
+  }
+}
+
 static void gemm_on_cpu(const ferry_gemm_params *p) {
   int ta = p->kind & 3, tb = (p->kind >> 2) & 3, tc = (p->kind >> 4) & 3;
   int ra = !((p->kind >> 8) & 1), rb = !((p->kind >> 9) & 1), rc = !((p->kind >> 10) & 1);
@@ -118,7 +130,7 @@ static void gemm_on_cpu(const ferry_gemm_params *p) {
         for (int64_t q = 0; q < p->k; q++) acc += a[i * p->k + q] * b[j * p->k + q];
         int64_t o = z * p->batch_c + at(rc, p->ldc, i, j);
         double v = (double)p->alpha * acc + (p->beta != 0.0f ? (double)p->beta * load(p->out, tc, o) : 0.0);
-        store(p->out, tc, o, v);
+        store(p->out, tc, o, epilogue(p, v, i, j));
       }
   }
   free(a);

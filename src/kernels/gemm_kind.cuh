@@ -40,6 +40,12 @@
 #ifndef FERRY_OUT_ROW
 #define FERRY_OUT_ROW 1
 #endif
+#ifndef FERRY_BIAS
+#define FERRY_BIAS 0 // ferry_bias: 1 a row of n values, 2 a column of m values
+#endif
+#ifndef FERRY_ACTIVATION
+#define FERRY_ACTIVATION 0 // ferry_activation: 1 ReLU, 2 GELU (tanh), 3 SiLU
+#endif
 
 namespace ferry {
 

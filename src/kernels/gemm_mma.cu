@@ -203,6 +203,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) ferry_gemm_mma(const ferry
 
   // Epilogue: thread (g, t) of a warp holds, for each 16×8 tile, rows g and g+8, columns 2t and 2t+1.
   const int g = lane >> 2, t = lane & 3;
+  const epilogue e = epilogue_of(p);
   float *partial = reinterpret_cast<float *>(smem_raw);
   auto partial_at = [&](int set, int i, int j) {
     return partial + ((((set - 1) * WARPS_M * WARPS_N + wmn) * MI + i) * NI + j) * 128 + lane * 4;
@@ -228,7 +229,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) ferry_gemm_mma(const ferry
         const float *q = partial_at(set, i, j);
         v[0] += q[0], v[1] += q[1], v[2] += q[2], v[3] += q[3];
       }
-      store_tile(C, p.ldc, p.m, p.n, row, col, v, p.alpha, p.beta);
+      store_tile(C, p.ldc, p.m, p.n, row, col, v, e);
     }
 }
 

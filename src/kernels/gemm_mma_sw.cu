@@ -297,7 +297,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_mma_sw(const
   // ---- epilogue -----------------------------------------------------------------------------------------------
   out_t *C = static_cast<out_t *>(p.out) + z * p.batch_c; // formed here: nothing extra lives through the loop
   const int g = lane >> 2, t = lane & 3;
-  const float alpha = p.alpha, beta = p.beta;
+  const epilogue ep = epilogue_of(p);
   if (FERRY_OUT_ROW) {
     // Per 16-row strip i: the warp's accumulators go to its staging area as fp32, then come back along rows,
     // 4 consecutive columns per lane, and leave in one store of 4 elements where aligned and in range.
@@ -321,10 +321,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_mma_sw(const
         const float v[4] = {q.x, q.y, q.z, q.w};
         const int row = m0 + wm0 + i * 16 + r, col = n0 + wn0 + c;
         if (wide && row < p.m && col + 3 < p.n) {
-          store4(C + (i64)row * p.ldc + col, v, alpha, beta);
+          store4(C + (i64)row * p.ldc + col, row, col, v, ep);
         } else {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) store_out(C, p.ldc, p.m, p.n, row, col + e, v[e], alpha, beta);
+          for (int e = 0; e < 4; ++e) store_out(C, p.ldc, p.m, p.n, row, col + e, v[e], ep);
         }
       }
       __syncwarp(); // the strip is read before the next one overwrites it
@@ -338,7 +338,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_mma_sw(const
         const int row = m0 + wm0 + i * 16 + g, col = n0 + wn0 + j * 8 + t * 2;
         float v[4];
         tile_values(acc[i][j], v);
-        store_tile(C, p.ldc, p.m, p.n, row, col, v, alpha, beta);
+        store_tile(C, p.ldc, p.m, p.n, row, col, v, ep);
       }
   }
 }

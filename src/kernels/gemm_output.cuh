@@ -50,37 +50,72 @@ __device__ __forceinline__ void tile_values(const u32 (&acc)[2], float v[4]) {
   v[3] = f16_to_f32((u16)(acc[1] >> 16));
 }
 
-// Writes one output element: alpha*acc + beta*old, converted to the output type; out of range is skipped.
+// The epilogue of a store, out = activation(alpha·acc + beta·old + bias): alpha and beta from the parameter, the bias
+// mode and activation from the kind (FERRY_BIAS, FERRY_ACTIVATION), so that a plain GEMM compiles to what it was.
+struct epilogue {
+  float alpha, beta;
+  const out_t *bias; // n values (FERRY_BIAS 1) or m values (2), of out's type
+};
+__device__ __forceinline__ epilogue epilogue_of(const ferry_gemm_params &p) {
+  return epilogue{p.alpha, p.beta, static_cast<const out_t *>(p.bias)};
+}
+
+// The bias of output element (row, col).
+__device__ __forceinline__ float bias_at(const epilogue &e, int row, int col) {
+#if FERRY_BIAS == 1
+  return to_f32<FERRY_OUT_TYPE>(e.bias[col]);
+#elif FERRY_BIAS == 2
+  return to_f32<FERRY_OUT_TYPE>(e.bias[row]);
+#else
+  (void)e, (void)row, (void)col;
+  return 0.0f;
+#endif
+}
+
+// ReLU lets NaN through (x < 0 is false), as torch's does; GELU is torch's approximate="tanh" form.
+__device__ __forceinline__ float activate(float x) {
+#if FERRY_ACTIVATION == 1
+  return x < 0.0f ? 0.0f : x;
+#elif FERRY_ACTIVATION == 2
+  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+#elif FERRY_ACTIVATION == 3
+  return x / (1.0f + expf(-x));
+#else
+  return x;
+#endif
+}
+
+// Writes one output element: the epilogue of acc, converted to the output type; out of range is skipped.
 __device__ __forceinline__ void store_out(out_t *out, long long ldc, int m, int n, int row, int col, float acc,
-                                          float alpha, float beta) {
+                                          const epilogue &e) {
   if (row >= m || col >= n) return;
   const long long at = FERRY_OUT_ROW ? (long long)row * ldc + col : (long long)col * ldc + row;
-  float v = alpha * acc;
+  float v = e.alpha * acc;
   // beta == 0 must not read: the output may hold anything, NaN included.
-  if (beta != 0.0f) v += beta * to_f32<FERRY_OUT_TYPE>(out[at]);
-  out[at] = from_f32<FERRY_OUT_TYPE>(v);
+  if (e.beta != 0.0f) v += e.beta * to_f32<FERRY_OUT_TYPE>(out[at]);
+  out[at] = from_f32<FERRY_OUT_TYPE>(activate(v + bias_at(e, row, col)));
 }
 
 // Writes the four values thread (g, t) holds of one 16×8 mma tile (tile_values' order), element by element: rows
 // row and row+8, columns col and col+1, where row is the tile's first row + g and col its first column + 2t.
 __device__ __forceinline__ void store_tile(out_t *out, long long ldc, int m, int n, int row, int col, const float v[4],
-                                           float alpha, float beta) {
-  store_out(out, ldc, m, n, row, col, v[0], alpha, beta);
-  store_out(out, ldc, m, n, row, col + 1, v[1], alpha, beta);
-  store_out(out, ldc, m, n, row + 8, col, v[2], alpha, beta);
-  store_out(out, ldc, m, n, row + 8, col + 1, v[3], alpha, beta);
+                                           const epilogue &e) {
+  store_out(out, ldc, m, n, row, col, v[0], e);
+  store_out(out, ldc, m, n, row, col + 1, v[1], e);
+  store_out(out, ldc, m, n, row + 8, col, v[2], e);
+  store_out(out, ldc, m, n, row + 8, col + 1, v[3], e);
 }
 
-// Writes four consecutive elements of a row-major output, alpha*a + beta*old, with one 16-byte (fp32) or 8-byte
-// (16-bit types) load and store; the caller has checked that they are in range and aligned for it.
-__device__ __forceinline__ void store4(out_t *at, const float a[4], float alpha, float beta) {
-  float v[4] = {alpha * a[0], alpha * a[1], alpha * a[2], alpha * a[3]};
+// Writes elements (row, col..col+3) of a row-major output, the epilogue of a[0..3], with one 16-byte (fp32) or
+// 8-byte (16-bit types) load and store; the caller has checked that they are in range and aligned for it.
+__device__ __forceinline__ void store4(out_t *at, int row, int col, const float a[4], const epilogue &e) {
+  float v[4] = {e.alpha * a[0], e.alpha * a[1], e.alpha * a[2], e.alpha * a[3]};
+  const float beta = e.beta;
 #if FERRY_OUT_TYPE == FERRY_SCALAR_F32
   if (beta != 0.0f) {
     const f32x4 old = *reinterpret_cast<const f32x4 *>(at);
     v[0] += beta * old.x, v[1] += beta * old.y, v[2] += beta * old.z, v[3] += beta * old.w;
   }
-  *reinterpret_cast<f32x4 *>(at) = f32x4{v[0], v[1], v[2], v[3]};
 #else
   if (beta != 0.0f) {
     const u32x2 old = *reinterpret_cast<const u32x2 *>(at);
@@ -89,6 +124,12 @@ __device__ __forceinline__ void store4(out_t *at, const float a[4], float alpha,
     v[2] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.y & 0xffffu));
     v[3] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.y >> 16));
   }
+#endif
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = activate(v[i] + bias_at(e, row, col + i));
+#if FERRY_OUT_TYPE == FERRY_SCALAR_F32
+  *reinterpret_cast<f32x4 *>(at) = f32x4{v[0], v[1], v[2], v[3]};
+#else
   u32x2 w;
   w.x = (u32)from_f32<FERRY_OUT_TYPE>(v[0]) | (u32)from_f32<FERRY_OUT_TYPE>(v[1]) << 16;
   w.y = (u32)from_f32<FERRY_OUT_TYPE>(v[2]) | (u32)from_f32<FERRY_OUT_TYPE>(v[3]) << 16;

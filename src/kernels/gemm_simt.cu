@@ -65,11 +65,11 @@ extern "C" __global__ void __launch_bounds__(S_THREADS) ferry_gemm_simt(const fe
     }
     __syncthreads();
   }
+  const epilogue e = epilogue_of(p);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      store_out(C, p.ldc, p.m, p.n, m0 + ty * 4 + i, n0 + tx * 4 + j, acc[i][j], p.alpha, p.beta);
+    for (int j = 0; j < 4; ++j) store_out(C, p.ldc, p.m, p.n, m0 + ty * 4 + i, n0 + tx * 4 + j, acc[i][j], e);
 }
 
 }  // namespace ferry

@@ -207,7 +207,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
   out_t *C = static_cast<out_t *>(p.out) + z * p.batch_c;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int row0 = m0 + (warp / 4) * 64 + (warp % 4) * 16;
-  const float alpha = p.alpha, beta = p.beta;
+  const epilogue ep = epilogue_of(p);
   const float *acc = ml.acc;
   if (FERRY_OUT_ROW) {
     float *stage = reinterpret_cast<float *>(smem_aligned) + warp * 16 * EPI_PITCH;
@@ -226,17 +226,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
       const float v[4] = {q.x, q.y, q.z, q.w};
       const int row = row0 + r, col = n0 + c;
       if (wide && row < p.m && col + 3 < p.n) {
-        store4(C + (i64)row * p.ldc + col, v, alpha, beta);
+        store4(C + (i64)row * p.ldc + col, row, col, v, ep);
       } else {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) store_out(C, p.ldc, p.m, p.n, row, col + e, v[e], alpha, beta);
+        for (int e = 0; e < 4; ++e) store_out(C, p.ldc, p.m, p.n, row, col + e, v[e], ep);
       }
     }
   } else {
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
       const int row = row0 + g, col = n0 + j * 8 + t * 2;
-      store_tile(C, p.ldc, p.m, p.n, row, col, acc + 4 * j, alpha, beta);
+      store_tile(C, p.ldc, p.m, p.n, row, col, acc + 4 * j, ep);
     }
   }
 }

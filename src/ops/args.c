@@ -219,3 +219,57 @@ ferry_status ferry_gemm_args_set_data(ferry_gemm_args *args, const void *a, cons
   }
   return FERRY_OK;
 }
+
+ferry_status ferry_gemm_args_set_epilogue(ferry_gemm_args *args, const ferry_tensor *bias, ferry_bias bias_mode,
+                                          ferry_activation activation) {
+  char dt[32];
+  if (!args || args->struct_size != sizeof *args)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_gemm_args_set_epilogue: args is NULL or was not initialised by "
+                     "ferry_gemm_args_init");
+  ferry_gemm_problem *p = &args->problem;
+  if ((unsigned)bias_mode > FERRY_BIAS_COL)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias mode %d is not FERRY_BIAS_NONE (0), ROW (1) or COL (2)",
+                     (int)bias_mode);
+  if ((unsigned)activation > FERRY_ACTIVATION_SILU)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "activation %d is not NONE (0), RELU (1), GELU_TANH (2) or SILU (3)",
+                     (int)activation);
+  if ((bias != NULL) != (bias_mode != FERRY_BIAS_NONE))
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, bias ? "a bias tensor was given with FERRY_BIAS_NONE; say whether it "
+                     "is a row (FERRY_BIAS_ROW, n values) or a column (FERRY_BIAS_COL, m values)"
+                     : "bias mode %d needs a bias tensor", (int)bias_mode);
+  const void *data = NULL;
+  if (bias) {
+    const char *what = bias_mode == FERRY_BIAS_ROW ? "a row bias (one value per column of out)"
+                                                   : "a column bias (one value per row of out)";
+    int64_t want = bias_mode == FERRY_BIAS_ROW ? p->n : p->m;
+    if (bias->ndim != 1 || !bias->shape)
+      return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias has rank %d; %s is a vector (rank 1) of %lld", (int)bias->ndim,
+                       what, (long long)want);
+    ferry_dtype d = bias->dtype;
+    int type = d.lanes != 1 ? 0 : d.code == FERRY_DTYPE_FLOAT && d.bits == 16 ? FERRY_SCALAR_F16
+               : d.code == FERRY_DTYPE_FLOAT && d.bits == 32                  ? FERRY_SCALAR_F32
+               : d.code == FERRY_DTYPE_BFLOAT && d.bits == 16                 ? FERRY_SCALAR_BF16
+                                                                              : 0;
+    if (type != p->out_type)
+      return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias has dtype %s; it must be out's, %s",
+                       dtype_text(d, dt, sizeof dt), ferry_scalar_name((ferry_scalar)p->out_type));
+    if (bias->shape[0] != want)
+      return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias has %lld elements; %s of this %d×%d output has %lld",
+                       (long long)bias->shape[0], what, (int)p->m, (int)p->n, (long long)want);
+    if (bias->strides && bias->shape[0] > 1 && bias->strides[0] != 1)
+      return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias has stride %lld; it must be contiguous (stride 1)",
+                       (long long)bias->strides[0]);
+    if ((bias->device.device_type != FERRY_DEVICE_CUDA && bias->device.device_type != FERRY_DEVICE_CUDA_MANAGED) ||
+        bias->device.device_id != p->device)
+      return FERRY_ERR(FERRY_DEVICE_MISMATCH, "bias is on device type %d, index %d; it must be on out's device, "
+                       "cuda:%d", (int)bias->device.device_type, (int)bias->device.device_id, (int)p->device);
+    if (!bias->data && want > 0)
+      return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias: data is NULL but the tensor has elements");
+    data = (const char *)bias->data + bias->byte_offset;
+  }
+  p->kind = (p->kind & 0x7ffu) | FERRY_GEMM_KIND_EPILOGUE(bias_mode, activation);
+  p->bias = (uint8_t)bias_mode;
+  p->activation = (uint8_t)activation;
+  args->bias = data;
+  return FERRY_OK;
+}

@@ -197,10 +197,12 @@ static int all_zero(const unsigned char *p, size_t n) {
   return 1;
 }
 
-/* A kind whose fields are all valid codes (types 1..3, accumulator fp32 or fp16, no stray bits). */
+/* A kind whose fields are all valid codes (types 1..3, accumulator fp32 or fp16, bias mode 0..2, activation 0..3,
+ * no stray bits). */
 static int kind_valid(uint32_t kind) {
   uint32_t a = kind & 3u, b = (kind >> 2) & 3u, o = (kind >> 4) & 3u, acc = (kind >> 6) & 3u;
-  return a && b && o && (acc == FERRY_SCALAR_F32 || acc == FERRY_SCALAR_F16) && (kind >> 11) == 0;
+  return a && b && o && (acc == FERRY_SCALAR_F32 || acc == FERRY_SCALAR_F16) && ((kind >> 11) & 3u) != 3u &&
+         (kind >> 15) == 0;
 }
 
 int ferry__art_verify(const unsigned char *file, size_t size, const uint8_t *expect_key, ferry__art_meta *meta,

@@ -110,6 +110,7 @@ ferry_status ferry__launch_prepare(ferry_artifact *art, const ferry_gemm_args *a
     k->beta = args->beta;
     k->kind = p->kind;
     k->reserved = 0;
+    k->bias = args->bias;
   }
   return FERRY_OK;
 }

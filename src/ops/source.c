@@ -23,10 +23,12 @@ static size_t source_head(const ferry_op *op, uint32_t kind, int sm, char head[7
                    "#define FERRY_SCALAR_F16 %d\n#define FERRY_SCALAR_BF16 %d\n#define FERRY_SCALAR_F32 %d\n"
                    "#define FERRY_A_TYPE %u\n#define FERRY_B_TYPE %u\n#define FERRY_OUT_TYPE %u\n"
                    "#define FERRY_ACC_TYPE %u\n#define FERRY_A_ROW %d\n#define FERRY_B_ROW %d\n"
-                   "#define FERRY_OUT_ROW %d\n#define FERRY_TARGET_SM %d\n",
+                   "#define FERRY_OUT_ROW %d\n#define FERRY_BIAS %u\n#define FERRY_ACTIVATION %u\n"
+                   "#define FERRY_TARGET_SM %d\n",
                    op->info.name, kind, sm, FERRY_SCALAR_F16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, kind & 3u,
                    (kind >> 2) & 3u, (kind >> 4) & 3u, (kind >> 6) & 3u, ((kind >> 8) & 1u) == FERRY_MAJOR_ROW,
-                   ((kind >> 9) & 1u) == FERRY_MAJOR_ROW, ((kind >> 10) & 1u) == FERRY_MAJOR_ROW, sm);
+                   ((kind >> 9) & 1u) == FERRY_MAJOR_ROW, ((kind >> 10) & 1u) == FERRY_MAJOR_ROW, (kind >> 11) & 3u,
+                   (kind >> 13) & 3u, sm);
   return n < 0 ? 0 : (size_t)n;
 }
 

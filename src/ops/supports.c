@@ -30,7 +30,7 @@ int ferry__supports_fast(const ferry_op *op, const ferry_gemm_args *args) {
     return 0;
   if (p->l > GRID_Z_MAX || !grid_fits(i, p)) return 0;
   if (op->supports) return op->supports(args, NULL, 0, op->user) != 0;
-  return 1;
+  return !(p->kind >> 11) || op->family != FERRY__CUSTOM; /* a registered kernel fuses no epilogue unasked */
 }
 
 /* "fp16", "fp16 or bf16", "fp16, bf16 or fp32" */
@@ -109,6 +109,11 @@ int ferry__supports_reason(const ferry_op *op, const ferry_gemm_args *args, char
   }
   if (op->supports && !op->supports(args, reason, size, op->user)) {
     if (!reason[0]) snprintf(reason, size, "operator %s's own check declined the arguments", i->name);
+    return 0;
+  }
+  if (!op->supports && (p->kind >> 11) && op->family == FERRY__CUSTOM) {
+    snprintf(reason, size, "operator %s fuses no epilogue (bias, activation): it has no supports callback to accept "
+             "one", i->name);
     return 0;
   }
   return 1;

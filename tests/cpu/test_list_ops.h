@@ -10,6 +10,7 @@
   X(args_vectors_pick_the_wider_major)                    \
   X(args_detects_overflow)                                \
   X(args_empty_problems_are_valid)                        \
+  X(args_epilogue_is_validated_and_joins_the_kind)        \
   X(scalar_names)                                         \
   X(builtins_are_registered_with_metadata)                \
   X(find_on_forced_target_orders_tensor_cores_first)      \
@@ -24,6 +25,7 @@
   X(target_without_gpu_or_override_says_why)              \
   X(target_from_the_fake_device)                          \
   X(register_validates_and_rejects_duplicates)            \
+  X(epilogues_go_to_builtins_and_to_registered_operators_that_accept_them) \
   X(find_filter_may_call_the_registry)                    \
   X(supports_callback_may_call_the_registry)              \
   X(register_out_of_memory_is_reported_as_such_and_leaks_nothing) \
@@ -46,6 +48,7 @@
   X(compile_refuses_old_targets_and_unsupported_args)     \
   X(compile_error_reports_the_nvrtc_log)                  \
   X(nvrtc_absent_is_a_clear_error)                        \
+  X(compile_every_family_with_each_epilogue_for_sm90)     \
   X(run_through_fake_driver_lays_out_the_launch)          \
   X(run_swizzled_design_lays_out_the_launch)              \
   X(run_without_artifact_compiles_once)                   \

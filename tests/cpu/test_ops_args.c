@@ -190,3 +190,61 @@ TEST(scalar_names) {
   ASSERT(!strcmp(ferry_scalar_name(FERRY_SCALAR_F32), "fp32"));
   ASSERT(!strcmp(ferry_scalar_name((ferry_scalar)9), "?"));
 }
+
+TEST(args_epilogue_is_validated_and_joins_the_kind) {
+  ferry_gemm_args args, before;
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 48, 64, 32);
+  const uint32_t plain = args.problem.kind;
+  int64_t n_shape[1] = {64}, m_shape[1] = {48}, strided[1] = {2};
+  ferry_tensor row = {(void *)0x40000000, {FERRY_DEVICE_CUDA, 0}, 1, test_dtype(FERRY_SCALAR_BF16), n_shape, NULL, 6};
+  ferry_tensor col = row;
+  col.shape = m_shape;
+  ASSERT_OK(ferry_gemm_args_set_epilogue(&args, &row, FERRY_BIAS_ROW, FERRY_ACTIVATION_GELU_TANH));
+  ASSERT_EQ(args.problem.kind, plain | FERRY_GEMM_KIND_EPILOGUE(FERRY_BIAS_ROW, FERRY_ACTIVATION_GELU_TANH));
+  ASSERT_EQ(args.problem.bias, FERRY_BIAS_ROW);
+  ASSERT_EQ(args.problem.activation, FERRY_ACTIVATION_GELU_TANH);
+  ASSERT(args.bias == (const void *)0x40000006); /* data + byte_offset */
+  ASSERT_OK(ferry_gemm_args_set_epilogue(&args, &col, FERRY_BIAS_COL, FERRY_ACTIVATION_NONE));
+  ASSERT_EQ(args.problem.kind, plain | FERRY_GEMM_KIND_EPILOGUE(FERRY_BIAS_COL, 0));
+  ASSERT_OK(ferry_gemm_args_set_epilogue(&args, NULL, FERRY_BIAS_NONE, FERRY_ACTIVATION_SILU)); /* no bias */
+  ASSERT(args.bias == NULL);
+  ASSERT_OK(ferry_gemm_args_set_epilogue(&args, NULL, FERRY_BIAS_NONE, FERRY_ACTIVATION_NONE)); /* plain again */
+  ASSERT_EQ(args.problem.kind, plain);
+  ASSERT_OK(ferry_gemm_args_set_epilogue(&args, &row, FERRY_BIAS_ROW, FERRY_ACTIVATION_RELU));
+  before = args;
+#define REFUSED(call, text)                                                                                         \
+  do {                                                                                                              \
+    ASSERT_STATUS(call, FERRY_INVALID_ARGUMENT);                                                                    \
+    ASSERT_STR_CONTAINS(ferry_last_error_message(), text);                                                          \
+    ASSERT(!memcmp(&args, &before, sizeof args));                                                                   \
+  } while (0)
+  REFUSED(ferry_gemm_args_set_epilogue(&args, &row, (ferry_bias)3, FERRY_ACTIVATION_NONE), "bias mode 3");
+  REFUSED(ferry_gemm_args_set_epilogue(&args, NULL, FERRY_BIAS_NONE, (ferry_activation)4), "activation 4");
+  REFUSED(ferry_gemm_args_set_epilogue(&args, &row, FERRY_BIAS_NONE, FERRY_ACTIVATION_NONE), "FERRY_BIAS_NONE");
+  REFUSED(ferry_gemm_args_set_epilogue(&args, NULL, FERRY_BIAS_COL, FERRY_ACTIVATION_NONE), "needs a bias tensor");
+  REFUSED(ferry_gemm_args_set_epilogue(&args, &row, FERRY_BIAS_COL, FERRY_ACTIVATION_NONE), "has 64 elements");
+  REFUSED(ferry_gemm_args_set_epilogue(&args, &col, FERRY_BIAS_ROW, FERRY_ACTIVATION_NONE), "has 48 elements");
+  ferry_tensor bad = row;
+  bad.dtype = test_dtype(FERRY_SCALAR_F32);
+  REFUSED(ferry_gemm_args_set_epilogue(&args, &bad, FERRY_BIAS_ROW, FERRY_ACTIVATION_NONE), "must be out's, bf16");
+  bad = row;
+  bad.strides = strided;
+  REFUSED(ferry_gemm_args_set_epilogue(&args, &bad, FERRY_BIAS_ROW, FERRY_ACTIVATION_NONE), "stride 2");
+  bad = row;
+  bad.ndim = 2;
+  REFUSED(ferry_gemm_args_set_epilogue(&args, &bad, FERRY_BIAS_ROW, FERRY_ACTIVATION_NONE), "rank 2");
+  bad = row;
+  bad.data = NULL;
+  bad.byte_offset = 0;
+  REFUSED(ferry_gemm_args_set_epilogue(&args, &bad, FERRY_BIAS_ROW, FERRY_ACTIVATION_NONE), "data is NULL");
+#undef REFUSED
+  bad = row;
+  bad.device.device_id = 1;
+  ASSERT_STATUS(ferry_gemm_args_set_epilogue(&args, &bad, FERRY_BIAS_ROW, FERRY_ACTIVATION_NONE),
+                FERRY_DEVICE_MISMATCH);
+  ASSERT(!memcmp(&args, &before, sizeof args));
+  ferry_gemm_args junk;
+  memset(&junk, 0, sizeof junk);
+  ASSERT_STATUS(ferry_gemm_args_set_epilogue(&junk, NULL, FERRY_BIAS_NONE, FERRY_ACTIVATION_RELU),
+                FERRY_INVALID_ARGUMENT);
+}

@@ -776,3 +776,35 @@ TEST(byo_kernel_end_to_end_on_fake_driver) {
   ferry_artifact_release(art);
   test_rm_rf(home);
 }
+
+TEST(compile_every_family_with_each_epilogue_for_sm90) {
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "epilogues");
+  unsetenv("FERRY_ARCH");
+  fake_driver_use();
+  ferry_gemm_args args;
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 256, 256, 64);
+  int64_t shape[1] = {256};
+  ferry_tensor bias = {(void *)0x40000000, {FERRY_DEVICE_CUDA, 0}, 1, test_dtype(FERRY_SCALAR_BF16), shape, NULL, 0};
+  const char *names[] = {"gemm_mma_bf16_64x64x32_s3", "gemm_mma_bf16_16x64x128_s9_splitk2",
+                         "gemm_mma_bf16_128x128x64_s3_swz", "gemm_wgmma_bf16_128x256x64_s4", "gemm_simt_64x64x16"};
+  const ferry_bias modes[] = {FERRY_BIAS_ROW, FERRY_BIAS_COL, FERRY_BIAS_NONE};
+  for (int a = FERRY_ACTIVATION_RELU; a <= FERRY_ACTIVATION_SILU; a++) {
+    ferry_bias mode = modes[a - 1];
+    ASSERT_OK(ferry_gemm_args_set_epilogue(&args, mode ? &bias : NULL, mode, (ferry_activation)a));
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+      const ferry_op *op = ferry_op_by_name(names[i]);
+      ferry_artifact *art = NULL;
+      ASSERT_OK(ferry_op_compile_for(op, &args, 90, &art));
+      ASSERT_EQ(ferry_artifact_kind(art), args.problem.kind);
+      ASSERT_OK(ferry_op_run(op, &args, (void *)0x5100, art, 0));
+      ferry_gemm_params p;
+      memcpy(&p, fake_last_launch.params, sizeof p);
+      ASSERT(p.bias == args.bias && p.kind == args.problem.kind);
+      ferry_artifact_release(art);
+    }
+  }
+  ferry_ops_clear_memo();
+  test_rm_rf(home);
+}

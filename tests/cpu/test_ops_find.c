@@ -319,3 +319,40 @@ TEST(register_validates_and_rejects_duplicates) {
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
   ASSERT_EQ(n, 1);
 }
+
+static int accept_anything(const ferry_gemm_args *args, char *reason, size_t size, void *user) {
+  (void)args, (void)reason, (void)size, (void)user;
+  return 1;
+}
+
+TEST(epilogues_go_to_builtins_and_to_registered_operators_that_accept_them) {
+  ferry_gemm_args args;
+  test_args(&args, FERRY_SCALAR_F16, FERRY_SCALAR_F16, 128, 128, 128);
+  int64_t shape[1] = {128};
+  ferry_tensor bias = {(void *)0x40000000, {FERRY_DEVICE_CUDA, 0}, 1, test_dtype(FERRY_SCALAR_F16), shape, NULL, 0};
+  ferry_op_desc d;
+  ferry_op_desc_init(&d);
+  d.source = "extern \"C\" __global__ void plain_only(ferry_gemm_params p) {}";
+  d.entry = "plain_only";
+  d.info.name = "plain_only";
+  const ferry_op *plain = NULL, *fusing = NULL;
+  ASSERT_OK(ferry_op_register(&d, &plain));
+  d.info.name = "fusing";
+  d.supports = accept_anything;
+  ASSERT_OK(ferry_op_register(&d, &fusing));
+  ASSERT_OK(ferry_op_supports(plain, &args, NULL, 0));
+  ASSERT_OK(ferry_gemm_args_set_epilogue(&args, &bias, FERRY_BIAS_ROW, FERRY_ACTIVATION_SILU));
+  char why[256];
+  ASSERT_STATUS(ferry_op_supports(plain, &args, why, sizeof why), FERRY_UNSUPPORTED);
+  ASSERT_STR_CONTAINS(why, "fuses no epilogue");
+  ASSERT_OK(ferry_op_supports(fusing, &args, NULL, 0));
+  const ferry_op *ops[32];
+  size_t n = 0;
+  ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
+  int builtins = 0;
+  for (size_t i = 0; i < n; i++) {
+    ASSERT(ops[i] != plain);
+    builtins += ferry_op_info_get(ops[i])->builtin;
+  }
+  ASSERT_EQ(builtins, 13); /* every built-in design fuses every epilogue */
+}

@@ -176,8 +176,23 @@ static void mat_free(mat *m) {
   memset(m, 0, sizeof *m);
 }
 
-/* ref = alpha*A·B + beta*c0 for the sampled elements (all when `every` is 1), relative error of `out`, and
- * whether every element was written (no NaN anywhere in the output). */
+/* The fused epilogue of the cases that run now (set around them; FERRY_BIAS_NONE and NONE: a plain GEMM), and the
+ * bias values of the running case as doubles (n or m of them). */
+static ferry_bias epi_mode;
+static ferry_activation epi_act;
+static double *epi_bias;
+
+static double activate(double x) {
+  switch (epi_act) {
+  case FERRY_ACTIVATION_RELU: return x < 0 ? 0 : x;
+  case FERRY_ACTIVATION_GELU_TANH: return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+  case FERRY_ACTIVATION_SILU: return x / (1 + exp(-x));
+  default: return x;
+  }
+}
+
+/* ref = the epilogue of alpha*A·B + beta*c0 for the sampled elements (all when `every` is 1), relative error of
+ * `out`, and whether every element was written (no NaN anywhere in the output). */
 typedef struct verdict { double rel; long nan_at; } verdict;
 
 static verdict check(const mat *a, const mat *b, const mat *out, const double *c0, float alpha, float beta,
@@ -199,7 +214,8 @@ static verdict check(const mat *a, const mat *b, const mat *out, const double *c
     int za = a->l > 1 ? z : 0, zb = b->l > 1 ? z : 0;
     double acc = 0;
     for (int p = 0; p < k; p++) acc += a->val[at(a, za, i, p)] * b->val[at(b, zb, p, j)];
-    double ref = alpha * acc + (c0 ? beta * c0[at(out, z, i, j)] : 0.0);
+    double bias = epi_mode == FERRY_BIAS_ROW ? epi_bias[j] : epi_mode == FERRY_BIAS_COL ? epi_bias[i] : 0.0;
+    double ref = activate(alpha * acc + (c0 ? beta * c0[at(out, z, i, j)] : 0.0) + bias);
     double got = get(out->host, at(out, z, i, j), out->type);
     num += (got - ref) * (got - ref);
     den += ref * ref;
@@ -252,6 +268,21 @@ static void run_case(int ta, int tb, int tout, int tacc, int ca, int cb, int cc,
   REQUIRE_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &out.t, (ferry_scalar)tacc));
   args.alpha = alpha;
   args.beta = beta;
+  /* the epilogue's bias: random values of out's type, one per column (row mode) or per row (column mode) */
+  int64_t bias_len = epi_mode == FERRY_BIAS_ROW ? n : epi_mode == FERRY_BIAS_COL ? m : 0;
+  mat bias;
+  memset(&bias, 0, sizeof bias);
+  ferry_tensor bias_t;
+  if (bias_len) {
+    mat_make(&bias, tout, 0, 1, 1, (int)bias_len, 0);
+    mat_random(&bias);
+    epi_bias = bias.val;
+    bias_t = bias.t;
+    bias_t.ndim = 1;
+    bias_t.shape = &bias.shape[1];
+    bias_t.strides = &bias.strides[1];
+  }
+  REQUIRE_OK(ferry_gemm_args_set_epilogue(&args, bias_len ? &bias_t : NULL, epi_mode, epi_act));
   const ferry_op *ops[32];
   size_t n_ops = 0;
   REQUIRE_OK(ferry_ops_find(&args, 0, NULL, NULL, ops, 32, &n_ops));
@@ -286,11 +317,13 @@ static void run_case(int ta, int tb, int tout, int tacc, int ca, int cb, int cc,
     if (v.rel > t->worst) t->worst = v.rel;
     int ok = v.nan_at < 0 && v.rel <= bound && !isnan(v.rel);
     if (!ok) t->fails++;
-    EXPECT(ok, "%s: %s·%s→%s acc %s %s %d×%d×%d l=%d pad %d alpha %g beta %g: rel err %.3g (bound %.0e)%s", name,
-           ferry_scalar_name(ta), ferry_scalar_name(tb), ferry_scalar_name(tout), ferry_scalar_name(tacc),
-           major_name(ca, cb, cc), m, n, k, l, pad, alpha, beta, v.rel, bound,
-           v.nan_at >= 0 ? ", and NaN (unwritten?) in the output" : "");
+    EXPECT(ok, "%s: %s·%s→%s acc %s %s %d×%d×%d l=%d pad %d alpha %g beta %g bias %d activation %d: rel err %.3g "
+           "(bound %.0e)%s", name, ferry_scalar_name(ta), ferry_scalar_name(tb), ferry_scalar_name(tout),
+           ferry_scalar_name(tacc), major_name(ca, cb, cc), m, n, k, l, pad, alpha, beta, (int)epi_mode, (int)epi_act,
+           v.rel, bound, v.nan_at >= 0 ? ", and NaN (unwritten?) in the output" : "");
   }
+  if (bias_len) mat_free(&bias);
+  epi_bias = NULL;
   free(c0);
   mat_free(&a);
   mat_free(&b);
@@ -312,6 +345,9 @@ static void add_jobs(int ta, int tb, int tout, int tacc, int ca, int cb, int cc)
   ferry_tensor C = {(void *)0x300000, {FERRY_DEVICE_CUDA, dev}, 2, dts[tout], sa, cc ? st_col : st_row, 0};
   ferry_gemm_args args;
   REQUIRE_OK(ferry_gemm_args_init(&args, &A, &B, &C, (ferry_scalar)tacc));
+  int64_t bias_shape[1] = {128};
+  ferry_tensor bias = {(void *)0x400000, {FERRY_DEVICE_CUDA, dev}, 1, dts[tout], bias_shape, NULL, 0};
+  REQUIRE_OK(ferry_gemm_args_set_epilogue(&args, epi_mode ? &bias : NULL, epi_mode, epi_act));
   const ferry_op *ops[32];
   size_t n = 0;
   REQUIRE_OK(ferry_ops_find(&args, 0, NULL, NULL, ops, 32, &n));
@@ -354,6 +390,24 @@ static const size_case sizes[] = {{1, 1, 1, 1, 0},     {127, 127, 127, 1, 0}, {1
 /* The element types, short, for the tables below. */
 enum { F16 = FERRY_SCALAR_F16, BF16 = FERRY_SCALAR_BF16, F32 = FERRY_SCALAR_F32 };
 
+/* Fused epilogues: each bias mode and activation, in kinds that reach the element, tile and 4-wide stores, the SIMT
+ * kernel and the m = 16 designs (a decode step). */
+typedef struct epilogue_case {
+  int in, out, ca, cb, cc;
+  ferry_bias mode;
+  ferry_activation act;
+  int m, n, k, l;
+  float alpha, beta;
+} epilogue_case;
+static const epilogue_case epilogue_cases[] = {
+    {BF16, BF16, 0, 0, 0, FERRY_BIAS_ROW, FERRY_ACTIVATION_GELU_TANH, 129, 127, 65, 1, 1.0f, 0.0f},
+    {F16, F32, 0, 1, 1, FERRY_BIAS_COL, FERRY_ACTIVATION_SILU, 127, 129, 129, 3, -1.5f, 0.25f},
+    {F16, F16, 1, 1, 1, FERRY_BIAS_NONE, FERRY_ACTIVATION_RELU, 264, 392, 328, 1, 1.0f, 0.0f},
+    {F32, F32, 0, 0, 0, FERRY_BIAS_ROW, FERRY_ACTIVATION_RELU, 129, 127, 65, 1, 1.0f, 0.5f},
+    {BF16, BF16, 0, 1, 0, FERRY_BIAS_ROW, FERRY_ACTIVATION_GELU_TANH, 16, 392, 328, 1, 1.0f, 0.0f},
+    {BF16, BF16, 0, 0, 0, FERRY_BIAS_COL, FERRY_ACTIVATION_NONE, 264, 392, 328, 1, 1.0f, 0.0f}};
+enum { EPILOGUE_CASES = sizeof epilogue_cases / sizeof epilogue_cases[0] };
+
 /* sanitize: one size with partial tiles and padded leading dimensions, and only the all-row/all-column majors, so
  * that racecheck (hundreds of times slower per launch) still sees every design within minutes. */
 static void correctness_matrix(int quick, int sanitize) {
@@ -370,6 +424,12 @@ static void correctness_matrix(int quick, int sanitize) {
   add_jobs(BF16, BF16, BF16, F32, 1, 0, 1);
   add_jobs(F32, F32, F32, F32, 1, 1, 0);
   add_jobs(BF16, BF16, F32, F32, 0, 1, 0);
+  for (int e = 0; e < EPILOGUE_CASES; e++) {
+    const epilogue_case *c = &epilogue_cases[e];
+    epi_mode = c->mode, epi_act = c->act;
+    add_jobs(c->in, c->in, c->out, F32, c->ca, c->cb, c->cc);
+  }
+  epi_mode = FERRY_BIAS_NONE, epi_act = FERRY_ACTIVATION_NONE;
   precompile();
   for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
     for (int majors = 0; majors < 8; majors++) {
@@ -388,6 +448,12 @@ static void correctness_matrix(int quick, int sanitize) {
   run_case(F32, F32, F32, F32, 1, 1, 0, 129, 129, 129, 1, 0, 2.0f, -1.0f);
   /* empty k: out = beta*out */
   run_case(F16, F16, F32, F32, 0, 0, 0, 64, 64, 0, 1, 8, 1.0f, 0.5f);
+  for (int e = 0; e < (sanitize ? 2 : EPILOGUE_CASES); e++) {
+    const epilogue_case *c = &epilogue_cases[e];
+    epi_mode = c->mode, epi_act = c->act;
+    run_case(c->in, c->in, c->out, F32, c->ca, c->cb, c->cc, c->m, c->n, c->k, c->l, 8, c->alpha, c->beta);
+  }
+  epi_mode = FERRY_BIAS_NONE, epi_act = FERRY_ACTIVATION_NONE;
   if (!quick && !sanitize) {
     run_case(F16, F16, F16, F32, 0, 0, 0, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
     run_case(BF16, BF16, BF16, F32, 1, 1, 1, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);

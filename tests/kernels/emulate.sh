@@ -1,8 +1,9 @@
 #!/bin/sh
 # emulate.sh — builds tests/kernels/emulate_gemm.cpp for every gemm_mma_sw and gemm_wgmma design of
-# src/ops/gemm_designs.def, in four problem kinds (all four A/B major pairs, row- and column-major outputs,
-# bf16/fp16/fp32 outputs, fp16 accumulators), runs each over edge, batched, alpha/beta and k=0 cases, and does
-# the same for gemm_mma.cu in its 128×128 design (a control: its kernels passed on the H200) and its m ≤ 16 designs.
+# src/ops/gemm_designs.def, in seven problem kinds (all four A/B major pairs, row- and column-major outputs,
+# bf16/fp16/fp32 outputs, fp16 accumulators, three fused epilogues), runs each over edge, batched, alpha/beta and k=0
+# cases, and does the same for gemm_mma.cu in its 128×128 design (a control: its kernels passed on the H200) and its
+# m ≤ 16 designs.
 # Needs a C++17 compiler; no GPU.
 #
 # usage: tests/kernels/emulate.sh [BUILD_DIR]   (default: a temporary directory; prints a table, exits 1 on failure)
@@ -22,7 +23,10 @@ cases="128,128,128,1,0,1,0 129,127,65,1,8,1,0 127,129,129,3,8,-1.5,0.25 264,392,
 kinds="bf16_rrr:-DFERRY_A_TYPE=2,-DFERRY_OUT_TYPE=2,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
 bf16_ccc_f32:-DFERRY_A_TYPE=2,-DFERRY_OUT_TYPE=3,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0
 f16_rcr_acc16:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=1,-DFERRY_ACC_TYPE=1,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=1
-f16_crr_f32:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=3,-DFERRY_A_ROW=0,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1"
+f16_crr_f32:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=3,-DFERRY_A_ROW=0,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
+bf16_rrr_row_bias_gelu:-DFERRY_A_TYPE=2,-DFERRY_OUT_TYPE=2,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1,-DFERRY_BIAS=1,-DFERRY_ACTIVATION=2
+f16_rcc_f32_col_bias_silu:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=3,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0,-DFERRY_BIAS=2,-DFERRY_ACTIVATION=3
+f16_rrr_col_bias_relu:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=1,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1,-DFERRY_BIAS=2,-DFERRY_ACTIVATION=1"
 
 # The designs of src/ops/gemm_designs.def, one a line: FAMILY BM BN BK WARPS_M WARPS_N WARPS_K STAGES VEC SPEED.
 designs() { sed -n 's/^FERRY_GEMM_DESIGN(\([^)]*\)).*/\1/p' "$root/src/ops/gemm_designs.def" | tr -d ' ' | tr ',' ' '; }

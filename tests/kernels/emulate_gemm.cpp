@@ -3,7 +3,8 @@
 // gets, and checks every output element against a float64
 // reference: values within rounding, no element left unwritten (the output starts as NaN), nothing written outside
 // the matrices (guard bytes around them, and in the padding between rows, stay as they were), every cp.async in
-// bounds. tests/kernels/emulate.sh builds it for each design and kind.
+// bounds. A kind with an epilogue (FERRY_BIAS, FERRY_ACTIVATION) gets a random bias vector and the reference applies
+// the same epilogue. tests/kernels/emulate.sh builds it for each design and kind.
 //
 // usage: emulate_gemm [--seed S] CASE...   where CASE is m,n,k,l,pad,alpha,beta (pad: leading dimensions rounded
 // up to a multiple of pad elements, as tests/gpu/test_ops_gpu.c does). Each case runs twice: cp.async performed at
@@ -89,6 +90,18 @@ unsigned char *base_of(mat &m) {
 ferry_gemm_params params;
 void kernel() { ferry::EMU_ENTRY(params); }
 
+// The epilogue's activation in float64 (ferry_activation: 1 ReLU, 2 GELU with tanh, 3 SiLU), and the most its
+// slope reaches, by which an error before it can grow.
+double activate(double x) {
+  switch (FERRY_ACTIVATION) {
+  case 1: return x < 0 ? 0 : x;
+  case 2: return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+  case 3: return x / (1 + std::exp(-x));
+  default: return x;
+  }
+}
+constexpr double ACTIVATION_SLOPE = FERRY_ACTIVATION == 2 ? 1.13 : FERRY_ACTIVATION == 3 ? 1.1 : 1.0;
+
 uint64_t rng_state = 1;
 double uniform() { // [-1, 1)
   rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
@@ -115,6 +128,10 @@ int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool 
       }
     }
   const std::vector<unsigned char> before(c - GUARD, c + C.elems * esize(C.type) + GUARD);
+  // The bias: one value per column (FERRY_BIAS 1) or per row (2), of out's type, shared by the batches.
+  const int bias_len = FERRY_BIAS == 1 ? n : FERRY_BIAS == 2 ? m : 0;
+  std::vector<unsigned char> bias_mem((size_t)(bias_len > 0 ? bias_len : 1) * esize(C.type));
+  for (int i = 0; i < bias_len; i++) put(bias_mem.data(), (size_t)i, C.type, 2 * uniform());
   for (long long v : {A.ld, B.ld, A.batch, B.batch})
     if (k > 0 && v * 2 % EMU_ALIGN) { // (k = 0: nothing is loaded, the host accepts any layout)
       fprintf(stderr, "case %d,%d,%d,%d,%d: operands not 16-byte aligned; the host would not run this design\n", m,
@@ -128,6 +145,7 @@ int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool 
   params.batch_a = l > 1 ? A.batch : 0, params.batch_b = l > 1 ? B.batch : 0, params.batch_c = C.batch;
   params.m = m, params.n = n, params.k = k, params.l = l;
   params.alpha = alpha, params.beta = beta;
+  params.bias = FERRY_BIAS ? bias_mem.data() : nullptr;
   emu::globals = {{a, a + A.elems * 2}, {b, b + B.elems * 2}};
   emu::early_copies = early;
   emu::early_wgmma = !early;
@@ -160,8 +178,10 @@ int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool 
           mag += std::fabs(x);
         }
         const size_t e = C.at(z, i, j);
-        const double ref = alpha * acc + beta * c0[e], got = get(c, e, C.type);
-        const double tol = rel_out * std::fabs(ref) + eps_acc * std::fabs(alpha) * mag + 1e-30;
+        const double bias = FERRY_BIAS ? get(bias_mem.data(), (size_t)(FERRY_BIAS == 1 ? j : i), C.type) : 0.0;
+        const double pre = alpha * acc + beta * c0[e] + bias, ref = activate(pre), got = get(c, e, C.type);
+        const double tol = rel_out * std::fabs(ref) +
+                           ACTIVATION_SLOPE * (eps_acc * std::fabs(alpha) * mag + 1e-6 * std::fabs(pre)) + 1e-30;
         const double err = std::fabs(got - ref);
         if (!(err <= tol)) {
           if (bad < 5)
@@ -192,10 +212,12 @@ int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool 
 int main(int argc, char **argv) {
   unsigned seed = 1;
   int failures = 0, cases = 0;
-  printf("%s %dx%dx%d, %d threads, s%d; A %s, B %s, out %s %s, acc %s\n", EMU_KERNEL, FERRY_BM, FERRY_BN, FERRY_BK,
-         ferry::THREADS, FERRY_STAGES, FERRY_A_ROW ? "row" : "col", FERRY_B_ROW ? "row" : "col",
+  printf("%s %dx%dx%d, %d threads, s%d; A %s, B %s, out %s %s, acc %s, bias mode %d, activation %d\n", EMU_KERNEL,
+         FERRY_BM, FERRY_BN, FERRY_BK, ferry::THREADS, FERRY_STAGES, FERRY_A_ROW ? "row" : "col",
+         FERRY_B_ROW ? "row" : "col",
          FERRY_OUT_TYPE == FERRY_SCALAR_F32 ? "fp32" : FERRY_OUT_TYPE == FERRY_SCALAR_F16 ? "fp16" : "bf16",
-         FERRY_OUT_ROW ? "row" : "col", FERRY_ACC_TYPE == FERRY_SCALAR_F16 ? "fp16" : "fp32");
+         FERRY_OUT_ROW ? "row" : "col", FERRY_ACC_TYPE == FERRY_SCALAR_F16 ? "fp16" : "fp32", FERRY_BIAS,
+         FERRY_ACTIVATION);
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
       seed = (unsigned)strtoul(argv[++i], nullptr, 10);

@@ -2,8 +2,9 @@
 # mutants.sh — checks that the emulator (emulate_gemm.cpp) would catch the mistakes that matter in the new kernels:
 # each mutant is gemm_mma_sw.cu or gemm_wgmma.cu with one plausible bug (a missing barrier or wait, a copy into a
 # stage still being read, a wrong swizzle or descriptor, an off-by-one at an edge, a full-tile copy past k, a
-# missing __syncwarp or wgmma.fence, a wide store past n, a wrong accumulator row), and each must FAIL the emulated
-# cases. A surviving mutant means the emulation cannot see that kind of bug.
+# missing __syncwarp or wgmma.fence, a wide store past n, a wrong accumulator row), or gemm_output.cuh with a wrong
+# epilogue (bias index, order, activation), and each must FAIL the emulated cases. A surviving mutant means the
+# emulation cannot see that kind of bug.
 #
 # usage: tests/kernels/mutants.sh [BUILD_DIR]
 set -eu
@@ -70,6 +71,36 @@ run_mutants gemm_mma_sw.cu ferry_gemm_mma_sw "-DFERRY_BM=128 -DFERRY_BN=256 -DFE
 # gemm_wgmma.cu in its default design, A and B row-major (N-major B) and, for the K-major paths, B column-major.
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "" "$wg_mutants"
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_B_ROW=0" "$(echo "$wg_mutants" | grep -E '^k_major|^b_transpose')"
+
+# The fused epilogue, in the shared header gemm_output.cuh: a mutated copy of it is found first (its own directory
+# ahead of src/kernels on the include path), under gemm_mma_sw.cu with an fp32 output (tight rounding), in the kind
+# that reaches the mutated line. name | sed expression | kind flags
+epilogue_mutants='row_bias_read_by_row|/return to_f32<FERRY_OUT_TYPE>(e.bias\[col\]);/s/bias\[col\]/bias[row]/|-DFERRY_BIAS=1
+col_bias_read_by_column|/return to_f32<FERRY_OUT_TYPE>(e.bias\[row\]);/s/bias\[row\]/bias[col]/|-DFERRY_BIAS=2 -DFERRY_OUT_ROW=0
+wide_store_one_bias_for_four|/bias_at(e, row, col + i)/s/col + i/col/|-DFERRY_BIAS=1
+bias_after_the_activation|/activate(v + bias_at(e, row, col))/s/activate(v + bias_at(e, row, col))/activate(v) + bias_at(e, row, col)/|-DFERRY_BIAS=2 -DFERRY_ACTIVATION=1 -DFERRY_OUT_ROW=0
+gelu_cubic_coefficient|/0.044715f/s/0.044715f/0.04f/|-DFERRY_ACTIVATION=2
+silu_sign|/expf(-x)/s/expf(-x)/expf(x)/|-DFERRY_ACTIVATION=3
+relu_at_zero_lets_negatives_through|/return x < 0.0f ? 0.0f : x;/s/x < 0.0f/x < -0.5f/|-DFERRY_ACTIVATION=1'
+echo "$epilogue_mutants" | while IFS='|' read -r name expr flags; do
+  mkdir -p "$out/header_$name"
+  sed "$expr" "$root/src/kernels/gemm_output.cuh" > "$out/header_$name/gemm_output.cuh"
+  if cmp -s "$root/src/kernels/gemm_output.cuh" "$out/header_$name/gemm_output.cuh"; then
+    echo "STALE    gemm_output.cuh $name: the expression no longer matches"
+    echo 1 >> "$out/survivors"
+    continue
+  fi
+  # shellcheck disable=SC2086
+  $cxx -std=c++17 -O2 -Wno-unknown-pragmas -I "$out/header_$name" -I "$root/src/kernels" -I "$here" \
+    -DFERRY_A_TYPE=2 -DFERRY_OUT_TYPE=3 $flags "$here/emulate_gemm.cpp" -o "$out/header_$name/emulate"
+  # shellcheck disable=SC2086
+  if "$out/header_$name/emulate" $cases > "$out/header_$name.log" 2>&1; then
+    echo "SURVIVED gemm_output.cuh $name"
+    echo 1 >> "$out/survivors"
+  else
+    echo "killed   gemm_output.cuh $name: $(grep -m1 -E 'FAIL|FAILURE' "$out/header_$name.log")"
+  fi
+done
 
 if [ -s "$out/survivors" ]; then
   echo "some mutants survived: the emulation misses those bugs"

@@ -377,3 +377,74 @@ def test_no_reference_or_device_memory_leaks_over_1e5_calls():
     assert [sys.getrefcount(x) for x in watched] == refs
     assert torch.cuda.memory_allocated() == memory
     assert rel_err(c, reference(a, b, c0)) <= 5e-3
+
+
+def reference_epilogue(ref, bias, activation):
+    if bias is not None:
+        ref = ref + bias.double()
+    if activation == "relu":
+        return torch.relu(ref)
+    if activation == "gelu_tanh":
+        return torch.nn.functional.gelu(ref, approximate="tanh")
+    if activation == "silu":
+        return torch.nn.functional.silu(ref)
+    return ref
+
+
+@pytest.mark.parametrize("dtype, m, n, k, bias_shape, activation", [
+    (torch.bfloat16, 16, 1024, 4096, "(n,)", "gelu_tanh"),   # a decode step through a linear layer: the m=16 designs
+    (torch.bfloat16, 300, 1000, 520, "(n,)", "silu"),
+    (torch.float16, 129, 127, 65, "(m, 1)", "relu"),
+    (torch.float16, 256, 256, 256, None, "silu"),
+    (torch.float32, 65, 47, 33, "(1, n)", "gelu_tanh"),
+    (torch.bfloat16, 64, 256, 128, "(n,)", None),
+])
+def test_a_fused_epilogue_matches_torchs_linear_and_activation(dtype, m, n, k, bias_shape, activation):
+    """out = activation(x @ W.T + bias), W stored n×k as nn.Linear keeps it (B column-major), against torch in
+    float64 on the same rounded inputs, from every operator that supports the case."""
+    x, w = matrix((m, k), dtype, seed=1), matrix((n, k), dtype, seed=2)
+    shape = {"(n,)": (n,), "(1, n)": (1, n), "(m, 1)": (m, 1), None: None}[bias_shape]
+    bias = None if shape is None else matrix(shape if len(shape) == 2 else (1, n), dtype, seed=3).reshape(shape)
+    out = torch.full((m, n), NAN, dtype=dtype, device=DEV)
+    args = ops.GemmArguments(x, w.t(), out, bias=bias, activation=activation)
+    ref = reference_epilogue(x.double() @ w.double().t(), bias, activation)
+    found = ops.get_operators(args)
+    assert found, "no operator fuses this epilogue"
+    for op in found:
+        out.fill_(NAN)
+        op.run(args)
+        torch.cuda.synchronize()
+        assert not torch.isnan(out).any(), op.name
+        err = float(torch.linalg.norm((out.double() - ref).flatten()) / torch.linalg.norm(ref.flatten()))
+        assert err <= bound(dtype, dtype), f"{op.name}: {err}"
+
+
+def test_an_epilogue_is_part_of_the_compiled_kind_and_of_graph_updates():
+    x, w = matrix((64, 128), torch.float16, seed=1), matrix((128, 96), torch.float16, seed=2)
+    bias = matrix((1, 96), torch.float16, seed=3).reshape(96)
+    out = torch.full((64, 96), NAN, dtype=torch.float16, device=DEV)
+    plain = ops.GemmArguments(x, w, out)
+    fused = ops.GemmArguments(x, w, out, bias=bias, activation="relu")
+    assert plain.problem["kind"] != fused.problem["kind"]
+    op = ops.get_operators(fused)[0]
+    art = op.compile(fused)
+    assert art.kind == fused.problem["kind"]
+    with pytest.raises(ValueError):
+        op.run(plain, compiled_artifact=art)  # an artifact of another kind
+    op.run(fused, compiled_artifact=art)
+    torch.cuda.synchronize()
+    ref = reference_epilogue(x.double() @ w.double(), bias, "relu")
+    assert rel_err(out, ref) <= 5e-3
+    # captured, then updated in place to another output and another bias of the same kind
+    bias2 = matrix((1, 96), torch.float16, seed=4).reshape(96)
+    out2 = torch.full_like(out, NAN)
+    stream = torch.cuda.Stream()
+    with ops.Graph(stream) as g:
+        g.run(op, fused, compiled_artifact=art)
+    g.update(0, ops.GemmArguments(x, w, out2, bias=bias2, activation="relu"))
+    with pytest.raises(ValueError):
+        g.update(0, plain)  # another kind: the captured kernel does not fuse the same epilogue
+    g.replay()
+    stream.synchronize()
+    assert rel_err(out2, reference_epilogue(x.double() @ w.double(), bias2, "relu")) <= 5e-3
+    g.close()

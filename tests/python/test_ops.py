@@ -72,7 +72,7 @@ def test_stubs_cover_every_name():
     (ops.Operator.compile, ["self", "args", "target_sm"]),
     (ops.Operator.launcher, ["self", "args", "compiled_artifact", "assume_supported_args"]),
     (ops.get_operators, ["args", "target_sm", "metadata_filter"]),
-    (ops.GemmArguments, ["A", "B", "out", "accumulator_type", "alpha", "beta"]),
+    (ops.GemmArguments, ["A", "B", "out", "accumulator_type", "alpha", "beta", "bias", "activation"]),
 ])
 def test_signatures(fn, params):
     assert list(inspect.signature(fn).parameters) == params

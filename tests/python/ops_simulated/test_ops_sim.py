@@ -448,3 +448,49 @@ def test_python_side_cost_per_call_is_printed():
     for name, us in figures.items():
         print(f"  {name:<18} {us:7.3f} us")
     assert figures["launcher"] < 50 and figures["GemmArguments"] < 100  # sanity only
+
+
+def activated(x, activation):
+    if activation == "relu":
+        return np.maximum(x, 0)
+    if activation == "gelu_tanh":
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    if activation == "silu":
+        return x / (1 + np.exp(-x))
+    return x
+
+
+@pytest.mark.parametrize("bias_shape,activation", [("(n,)", "gelu_tanh"), ("(m, 1)", "silu"), (None, "relu"),
+                                                    ("(1, n)", None)])
+@pytest.mark.parametrize("make", [EX, PROTO], ids=["exchange", "dlpack"])
+def test_a_fused_epilogue_reaches_the_kernel(bias_shape, activation, make):
+    m, n, k = 40, 24, 16
+    a, b = matrix((m, k), np.float16), matrix((k, n), np.float16, seed=1)
+    c = np.full((m, n), np.nan, np.float32)
+    shape = {"(n,)": (n,), "(1, n)": (1, n), "(m, 1)": (m, 1), None: None}[bias_shape]
+    bias = None if shape is None else matrix((1, int(np.prod(shape))), np.float32, seed=3).reshape(shape)
+    args = ops.GemmArguments(make(a), make(b), make(c), bias=None if bias is None else make(bias),
+                             activation=activation)
+    mode = "none" if bias is None else "column" if bias_shape == "(m, 1)" else "row"
+    assert (args.problem["bias"], args.problem["activation"]) == (mode, activation or "identity")
+    assert args.activation == activation and (args.bias is None) == (bias is None)
+    ops.get_operators(args)[0].run(args)
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    if bias is not None:
+        ref = ref + bias.astype(np.float64)  # (n,), (1, n) and (m, 1) broadcast as the epilogue adds them
+    assert rel_err(c, activated(ref, activation)) <= 1e-5
+
+
+def test_a_wrong_epilogue_is_refused_with_its_reason():
+    a, b, c = matrix((8, 8), np.float16), matrix((8, 8), np.float16), np.zeros((8, 16), np.float16)
+    b = matrix((8, 16), np.float16)
+    with pytest.raises(ValueError, match="gelu_tanh"):
+        ops.GemmArguments(EX(a), EX(b), EX(c), activation="gelu")  # torch's default GELU is the erf form
+    with pytest.raises(ValueError, match="it must be out's, fp16"):
+        ops.GemmArguments(EX(a), EX(b), EX(c), bias=EX(np.zeros(16, np.float32)))
+    with pytest.raises(ValueError, match="has 8 elements"):
+        ops.GemmArguments(EX(a), EX(b), EX(c), bias=EX(np.zeros(8, np.float16)))
+    with pytest.raises(ValueError, match="bias has rank 3"):
+        ops.GemmArguments(EX(a), EX(b), EX(c), bias=EX(np.zeros((1, 1, 16), np.float16)))
+    with pytest.raises(ValueError, match="stride 2"):
+        ops.GemmArguments(EX(a), EX(b), EX(c), bias=EX(np.zeros(32, np.float16)[::2]))
