@@ -260,6 +260,10 @@ inline void __syncthreads() { emu::block_barrier(); }
 inline void __syncwarp() { emu::warp_arrive([] {}); }
 [[noreturn]] inline void __trap() { emu::fail("__trap()"); }
 
+// The fast-math intrinsics the epilogue uses, exact here (the reference's tolerance covers the hardware's few ulp).
+inline float __expf(float x) { return std::exp(x); }
+inline float __fdividef(float x, float y) { return x / y; }
+
 // ---- gemm_common.cuh's device part in plain C++ -------------------------------------------------------------
 
 #define FERRY_GEMM_EMULATED // gemm_common.cuh, included below, then gives only its plain C++ part (the stage copy)

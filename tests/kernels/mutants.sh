@@ -80,7 +80,8 @@ col_bias_read_by_column|/return to_f32<FERRY_OUT_TYPE>(e.bias\[row\]);/s/bias\[r
 wide_store_one_bias_for_four|/bias_at(e, row, col + i)/s/col + i/col/|-DFERRY_BIAS=1
 bias_after_the_activation|/activate(v + bias_at(e, row, col))/s/activate(v + bias_at(e, row, col))/activate(v) + bias_at(e, row, col)/|-DFERRY_BIAS=2 -DFERRY_ACTIVATION=1 -DFERRY_OUT_ROW=0
 gelu_cubic_coefficient|/0.044715f/s/0.044715f/0.04f/|-DFERRY_ACTIVATION=2
-silu_sign|/expf(-x)/s/expf(-x)/expf(x)/|-DFERRY_ACTIVATION=3
+silu_sign|/return times_sigmoid(x, x);/s/times_sigmoid(x, x)/times_sigmoid(x, -x)/|-DFERRY_ACTIVATION=3
+sigmoid_sign|/__expf(-t)/s/__expf(-t)/__expf(t)/|-DFERRY_ACTIVATION=2
 relu_at_zero_lets_negatives_through|/return x < 0.0f ? 0.0f : x;/s/x < 0.0f/x < -0.5f/|-DFERRY_ACTIVATION=1'
 echo "$epilogue_mutants" | while IFS='|' read -r name expr flags; do
   mkdir -p "$out/header_$name"
