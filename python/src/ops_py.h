@@ -122,7 +122,8 @@ typedef struct ferry_py_operator {
   PyObject_HEAD
   const ferry_op *op;            /* registered for the life of the process */
   PyObject *metadata;            /* OperatorMetadata, built on first use */
-  uint8_t warmed[256];           /* bit `kind`: a run without artifact of that kind found (or made) the memo entry */
+  uint8_t warmed[4096];          /* bit `kind` (15 bits, epilogue included): a run without artifact of that kind
+                                    found (or made) the memo entry */
 } ferry_py_operator;
 
 extern PyTypeObject ferry_py_Operator_Type;
