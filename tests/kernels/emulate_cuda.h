@@ -2,8 +2,8 @@
 // synchronisation can be checked on a machine without a GPU (tests/kernels/emulate_gemm.cpp drives it).
 //
 // Every CUDA thread of a block is a fiber (ucontext) on one OS thread; a scheduler runs each ready fiber until it
-// blocks at a barrier, in an order shuffled per round from a seed, so a thread that is missing a barrier reads
-// memory before (or after) the others wrote it. Warp-wide instructions (ldmatrix, mma) are collectives: each lane
+// blocks at a barrier, in an order shuffled per round from a seed, holding random warps back for a round, so a
+// thread that is missing a barrier reads memory before (or after) the others wrote it. Warp-wide instructions (ldmatrix, mma) are collectives: each lane
 // deposits its operands, the last lane to arrive computes every lane's result from the PTX ISA's fragment layouts,
 // then the warp goes on. Each case runs twice: cp.async copies performed at issue and wgmma only when its group is
 // waited for (catches a copy into a stage that another warp or an unfinished wgmma is still reading), then copies
@@ -230,9 +230,14 @@ inline void run_block(emu_dim3 b, int threads, uint32_t smem_bytes, unsigned see
   std::mt19937 rng(seed);
   std::vector<int> order((size_t)threads);
   for (int t = 0; t < threads; t++) order[(size_t)t] = t;
+  // Each round also holds back about a third of the warps, so that warps drift apart between barriers instead of
+  // moving in lockstep from one warp collective to the next (a write into shared memory that another warp may still
+  // be reading, with no barrier between, then shows).
+  std::vector<char> held((size_t)(threads + 31) / 32);
   for (;;) {
     std::shuffle(order.begin(), order.end(), rng);
-    int ran = 0, done = 0;
+    for (char &h : held) h = rng() % 3 == 0;
+    int ran = 0, done = 0, waiting = 0;
     for (int t : order) {
       fiber &f = fibers[(size_t)t];
       if (f.state == DONE) {
@@ -240,11 +245,15 @@ inline void run_block(emu_dim3 b, int threads, uint32_t smem_bytes, unsigned see
         continue;
       }
       if (f.state != READY) continue;
+      if (held[(size_t)t / 32]) {
+        waiting++;
+        continue;
+      }
       switch_to(f);
       ran++;
     }
     if (done == threads) break;
-    if (!ran) fail("deadlock: every unfinished thread waits at a barrier the others never reach");
+    if (!ran && !waiting) fail("deadlock: every unfinished thread waits at a barrier the others never reach");
   }
   for (fiber &f : fibers)
     if (!f.open.empty() || !f.groups.empty()) fail("a thread exited with cp.async copies in flight");

@@ -2,8 +2,9 @@
 # mutants.sh — checks that the emulator (emulate_gemm.cpp) would catch the mistakes that matter in the new kernels:
 # each mutant is gemm_mma_sw.cu or gemm_wgmma.cu with one plausible bug (a missing barrier or wait, a copy into a
 # stage still being read, a wrong swizzle or descriptor, an off-by-one at an edge, a full-tile copy past k, a
-# missing __syncwarp or wgmma.fence, a wide store past n, a wrong accumulator row), or gemm_output.cuh with a wrong
-# epilogue (bias index, order, activation), and each must FAIL the emulated cases. A surviving mutant means the
+# missing __syncwarp or wgmma.fence, a wide store past n, a wrong accumulator row), gemm_mma.cu with its sets of warps
+# over k summed wrongly, or gemm_output.cuh with a wrong epilogue (bias index, order, activation), and each must FAIL
+# the emulated cases. A surviving mutant means the
 # emulation cannot see that kind of bug.
 #
 # usage: tests/kernels/mutants.sh [BUILD_DIR]
@@ -39,6 +40,11 @@ no_wgmma_fence|/^    wgmma_fence();/s/wgmma_fence();/;/
 copies_not_swizzled|/((((c >> 3) ^ r) \& 7) << 4)/s/((((c >> 3) ^ r) \& 7) << 4)/((((c >> 3)) \& 7) << 4)/
 accumulator_rows_wrong|/(warp % 4) \* 16;/s/(warp % 4) \* 16/(warp % 4) * 8/'
 
+split_mutants='sets_take_the_same_k_steps|/const int ks = kk \* WARPS_K + kw;/s/kk \* WARPS_K + kw/kk * WARPS_K/
+sets_share_one_partial_slot|/return partial + ((((set - 1)/s/(set - 1)/0/
+partials_read_before_written|/^    __syncthreads();$/s/__syncthreads();/;/
+stages_reused_for_partials_early|/__syncthreads(); \/\/ every warp is done reading the stages/s/__syncthreads();/;/'
+
 # kernel file | entry | design flags | mutants
 run_mutants() {
   kernel=$1
@@ -46,8 +52,11 @@ run_mutants() {
   flags=$3
   list=$4
   echo "$list" | while IFS='|' read -r name expr; do
-    sed "$expr" "$root/src/kernels/$kernel" > "$out/${entry}_$name.cu"
-    if cmp -s "$root/src/kernels/$kernel" "$out/${entry}_$name.cu"; then
+    # (gemm_mma.cu reads its shared-memory size with inline PTX; the emulation answers instead, as in emulate.sh)
+    sed -e "$expr" -e 's/asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));/have = dynamic_smem_size();/' \
+      "$root/src/kernels/$kernel" > "$out/${entry}_$name.cu"
+    if [ "$(sed -e 's/asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));/have = dynamic_smem_size();/' \
+        "$root/src/kernels/$kernel" | cmp -s - "$out/${entry}_$name.cu"; echo $?)" = 0 ]; then
       echo "STALE    $entry $name: the expression no longer matches $kernel"
       echo 1 >> "$out/survivors"
       continue
@@ -71,6 +80,9 @@ run_mutants gemm_mma_sw.cu ferry_gemm_mma_sw "-DFERRY_BM=128 -DFERRY_BN=256 -DFE
 # gemm_wgmma.cu in its default design, A and B row-major (N-major B) and, for the K-major paths, B column-major.
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "" "$wg_mutants"
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_B_ROW=0" "$(echo "$wg_mutants" | grep -E '^k_major|^b_transpose')"
+# gemm_mma.cu's sets of warps over k, in its 16×32×128 design with 4 sets.
+run_mutants gemm_mma.cu ferry_gemm_mma "-DFERRY_BM=16 -DFERRY_BN=32 -DFERRY_BK=128 -DFERRY_WARPS_M=1 -DFERRY_WARPS_N=2 \
+-DFERRY_WARPS_K=4 -DFERRY_STAGES=6 -DFERRY_VEC=8" "$split_mutants"
 
 # The fused epilogue, in the shared header gemm_output.cuh: a mutated copy of it is found first (its own directory
 # ahead of src/kernels on the include path), under gemm_mma_sw.cu with an fp32 output (tight rounding), in the kind
