@@ -39,8 +39,9 @@ extern "C" {
 #define FERRY_API
 #endif
 
+/* The project() version of CMakeLists.txt (a CPU test holds the two equal). */
 #define FERRY_VERSION_MAJOR 0
-#define FERRY_VERSION_MINOR 1
+#define FERRY_VERSION_MINOR 2
 #define FERRY_VERSION_PATCH 0
 
 /** Returns the library's version as "MAJOR.MINOR.PATCH". The string is static. */

@@ -1,5 +1,6 @@
 /* test_list.h — every CPU test, in the order the runner runs them. */
 #define TEST_LIST(X)                        \
+  X(version_is_the_builds)                  \
   X(status_names_cover_the_table)           \
   X(status_unknown_value)                   \
   X(last_error_starts_clear)                \

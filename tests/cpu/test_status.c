@@ -2,6 +2,10 @@
 #include "internal.h"
 #include "test.h"
 
+TEST(version_is_the_builds) { /* ferry.h's macros and CMakeLists.txt's project() version: one fact, checked */
+  ASSERT(!strcmp(ferry_version(), FERRY_PROJECT_VERSION));
+}
+
 TEST(status_names_cover_the_table) {
 #define CHECK_GEN(name, code, text)                              \
   ASSERT(strcmp(ferry_status_name(FERRY_##name), #name) == 0);   \
