@@ -106,9 +106,10 @@ FERRY_API ferry_status ferry_gemm_args_init(ferry_gemm_args *args, const ferry_t
  *  strides); NULL with FERRY_BIAS_NONE. It becomes part of the problem's kind, so it selects the compiled kernel;
  *  FERRY_BIAS_NONE with FERRY_ACTIVATION_NONE takes the epilogue away again. Fails with FERRY_INVALID_ARGUMENT
  *  naming what is wrong (mode or activation out of range, a bias without a mode or a mode without one, its rank,
- *  dtype, length, stride, device, a NULL data pointer with elements); `args` is written only on success. Every
- *  built-in operator fuses every epilogue; a registered one only when its supports callback accepts the problem
- *  (its source sees FERRY_BIAS and FERRY_ACTIVATION, and the bias in ferry_gemm_params). */
+ *  dtype, length, stride, a NULL data pointer with elements), FERRY_DEVICE_MISMATCH for a bias on another device;
+ *  `args` is written only on success. Every built-in operator fuses every epilogue; a registered one only when it
+ *  sets ferry_op_info.fuses_epilogue (its source sees FERRY_BIAS and FERRY_ACTIVATION, and the bias in
+ *  ferry_gemm_params), and then its supports callback, if any, may still decline. */
 FERRY_API ferry_status ferry_gemm_args_set_epilogue(ferry_gemm_args *args, const ferry_tensor *bias,
                                                     ferry_bias bias_mode, ferry_activation activation);
 
@@ -152,6 +153,8 @@ typedef struct ferry_op_info {
   uint32_t a_align, b_align, out_align;            /* required problem alignment in bytes (1: any) */
   uint32_t div_m, div_n, div_k;  /* m, n, k must be multiples of these (1: any) */
   int32_t builtin;               /* 1 for ferry's own operators, 0 for registered ones */
+  int32_t fuses_epilogue;        /* 1: given problems with an epilogue (its kernel honours FERRY_BIAS and
+                                    FERRY_ACTIVATION); every built-in does; a registered operator opts in */
 } ferry_op_info;
 
 /** The operator's description; valid for the life of the process. NULL for a NULL op. */
@@ -214,7 +217,7 @@ FERRY_API ferry_artifact *ferry_artifact_retain(ferry_artifact *artifact);
  *  holds its own references). */
 FERRY_API void ferry_artifact_release(ferry_artifact *artifact);
 
-/** The artifact's operator, target (90 = sm_90) and problem kind (FERRY_GEMM_KIND). */
+/** The artifact's operator, target (90 = sm_90) and problem kind (FERRY_GEMM_KIND | FERRY_GEMM_KIND_EPILOGUE). */
 FERRY_API const ferry_op *ferry_artifact_op(const ferry_artifact *artifact);
 FERRY_API int ferry_artifact_target_sm(const ferry_artifact *artifact);
 FERRY_API uint32_t ferry_artifact_kind(const ferry_artifact *artifact);
@@ -330,8 +333,8 @@ FERRY_API void ferry_graph_destroy(ferry_graph *graph);
  * dynamic shared memory. */
 
 /** A registered operator's own support check: return 1 to accept; else 0 after writing a reason into `reason`
- *  (capacity reason_size, may be 0). Called after the metadata checks passed; must be fast and thread-safe. An
- *  operator without one is not given problems with an epilogue (args->problem.bias or .activation set). */
+ *  (capacity reason_size, may be 0). Called after the metadata checks passed (an epilogue reaches it only when the
+ *  operator sets fuses_epilogue); must be fast and thread-safe. */
 typedef int (*ferry_op_supports_fn)(const ferry_gemm_args *args, char *reason, size_t reason_size, void *user);
 
 /** Fills the kernel's one parameter (params_size bytes at `params`, aligned to 16) from `args`, for kernels that
@@ -356,7 +359,7 @@ typedef struct ferry_op_desc {
 } ferry_op_desc;
 
 /** Fills `desc` with defaults: every float type and major accepted, fp32 accumulation, alignment and divisibility
- *  1, a 64×64×16 tile of 256 threads, one stage, no shared memory, min_sm 75, no callbacks. */
+ *  1, a 64×64×16 tile of 256 threads, one stage, no shared memory, min_sm 75, no fused epilogue, no callbacks. */
 FERRY_API void ferry_op_desc_init(ferry_op_desc *desc);
 
 /** Registers an operator; it then appears in ferry_ops_find, compiles, runs and captures like ferry's own. On

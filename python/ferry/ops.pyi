@@ -49,6 +49,7 @@ class Constraints(NamedTuple):
     div_n: int
     div_k: int
     min_sm: int
+    fuses_epilogue: bool
 
 class OperatorMetadata(NamedTuple):
     name: str

@@ -170,9 +170,11 @@ static int bias_mode_of(const ferry_tensor *t, const ferry_gemm_problem *p) {
   if (t->ndim == 1) return FERRY_BIAS_ROW;
   if (t->ndim == 2 && t->shape && t->shape[1] == 1 && (t->shape[0] != 1 || p->m == 1)) return FERRY_BIAS_COL;
   if (t->ndim == 2 && t->shape && t->shape[0] == 1) return FERRY_BIAS_ROW;
-  PyErr_Format(PyExc_ValueError, "GemmArguments: bias has rank %d; give a vector of n = %d values (one per column "
-               "of out), shaped (n,) or (1, n), or m = %d values shaped (m, 1) (one per row)", (int)t->ndim,
-               (int)p->n, (int)p->m);
+  char shape[80] = "";
+  if (t->shape && t->ndim >= 1 && t->ndim <= 3) ferry_py_ops_dims(t->shape, t->ndim, shape, sizeof shape);
+  PyErr_Format(PyExc_ValueError, "GemmArguments: bias has rank %d%s%s; give a vector of n = %d values (one per "
+               "column of out), shaped (n,) or (1, n), or m = %d values shaped (m, 1) (one per row)", (int)t->ndim,
+               shape[0] ? " and shape " : "", shape, (int)p->n, (int)p->m);
   return -1;
 }
 

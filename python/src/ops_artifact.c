@@ -37,7 +37,7 @@ static void artifact_dealloc(ferry_py_artifact *self) {
 static PyObject *artifact_repr(ferry_py_artifact *self) {
   size_t size = 0;
   (void)ferry_artifact_cubin(self->art, &size);
-  return PyUnicode_FromFormat("<ferry.ops.CompiledArtifact of %s for sm_%d, kind 0x%03x, %zu-byte cubin>",
+  return PyUnicode_FromFormat("<ferry.ops.CompiledArtifact of %s for sm_%d, kind 0x%04x, %zu-byte cubin>",
                               ferry_op_info_get(ferry_artifact_op(self->art))->name,
                               ferry_artifact_target_sm(self->art), (unsigned)ferry_artifact_kind(self->art), size);
 }
@@ -104,7 +104,8 @@ static PyMethodDef artifact_methods[] = {
 static PyGetSetDef artifact_getset[] = {
     {"operator", (getter)get_operator, NULL, "The Operator it was compiled from.", NULL},
     {"target_sm", (getter)get_target_sm, NULL, "The target it was compiled for (90 = sm_90).", NULL},
-    {"kind", (getter)get_kind, NULL, "The problem kind (operand types and majors, packed) it serves.", NULL},
+    {"kind", (getter)get_kind, NULL, "The problem kind it serves (operand types and majors, and the fused epilogue's "
+     "bias mode and activation, packed).", NULL},
     {"cubin", (getter)get_cubin, NULL, "A copy of the cubin (ELF) bytes.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 

@@ -27,6 +27,7 @@ typedef struct {
   vectorcallfunc vectorcall;
   ferry_py_operator *op;          /* strong */
   ferry_py_artifact *artifact;    /* strong: holds the artifact */
+  PyObject *bias_owner;           /* strong, or NULL: the GemmArguments whose bias (and its export) calls read */
   ferry_gemm_args args;           /* the bound problem; a call copies it and sets the pointers */
   ferry_py_operand bound[3];      /* layouts; `type` references are strong here */
   uint8_t need_align[3];          /* the operator's required alignment of A, B, out in bytes */
@@ -75,9 +76,10 @@ static int __attribute__((noinline, cold)) check_equivalent(launcher_object *L, 
                                            (ferry_scalar)L->args.problem.acc_type);
     *(ferry_error *)ferry_last_error() = saved; /* a probe, not an error of the caller's */
     const ferry_gemm_problem *p = &probe.problem, *q = &L->args.problem;
+    /* the probe carries no epilogue: the kinds are compared on their type and major bits */
     if (st == FERRY_OK && p->m == q->m && p->n == q->n && p->k == q->k && p->l == q->l && p->lda == q->lda &&
         p->ldb == q->ldb && p->ldc == q->ldc && p->batch_a == q->batch_a && p->batch_b == q->batch_b &&
-        p->batch_c == q->batch_c && p->kind == q->kind && p->device == q->device)
+        p->batch_c == q->batch_c && p->kind == (q->kind & 0x7ffu) && p->device == q->device)
       return 0;
     ferry_py_ops_dims(t->shape, t->ndim, gs, sizeof gs);
     ferry_py_ops_dims(strides, t->ndim, gst, sizeof gst);
@@ -212,8 +214,8 @@ PyObject *ferry_py_ops_launcher_new(ferry_py_operator *op, PyObject *const *args
   PyObject *artifact;
   if (given) {
     if (ferry_artifact_op(given) != op->op || ferry_artifact_kind(given) != ga->args.problem.kind) {
-      PyErr_Format(PyExc_ValueError, "Operator.launcher: the artifact is of operator %s and kind 0x%03x; the "
-                   "launcher is for %s and these arguments' kind 0x%03x (compile them with this operator)",
+      PyErr_Format(PyExc_ValueError, "Operator.launcher: the artifact is of operator %s and kind 0x%04x; the "
+                   "launcher is for %s and these arguments' kind 0x%04x (compile them with this operator)",
                    ferry_op_info_get(ferry_artifact_op(given))->name, (unsigned)ferry_artifact_kind(given),
                    ferry_op_info_get(op->op)->name, (unsigned)ga->args.problem.kind);
       return NULL;
@@ -235,6 +237,7 @@ PyObject *ferry_py_ops_launcher_new(ferry_py_operator *op, PyObject *const *args
   L->op = (ferry_py_operator *)Py_NewRef((PyObject *)op);
   L->artifact = (ferry_py_artifact *)artifact;
   L->args = ga->args;
+  L->bias_owner = ga->operands[3] ? Py_NewRef((PyObject *)ga) : NULL;
   L->api = ga->api;
   L->flags = assume ? FERRY_RUN_ASSUME_SUPPORTED : 0;
   const ferry_op_info *in = ferry_op_info_get(op->op);
@@ -253,6 +256,7 @@ PyObject *ferry_py_ops_launcher_new(ferry_py_operator *op, PyObject *const *args
 
 static void launcher_dealloc(launcher_object *L) {
   for (int i = 0; i < 3; i++) Py_XDECREF(L->bound[i].type);
+  Py_XDECREF(L->bias_owner);
   Py_XDECREF(L->op);
   Py_XDECREF(L->artifact);
   PyObject_Free(L);
@@ -290,7 +294,8 @@ PyDoc_STRVAR(launcher_doc,
              "torch.cuda.graph). Tensors of other frameworks work too, through __dlpack__ (slower).\n\n"
              "Ownership: the launcher keeps the operator and the artifact alive, not the tensors: as with any CUDA\n"
              "launch, keep them alive until the kernel has run (torch's caching allocator does this for tensors\n"
-             "freed on the stream they were used on). Returns None.");
+             "freed on the stream they were used on). Arguments with a bias are kept alive too, since every call\n"
+             "reads that bias. Returns None.");
 
 PyTypeObject ferry_py_Launcher_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ferry.ops.Launcher",

@@ -90,9 +90,10 @@ static PyStructSequence_Field constraints_fields[] = {
     {"div_n", "n must be a multiple of this"},
     {"div_k", "k must be a multiple of this"},
     {"min_sm", "the oldest target it compiles for (80 = sm_80)"},
+    {"fuses_epilogue", "True when it is given problems with a bias or an activation"},
     {NULL, NULL}};
 static PyStructSequence_Desc constraints_desc = {"ferry.ops.Constraints", "What an operator accepts.",
-                                                 constraints_fields, 14};
+                                                 constraints_fields, 15};
 
 static PyStructSequence_Field metadata_fields[] = {
     {"name", "the operator's unique name"},
@@ -161,13 +162,14 @@ static PyObject *make_metadata(const ferry_op_info *in) {
                     PyLong_FromLong(in->tile_n), PyLong_FromLong(in->tile_k), PyLong_FromLong(in->stages),
                     PyLong_FromLong(in->threads), PyLong_FromUnsignedLong(in->smem_bytes)};
   PyObject *design = fill(PyStructSequence_New(&design_type), d, 7);
-  PyObject *c[14] = {scalar_names(in->a_types), scalar_names(in->b_types), scalar_names(in->out_types),
+  PyObject *c[15] = {scalar_names(in->a_types), scalar_names(in->b_types), scalar_names(in->out_types),
                      scalar_names(in->acc_types), major_names(in->a_majors), major_names(in->b_majors),
                      major_names(in->out_majors), PyLong_FromUnsignedLong(in->a_align),
                      PyLong_FromUnsignedLong(in->b_align), PyLong_FromUnsignedLong(in->out_align),
                      PyLong_FromUnsignedLong(in->div_m), PyLong_FromUnsignedLong(in->div_n),
-                     PyLong_FromUnsignedLong(in->div_k), PyLong_FromLong(in->min_sm)};
-  PyObject *constraints = fill(PyStructSequence_New(&constraints_type), c, 14);
+                     PyLong_FromUnsignedLong(in->div_k), PyLong_FromLong(in->min_sm),
+                     PyBool_FromLong(in->fuses_epilogue)};
+  PyObject *constraints = fill(PyStructSequence_New(&constraints_type), c, 15);
   PyObject *m[4] = {PyUnicode_FromString(in->name), design, constraints, PyBool_FromLong(in->builtin)};
   return fill(PyStructSequence_New(&metadata_type), m, 4);
 }
@@ -253,12 +255,13 @@ static PyObject *op_supports(ferry_py_operator *self, PyObject *arg) {
 
 PyDoc_STRVAR(compile_doc,
              "compile($self, /, args, target_sm=None)\n--\n\n"
-             "This operator compiled for `args`'s problem kind (operand types and majors: the artifact serves every\n"
-             "problem of that kind, whatever the sizes) and `target_sm` (None: target_sm(), i.e. FERRY_ARCH or the\n"
-             "operands' device; or 90, \"sm_90\", ...). Answered from the in-memory memo, else from the verified\n"
-             "disk cache ($XDG_CACHE_HOME/ferry), else by NVRTC (then stored in both); the GIL is released\n"
-             "meanwhile. Needs NVRTC, not a GPU. Returns a CompiledArtifact (it holds the cubin and, when the device\n"
-             "is there and of the target's capability, the loaded kernel). Compile outside graph captures.\n\n"
+             "This operator compiled for `args`'s problem kind (operand types and majors, and the fused epilogue:\n"
+             "the artifact serves every problem of that kind, whatever the sizes) and `target_sm` (None:\n"
+             "target_sm(), i.e. FERRY_ARCH or the operands' device; or 90, \"sm_90\", ...). Answered from the\n"
+             "in-memory memo, else from the verified disk cache ($XDG_CACHE_HOME/ferry), else by NVRTC (then\n"
+             "stored in both); the GIL is released meanwhile. Needs NVRTC, not a GPU. Returns a CompiledArtifact\n"
+             "(it holds the cubin and, when the device is there and of the target's capability, the loaded\n"
+             "kernel). Compile outside graph captures.\n\n"
              "Raises ferry.FerryError with status UNSUPPORTED (the op does not support args, or the target is older\n"
              "than its min_sm or unknown to NVRTC), NO_COMPILER (NVRTC missing) or COMPILE_FAILED (the log in the\n"
              "message). CUTLASS: Operator.compile (1.47 s there).");
@@ -317,8 +320,8 @@ int ferry_py_ops_warm(ferry_py_operator *self, const ferry_gemm_args *args) {
 
 PyDoc_STRVAR(run_doc,
              "run($self, /, args, stream=None, compiled_artifact=None, assume_supported_args=False)\n--\n\n"
-             "Launches out = alpha * A @ B + beta * out for `args` (a GemmArguments) and returns None at once (the\n"
-             "kernel runs asynchronously on `stream`).\n\n"
+             "Launches out = activation(alpha * A @ B + beta * out + bias) for `args` (a GemmArguments) and returns\n"
+             "None at once (the kernel runs asynchronously on `stream`).\n\n"
              "stream: None — the current stream of the operands' framework, asked at every call through its DLPack\n"
              "  exchange API (torch.cuda.current_stream(): inside torch.cuda.graph(...) that is the capturing\n"
              "  stream), or the legacy default stream when no operand came from such a framework (CuPy, JAX:\n"
@@ -380,7 +383,7 @@ static PyGetSetDef operator_getset[] = {
      (void *)1},
     {"constraints", (getter)get_field, NULL,
      "Constraints(a_types, b_types, out_types, accumulator_types, a_majors, b_majors, out_majors, a_align, "
-     "b_align, out_align, div_m, div_n, div_k, min_sm).", (void *)2},
+     "b_align, out_align, div_m, div_n, div_k, min_sm, fuses_epilogue).", (void *)2},
     {NULL, NULL, NULL, NULL, NULL}};
 
 PyDoc_STRVAR(operator_doc,

@@ -59,7 +59,7 @@ typedef struct ferry__design {
   double speed;
 } ferry__design;
 
-#define FERRY__MEMO_SLOTS 256 /* artifacts memoised per operator (kinds × targets); a power of two */
+#define FERRY__MEMO_SLOTS 1024 /* artifacts memoised per operator (kinds with epilogues × targets); a power of 2 */
 
 struct ferry_op {
   ferry_op_info info;

@@ -134,6 +134,7 @@ static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, i
   op->info.out_align = 1;
   op->info.div_m = op->info.div_n = op->info.div_k = 1;
   op->info.builtin = 1;
+  op->info.fuses_epilogue = 1;
   if (family == FERRY__WGMMA) {
     op->kernel_text = (const char *)ferry__kernel_gemm_wgmma;
     op->kernel_size = ferry__kernel_gemm_wgmma_size;
@@ -181,6 +182,7 @@ static void add_simt(void) {
   op->info.a_align = op->info.b_align = op->info.out_align = 1;
   op->info.div_m = op->info.div_n = op->info.div_k = 1;
   op->info.builtin = 1;
+  op->info.fuses_epilogue = 1;
   op->defines = strdup("");
   op->kernel_text = (const char *)ferry__kernel_gemm_simt;
   op->kernel_size = ferry__kernel_gemm_simt_size;

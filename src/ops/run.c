@@ -23,8 +23,8 @@ static ferry_status __attribute__((noinline, cold)) wrong_artifact(const ferry_o
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "the artifact is of operator %s, the run asks for %s",
                      art->op->info.name, op->info.name);
   if (art->kind != args->problem.kind)
-    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "the artifact of operator %s was compiled for problem kind 0x%03x (types "
-                     "and majors); these arguments are of kind 0x%03x: compile for them", op->info.name, art->kind,
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "the artifact of operator %s was compiled for problem kind 0x%04x (types, "
+                     "majors, epilogue); these arguments are of kind 0x%04x: compile for them", op->info.name, art->kind,
                      args->problem.kind);
   return FERRY_ERR(FERRY_INVALID_ARGUMENT, "the artifact of operator %s was compiled for sm_%d; cuda:%d is sm_%d",
                    op->info.name, art->sm, args->problem.device, dev_sm);

@@ -19,7 +19,7 @@
  * holds 768 bytes, more than the longest head. */
 static size_t source_head(const ferry_op *op, uint32_t kind, int sm, char head[768]) {
   int n = snprintf(head, 768,
-                   "// ferry operator %.300s, kind 0x%03x, sm_%d\n"
+                   "// ferry operator %.300s, kind 0x%04x, sm_%d\n"
                    "#define FERRY_SCALAR_F16 %d\n#define FERRY_SCALAR_BF16 %d\n#define FERRY_SCALAR_F32 %d\n"
                    "#define FERRY_A_TYPE %u\n#define FERRY_B_TYPE %u\n#define FERRY_OUT_TYPE %u\n"
                    "#define FERRY_ACC_TYPE %u\n#define FERRY_A_ROW %d\n#define FERRY_B_ROW %d\n"

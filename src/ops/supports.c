@@ -29,8 +29,9 @@ int ferry__supports_fast(const ferry_op *op, const ferry_gemm_args *args) {
   if ((i->div_m > 1 && p->m % i->div_m) || (i->div_n > 1 && p->n % i->div_n) || (i->div_k > 1 && p->k % i->div_k))
     return 0;
   if (p->l > GRID_Z_MAX || !grid_fits(i, p)) return 0;
+  if ((p->kind >> 11) && !i->fuses_epilogue) return 0;
   if (op->supports) return op->supports(args, NULL, 0, op->user) != 0;
-  return !(p->kind >> 11) || op->family != FERRY__CUSTOM; /* a registered kernel fuses no epilogue unasked */
+  return 1;
 }
 
 /* "fp16", "fp16 or bf16", "fp16, bf16 or fp32" */
@@ -107,13 +108,13 @@ int ferry__supports_reason(const ferry_op *op, const ferry_gemm_args *args, char
              (int)i->tile_m, (int)i->tile_n);
     return 0;
   }
-  if (op->supports && !op->supports(args, reason, size, op->user)) {
-    if (!reason[0]) snprintf(reason, size, "operator %s's own check declined the arguments", i->name);
+  if ((p->kind >> 11) && !i->fuses_epilogue) {
+    snprintf(reason, size, "operator %s fuses no epilogue (bias, activation): it was registered without "
+             "fuses_epilogue", i->name);
     return 0;
   }
-  if (!op->supports && (p->kind >> 11) && op->family == FERRY__CUSTOM) {
-    snprintf(reason, size, "operator %s fuses no epilogue (bias, activation): it has no supports callback to accept "
-             "one", i->name);
+  if (op->supports && !op->supports(args, reason, size, op->user)) {
+    if (!reason[0]) snprintf(reason, size, "operator %s's own check declined the arguments", i->name);
     return 0;
   }
   return 1;

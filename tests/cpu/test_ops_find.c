@@ -335,24 +335,32 @@ TEST(epilogues_go_to_builtins_and_to_registered_operators_that_accept_them) {
   d.source = "extern \"C\" __global__ void plain_only(ferry_gemm_params p) {}";
   d.entry = "plain_only";
   d.info.name = "plain_only";
-  const ferry_op *plain = NULL, *fusing = NULL;
+  const ferry_op *plain = NULL, *checking = NULL, *fusing = NULL;
   ASSERT_OK(ferry_op_register(&d, &plain));
-  d.info.name = "fusing";
+  d.info.name = "checking"; /* a supports callback that checks shapes only: no promise about epilogues */
   d.supports = accept_anything;
+  ASSERT_OK(ferry_op_register(&d, &checking));
+  d.info.name = "fusing";
+  d.info.fuses_epilogue = 1;
   ASSERT_OK(ferry_op_register(&d, &fusing));
+  ASSERT_EQ(ferry_op_info_get(fusing)->fuses_epilogue, 1);
+  ASSERT_EQ(ferry_op_info_get(plain)->fuses_epilogue, 0);
   ASSERT_OK(ferry_op_supports(plain, &args, NULL, 0));
   ASSERT_OK(ferry_gemm_args_set_epilogue(&args, &bias, FERRY_BIAS_ROW, FERRY_ACTIVATION_SILU));
   char why[256];
   ASSERT_STATUS(ferry_op_supports(plain, &args, why, sizeof why), FERRY_UNSUPPORTED);
   ASSERT_STR_CONTAINS(why, "fuses no epilogue");
+  ASSERT_STATUS(ferry_op_supports(checking, &args, why, sizeof why), FERRY_UNSUPPORTED);
+  ASSERT_STR_CONTAINS(why, "without fuses_epilogue");
   ASSERT_OK(ferry_op_supports(fusing, &args, NULL, 0));
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
   int builtins = 0;
   for (size_t i = 0; i < n; i++) {
-    ASSERT(ops[i] != plain);
+    ASSERT(ops[i] != plain && ops[i] != checking);
     builtins += ferry_op_info_get(ops[i])->builtin;
+    ASSERT_EQ(ferry_op_info_get(ops[i])->fuses_epilogue, 1);
   }
   ASSERT_EQ(builtins, 13); /* every built-in design fuses every epilogue */
 }

@@ -490,7 +490,31 @@ def test_a_wrong_epilogue_is_refused_with_its_reason():
         ops.GemmArguments(EX(a), EX(b), EX(c), bias=EX(np.zeros(16, np.float32)))
     with pytest.raises(ValueError, match="has 8 elements"):
         ops.GemmArguments(EX(a), EX(b), EX(c), bias=EX(np.zeros(8, np.float16)))
+    with pytest.raises(ValueError, match=r"bias has rank 2 and shape \(8, 16\)"):
+        ops.GemmArguments(EX(a), EX(b), EX(c), bias=EX(np.zeros((8, 16), np.float16)))  # a full matrix: not a bias
     with pytest.raises(ValueError, match="bias has rank 3"):
         ops.GemmArguments(EX(a), EX(b), EX(c), bias=EX(np.zeros((1, 1, 16), np.float16)))
     with pytest.raises(ValueError, match="stride 2"):
         ops.GemmArguments(EX(a), EX(b), EX(c), bias=EX(np.zeros(32, np.float16)[::2]))
+
+
+def test_a_launcher_with_an_epilogue_accepts_an_equivalent_layout_and_keeps_its_bias_alive():
+    a = matrix((1, 64), np.float16)
+    bias = matrix((1, 32), np.float32, seed=5).reshape(32)
+    args = ops.GemmArguments(EX(a), EX(matrix((64, 32), np.float16)), EX(np.zeros((1, 32), np.float32)),
+                             bias=EX(bias), activation="relu")
+    held = sys.getrefcount(args)
+    launch = ops.get_operators(args)[0].launcher(args, assume_supported_args=True)
+    assert sys.getrefcount(args) == held + 1  # every call reads the bias: the launcher keeps the arguments
+    plain = ops.GemmArguments(EX(a), EX(matrix((64, 32), np.float16)), EX(np.zeros((1, 32), np.float32)))
+    held = sys.getrefcount(plain)
+    plain_launch = ops.get_operators(plain)[0].launcher(plain)
+    assert sys.getrefcount(plain) == held and plain_launch is not None  # without a bias, nothing is kept
+    expected = bias.copy()
+    del args, bias
+    gc.collect()
+    odd = np.lib.stride_tricks.as_strided(a.reshape(64), (1, 64), (4096, 2))  # another stride on the size-1 dim
+    b, c = matrix((64, 32), np.float16, seed=4), np.full((1, 32), np.nan, np.float32)
+    launch(EX(odd), EX(b), EX(c))
+    ref = np.maximum(np.matmul(a.astype(np.float64), b.astype(np.float64)) + expected, 0)
+    assert rel_err(c, ref) <= 1e-5
