@@ -170,6 +170,16 @@ static int time_epilogues(const ferry_op *op, uint16_t *host) {
   return bad;
 }
 
+static const char usage[] =
+    "usage: ferry_time_gemm [--size N | --shape M N K] [--fp16] [--b-col] [--epilogues] [--launches L] [--repeats R]\n"
+    "Device time of every tensor-core GEMM design at N³ (default 4096), or at out M×N = A M×K · B K×N\n"
+    "(an LLM decode step: --shape 16 8192 8192), bf16 (or fp16), row-major (--b-col: B column-major, a\n"
+    "weight stored N×K as torch's linear reads it), fp32 accumulation, beside cuBLAS, and each design's\n"
+    "output against cuBLAS's. --epilogues: then ferry's first design with each fused epilogue (bias row or\n"
+    "column, ReLU, GELU-tanh, SiLU) against itself without one. FERRY_WGMMA=0 leaves the wgmma design out.\n"
+    "Defaults: --launches 20 --repeats 5. Exit status: 0 done (or no GPU here), 1 a design disagrees with\n"
+    "cuBLAS or an output was not written, 2 a bad command line.\n";
+
 int main(int argc, char **argv) {
   m_ = n_ = k_ = 4096;
   type_ = FERRY_SCALAR_BF16;
@@ -184,26 +194,23 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--fp16")) type_ = FERRY_SCALAR_F16;
     else if (!strcmp(argv[i], "--b-col")) b_col_ = 1;
     else if (!strcmp(argv[i], "--epilogues")) epilogues_ = 1;
-    else {
-      printf("usage: %s [--size N | --shape M N K] [--fp16] [--b-col] [--epilogues] [--launches L] [--repeats R]\n"
-             "Device time of every tensor-core GEMM design at N³ (default 4096), or at out M×N = A M×K · B K×N\n"
-             "(an LLM decode step: --shape 16 8192 8192), bf16 (or fp16), row-major (--b-col: B column-major, a\n"
-             "weight stored N×K as torch's linear reads it), fp32 accumulation, beside cuBLAS, and each design's\n"
-             "output against cuBLAS's. --epilogues: then ferry's first design with each fused epilogue (bias row or\n"
-             "column, ReLU, GELU-tanh, SiLU) against itself without one. FERRY_WGMMA=0 leaves the wgmma design out.\n"
-             "Defaults: --launches 20 --repeats 5.\n", argv[0]);
-      return strcmp(argv[i], "--help") ? 2 : 0;
+    else if (!strcmp(argv[i], "--help")) {
+      fputs(usage, stdout);
+      return 0;
+    } else {
+      fprintf(stderr, "ferry_time_gemm: unknown or incomplete argument '%s'\n%s", argv[i], usage);
+      return 2;
     }
   }
   if (m_ < 1 || n_ < 16 || k_ < 16 || launches_ < 1 || repeats_ < 1 || repeats_ > MAX_REPEATS) {
-    printf("ferry_time_gemm: bad --size or --shape (M >= 1, N and K >= 16), --launches or --repeats (1 to %d)\n",
-           MAX_REPEATS);
+    fprintf(stderr, "ferry_time_gemm: bad --size or --shape (M >= 1, N and K >= 16), --launches or --repeats (1 to "
+            "%d)\n", MAX_REPEATS);
     return 2;
   }
   ferry_status st = ferry_init();
-  if (st != FERRY_OK) {
+  if (st != FERRY_OK) { /* as every ferry program: without a GPU it says so and is done */
     printf("ferry_time_gemm: no GPU here (%s: %s)\n", ferry_status_name(st), ferry_last_error_message());
-    return 1;
+    return 0;
   }
   int dev = 0, sm = 0;
   BENCH_F(ferry_device_resolve(-1, &dev));

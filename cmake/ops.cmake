@@ -29,6 +29,20 @@ if(FERRY_BUILD_TOOLS)
   add_executable(ferry_time_gemm bench/time_gemm.c bench/common.c bench/cublas.c)
   target_include_directories(ferry_time_gemm PRIVATE ${FERRY_CUDA_INCLUDE} src src/ops bench)
   target_link_libraries(ferry_time_gemm PRIVATE ferry_static m ${CMAKE_DL_LIBS})
+  if(FERRY_BUILD_TESTS)
+    # Its command line, as the `ferry` program's (tests/cli/check_cli.cmake): no GPU needed.
+    function(time_gemm_test name status stream regex)
+      add_test(NAME cli_time_gemm_${name} COMMAND ${CMAKE_COMMAND} -DCLI=$<TARGET_FILE:ferry_time_gemm>
+        -DWORK=${CMAKE_CURRENT_BINARY_DIR}/cli_check/time_gemm_${name} "-DARGS=${ARGN}" -DRC=${status}
+        -DSTREAM=${stream} "-DMATCH=${regex}" -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/cli/check_cli.cmake)
+    endfunction()
+    time_gemm_test(help 0 stdout "^usage: ferry_time_gemm .*--shape M N K.*--epilogues" --help)
+    time_gemm_test(unknown_argument 2 stderr "^ferry_time_gemm: unknown or incomplete argument '--bogus'" --bogus)
+    time_gemm_test(incomplete_shape 2 stderr "^ferry_time_gemm: unknown or incomplete argument '--shape'"
+      --shape 16 8192)
+    time_gemm_test(bad_shape 2 stderr "^ferry_time_gemm: bad --size or --shape" --shape 0 8192 8192)
+    time_gemm_test(without_a_gpu_says_so 0 stdout "^ferry_time_gemm: no GPU here" --shape 16 8192 8192)
+  endif()
 endif()
 
 if(FERRY_BUILD_TESTS)
