@@ -49,6 +49,9 @@ typedef enum ferry_major { FERRY_MAJOR_ROW = 0, FERRY_MAJOR_COL = 1 } ferry_majo
   ((uint32_t)(a_type) | (uint32_t)(b_type) << 2 | (uint32_t)(out_type) << 4 | (uint32_t)(acc_type) << 6 |      \
    (uint32_t)(a_major) << 8 | (uint32_t)(b_major) << 9 | (uint32_t)(out_major) << 10)
 #define FERRY_GEMM_KIND_EPILOGUE(bias, activation) ((uint32_t)(bias) << 11 | (uint32_t)(activation) << 13)
+#define FERRY_GEMM_KIND_OPERANDS 0x7ffu /* the bits of FERRY_GEMM_KIND: types and majors, without the epilogue */
+#define FERRY_GEMM_KIND_BIAS(kind) (((uint32_t)(kind) >> 11) & 3u)       /* ferry_bias */
+#define FERRY_GEMM_KIND_ACTIVATION(kind) (((uint32_t)(kind) >> 13) & 3u) /* ferry_activation */
 
 /* A fused epilogue: out = activation(alpha·A·B + beta·out + bias), in fp32, then converted to out's type.
  * The bias is a vector of out's type: FERRY_BIAS_ROW is a row of n values, one per column (out[i][j] + bias[j], as

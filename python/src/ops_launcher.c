@@ -79,7 +79,7 @@ static int __attribute__((noinline, cold)) check_equivalent(launcher_object *L, 
     /* the probe carries no epilogue: the kinds are compared on their type and major bits */
     if (st == FERRY_OK && p->m == q->m && p->n == q->n && p->k == q->k && p->l == q->l && p->lda == q->lda &&
         p->ldb == q->ldb && p->ldc == q->ldc && p->batch_a == q->batch_a && p->batch_b == q->batch_b &&
-        p->batch_c == q->batch_c && p->kind == (q->kind & 0x7ffu) && p->device == q->device)
+        p->batch_c == q->batch_c && p->kind == (q->kind & FERRY_GEMM_KIND_OPERANDS) && p->device == q->device)
       return 0;
     ferry_py_ops_dims(t->shape, t->ndim, gs, sizeof gs);
     ferry_py_ops_dims(strides, t->ndim, gst, sizeof gst);

@@ -290,7 +290,7 @@ static int device_sm[MAX_DEVICES]; /* capability of each device, read once */
 
 int ferry_py_ops_warm(ferry_py_operator *self, const ferry_gemm_args *args) {
   const ferry_gemm_problem *p = &args->problem;
-  uint32_t kind = p->kind & 0x7fffu; /* every kind bit: a fused epilogue is another kernel to compile */
+  uint32_t kind = p->kind % (sizeof self->warmed * 8); /* every kind bit: a fused epilogue is another kernel */
   if (self->warmed[kind >> 3] & (1u << (kind & 7))) return 0;
   int dev = p->device;
   if (dev >= 0 && dev < MAX_DEVICES && !device_sm[dev]) {

@@ -102,9 +102,10 @@ static void store(void *base, int type, int64_t i, double v) {
 
 static int64_t at(int row_major, int64_t ld, int64_t i, int64_t j) { return row_major ? i * ld + j : i + j * ld; }
 
-/* The kind's fused epilogue (ferry/ops.h: bias mode in bits 11-12, activation in 13-14) of value v at (i, j). */
+/* The kind's fused epilogue (FERRY_GEMM_KIND_BIAS, FERRY_GEMM_KIND_ACTIVATION) of value v at (i, j). */
 static double epilogue(const ferry_gemm_params *p, double v, int64_t i, int64_t j) {
-  int mode = (p->kind >> 11) & 3, act = (p->kind >> 13) & 3, tc = (p->kind >> 4) & 3;
+  int mode = (int)FERRY_GEMM_KIND_BIAS(p->kind), act = (int)FERRY_GEMM_KIND_ACTIVATION(p->kind);
+  int tc = (p->kind >> 4) & 3;
   if (mode) v += load(p->bias, tc, mode == FERRY_BIAS_ROW ? j : i);
   switch (act) {
   case FERRY_ACTIVATION_RELU: return v < 0 ? 0 : v;

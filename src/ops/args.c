@@ -20,6 +20,15 @@ const char *ferry_scalar_name(ferry_scalar scalar) {
 
 static int scalar_bytes(int s) { return s == FERRY_SCALAR_F32 ? 4 : 2; }
 
+/* The GEMM type of a dtype (FLOAT 16/32, BFLOAT 16, one lane), or FERRY_SCALAR_NONE. */
+static int scalar_of(ferry_dtype d) {
+  if (d.lanes != 1) return FERRY_SCALAR_NONE;
+  if (d.code == FERRY_DTYPE_FLOAT && d.bits == 16) return FERRY_SCALAR_F16;
+  if (d.code == FERRY_DTYPE_FLOAT && d.bits == 32) return FERRY_SCALAR_F32;
+  if (d.code == FERRY_DTYPE_BFLOAT && d.bits == 16) return FERRY_SCALAR_BF16;
+  return FERRY_SCALAR_NONE;
+}
+
 /* The largest power of two, up to 16, dividing every value (0 divides by anything). */
 static uint8_t align_of(uint64_t a, uint64_t b, uint64_t c) {
   uint64_t v = a | b | c | 16u;
@@ -54,11 +63,7 @@ static ferry_status read_operand(const char *name, const ferry_tensor *t, const 
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s has rank %d; expected 2 (%s×%s) or 3 (l×%s×%s)", name,
                      (int)t->ndim, rn, cn, rn, cn);
   if (!t->shape) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: shape is NULL", name);
-  if (t->dtype.lanes != 1) goto bad_type;
-  if (t->dtype.code == FERRY_DTYPE_FLOAT && t->dtype.bits == 16) o->type = FERRY_SCALAR_F16;
-  else if (t->dtype.code == FERRY_DTYPE_FLOAT && t->dtype.bits == 32) o->type = FERRY_SCALAR_F32;
-  else if (t->dtype.code == FERRY_DTYPE_BFLOAT && t->dtype.bits == 16) o->type = FERRY_SCALAR_BF16;
-  else goto bad_type;
+  if ((o->type = scalar_of(t->dtype)) == FERRY_SCALAR_NONE) goto bad_type;
   if (t->device.device_type != FERRY_DEVICE_CUDA && t->device.device_type != FERRY_DEVICE_CUDA_MANAGED)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s is in memory of device type %d, not on a CUDA device "
                      "(FERRY_DEVICE_CUDA or CUDA_MANAGED)", name, (int)t->device.device_type);
@@ -245,14 +250,9 @@ ferry_status ferry_gemm_args_set_epilogue(ferry_gemm_args *args, const ferry_ten
     if (bias->ndim != 1 || !bias->shape)
       return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias has rank %d; %s is a vector (rank 1) of %lld", (int)bias->ndim,
                        what, (long long)want);
-    ferry_dtype d = bias->dtype;
-    int type = d.lanes != 1 ? 0 : d.code == FERRY_DTYPE_FLOAT && d.bits == 16 ? FERRY_SCALAR_F16
-               : d.code == FERRY_DTYPE_FLOAT && d.bits == 32                  ? FERRY_SCALAR_F32
-               : d.code == FERRY_DTYPE_BFLOAT && d.bits == 16                 ? FERRY_SCALAR_BF16
-                                                                              : 0;
-    if (type != p->out_type)
+    if (scalar_of(bias->dtype) != p->out_type)
       return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias has dtype %s; it must be out's, %s",
-                       dtype_text(d, dt, sizeof dt), ferry_scalar_name((ferry_scalar)p->out_type));
+                       dtype_text(bias->dtype, dt, sizeof dt), ferry_scalar_name((ferry_scalar)p->out_type));
     if (bias->shape[0] != want)
       return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias has %lld elements; %s of this %d×%d output has %lld",
                        (long long)bias->shape[0], what, (int)p->m, (int)p->n, (long long)want);
@@ -267,7 +267,7 @@ ferry_status ferry_gemm_args_set_epilogue(ferry_gemm_args *args, const ferry_ten
       return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias: data is NULL but the tensor has elements");
     data = (const char *)bias->data + bias->byte_offset;
   }
-  p->kind = (p->kind & 0x7ffu) | FERRY_GEMM_KIND_EPILOGUE(bias_mode, activation);
+  p->kind = (p->kind & FERRY_GEMM_KIND_OPERANDS) | FERRY_GEMM_KIND_EPILOGUE(bias_mode, activation);
   p->bias = (uint8_t)bias_mode;
   p->activation = (uint8_t)activation;
   args->bias = data;

@@ -201,8 +201,8 @@ static int all_zero(const unsigned char *p, size_t n) {
  * no stray bits). */
 static int kind_valid(uint32_t kind) {
   uint32_t a = kind & 3u, b = (kind >> 2) & 3u, o = (kind >> 4) & 3u, acc = (kind >> 6) & 3u;
-  return a && b && o && (acc == FERRY_SCALAR_F32 || acc == FERRY_SCALAR_F16) && ((kind >> 11) & 3u) != 3u &&
-         (kind >> 15) == 0;
+  return a && b && o && (acc == FERRY_SCALAR_F32 || acc == FERRY_SCALAR_F16) && FERRY_GEMM_KIND_BIAS(kind) != 3u &&
+         (kind & ~(FERRY_GEMM_KIND_OPERANDS | FERRY_GEMM_KIND_EPILOGUE(3u, 3u))) == 0;
 }
 
 int ferry__art_verify(const unsigned char *file, size_t size, const uint8_t *expect_key, ferry__art_meta *meta,

@@ -27,8 +27,8 @@ static size_t source_head(const ferry_op *op, uint32_t kind, int sm, char head[7
                    "#define FERRY_TARGET_SM %d\n",
                    op->info.name, kind, sm, FERRY_SCALAR_F16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, kind & 3u,
                    (kind >> 2) & 3u, (kind >> 4) & 3u, (kind >> 6) & 3u, ((kind >> 8) & 1u) == FERRY_MAJOR_ROW,
-                   ((kind >> 9) & 1u) == FERRY_MAJOR_ROW, ((kind >> 10) & 1u) == FERRY_MAJOR_ROW, (kind >> 11) & 3u,
-                   (kind >> 13) & 3u, sm);
+                   ((kind >> 9) & 1u) == FERRY_MAJOR_ROW, ((kind >> 10) & 1u) == FERRY_MAJOR_ROW, FERRY_GEMM_KIND_BIAS(kind),
+                   FERRY_GEMM_KIND_ACTIVATION(kind), sm);
   return n < 0 ? 0 : (size_t)n;
 }
 

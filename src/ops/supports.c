@@ -29,7 +29,7 @@ int ferry__supports_fast(const ferry_op *op, const ferry_gemm_args *args) {
   if ((i->div_m > 1 && p->m % i->div_m) || (i->div_n > 1 && p->n % i->div_n) || (i->div_k > 1 && p->k % i->div_k))
     return 0;
   if (p->l > GRID_Z_MAX || !grid_fits(i, p)) return 0;
-  if ((p->kind >> 11) && !i->fuses_epilogue) return 0;
+  if ((p->kind & ~FERRY_GEMM_KIND_OPERANDS) && !i->fuses_epilogue) return 0;
   if (op->supports) return op->supports(args, NULL, 0, op->user) != 0;
   return 1;
 }
@@ -108,7 +108,7 @@ int ferry__supports_reason(const ferry_op *op, const ferry_gemm_args *args, char
              (int)i->tile_m, (int)i->tile_n);
     return 0;
   }
-  if ((p->kind >> 11) && !i->fuses_epilogue) {
+  if ((p->kind & ~FERRY_GEMM_KIND_OPERANDS) && !i->fuses_epilogue) {
     snprintf(reason, size, "operator %s fuses no epilogue (bias, activation): it was registered without "
              "fuses_epilogue", i->name);
     return 0;
