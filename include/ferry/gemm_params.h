@@ -4,7 +4,7 @@
  * compiles, its own and registered ones (src/ops/source.c), so a kernel declared
  *   extern "C" __global__ void my_gemm(ferry_gemm_params p)
  * reads the struct the host filled. Hence plain C that C, C++ and NVRTC all read: no includes, built-in types only
- * (long long is 64 bits, int and float 32, on every platform CUDA runs on), 112 bytes with no padding.
+ * (long long is 64 bits, int and float 32, on every platform CUDA runs on), 128 bytes with no padding.
  */
 #ifndef FERRY_GEMM_PARAMS_H
 #define FERRY_GEMM_PARAMS_H
@@ -21,6 +21,7 @@ typedef struct ferry_gemm_params {
   unsigned int kind;                   /* FERRY_GEMM_KIND of the problem, with its epilogue bits */
   unsigned int reserved;               /* 0 */
   const void *bias;                    /* the epilogue's bias vector (out's type), or NULL */
+  const float *scale_a, *scale_b;      /* per-tensor scales multiplying alpha (FERRY_SCALED kinds), or NULL */
 } ferry_gemm_params;
 
 #endif

@@ -28,13 +28,18 @@ extern "C" {
 
 /* Element types of GEMM operands and accumulators: the closed set the GEMM kinds and the operators' type masks are
  * made of. A tensor's element type stays a ferry_dtype (DLPack's code, bits, lanes); ferry_gemm_args_init maps
- * FLOAT 16 to FERRY_SCALAR_F16, BFLOAT 16 to FERRY_SCALAR_BF16 and FLOAT 32 to FERRY_SCALAR_F32. */
+ * FLOAT 16 to FERRY_SCALAR_F16, BFLOAT 16 to FERRY_SCALAR_BF16, FLOAT 32 to FERRY_SCALAR_F32, DLPack's
+ * float8_e4m3fn (code 10, 8 bits) to FERRY_SCALAR_E4M3, float8_e5m2 (code 12) to FERRY_SCALAR_E5M2, INT 8 to
+ * FERRY_SCALAR_I8 and INT 32 to FERRY_SCALAR_I32. The 8-bit types are GEMM inputs only; int32 is an output and an
+ * accumulator (of int8 inputs). */
 typedef enum ferry_scalar {
-  FERRY_SCALAR_NONE = 0, FERRY_SCALAR_F16 = 1, FERRY_SCALAR_BF16 = 2, FERRY_SCALAR_F32 = 3
+  FERRY_SCALAR_NONE = 0, FERRY_SCALAR_F16 = 1, FERRY_SCALAR_BF16 = 2, FERRY_SCALAR_F32 = 3,
+  FERRY_SCALAR_E4M3 = 4, FERRY_SCALAR_E5M2 = 5, FERRY_SCALAR_I8 = 6, FERRY_SCALAR_I32 = 7
 } ferry_scalar;
 #define FERRY_SCALAR_BIT(s) (1u << (s))
 #define FERRY_SCALARS_FLOAT                                                                                      \
   (FERRY_SCALAR_BIT(FERRY_SCALAR_F16) | FERRY_SCALAR_BIT(FERRY_SCALAR_BF16) | FERRY_SCALAR_BIT(FERRY_SCALAR_F32))
+#define FERRY_SCALARS_FP8 (FERRY_SCALAR_BIT(FERRY_SCALAR_E4M3) | FERRY_SCALAR_BIT(FERRY_SCALAR_E5M2))
 
 /* The major mode of a matrix operand: which of its two dimensions is contiguous. Row-major: the last (columns;
  * k for A, n for B and out); column-major: the first. The other dimension's stride is the leading dimension. */
@@ -44,14 +49,24 @@ typedef enum ferry_major { FERRY_MAJOR_ROW = 0, FERRY_MAJOR_COL = 1 } ferry_majo
 
 /* The packed `kind` of a problem: operand types and majors, the part of a problem a compiled kernel is
  * specialised on (an artifact serves every problem of its kind, whatever the sizes). An epilogue adds its bias
- * mode and activation above them (FERRY_GEMM_KIND_EPILOGUE). */
+ * mode, activation and scales above them (FERRY_GEMM_KIND_EPILOGUE, FERRY_GEMM_KIND_SCALED). The fields are read
+ * back with the FERRY_GEMM_KIND_* accessors below, nowhere by hand. */
 #define FERRY_GEMM_KIND(a_type, b_type, out_type, acc_type, a_major, b_major, out_major)                        \
-  ((uint32_t)(a_type) | (uint32_t)(b_type) << 2 | (uint32_t)(out_type) << 4 | (uint32_t)(acc_type) << 6 |      \
-   (uint32_t)(a_major) << 8 | (uint32_t)(b_major) << 9 | (uint32_t)(out_major) << 10)
-#define FERRY_GEMM_KIND_EPILOGUE(bias, activation) ((uint32_t)(bias) << 11 | (uint32_t)(activation) << 13)
-#define FERRY_GEMM_KIND_OPERANDS 0x7ffu /* the bits of FERRY_GEMM_KIND: types and majors, without the epilogue */
-#define FERRY_GEMM_KIND_BIAS(kind) (((uint32_t)(kind) >> 11) & 3u)       /* ferry_bias */
-#define FERRY_GEMM_KIND_ACTIVATION(kind) (((uint32_t)(kind) >> 13) & 3u) /* ferry_activation */
+  ((uint32_t)(a_type) | (uint32_t)(b_type) << 3 | (uint32_t)(out_type) << 6 | (uint32_t)(acc_type) << 9 |      \
+   (uint32_t)(a_major) << 12 | (uint32_t)(b_major) << 13 | (uint32_t)(out_major) << 14)
+#define FERRY_GEMM_KIND_EPILOGUE(bias, activation) ((uint32_t)(bias) << 15 | (uint32_t)(activation) << 17)
+#define FERRY_GEMM_KIND_SCALED (1u << 19) /* alpha is multiplied by the scales (ferry_gemm_args_set_scales) */
+#define FERRY_GEMM_KIND_OPERANDS 0x7fffu /* the bits of FERRY_GEMM_KIND: types and majors, without the epilogue */
+#define FERRY_GEMM_KIND_BITS 20          /* every kind is below 1 << FERRY_GEMM_KIND_BITS */
+#define FERRY_GEMM_KIND_A_TYPE(kind) ((uint32_t)(kind) & 7u)           /* ferry_scalar */
+#define FERRY_GEMM_KIND_B_TYPE(kind) (((uint32_t)(kind) >> 3) & 7u)
+#define FERRY_GEMM_KIND_OUT_TYPE(kind) (((uint32_t)(kind) >> 6) & 7u)
+#define FERRY_GEMM_KIND_ACC_TYPE(kind) (((uint32_t)(kind) >> 9) & 7u)
+#define FERRY_GEMM_KIND_A_MAJOR(kind) (((uint32_t)(kind) >> 12) & 1u)  /* ferry_major */
+#define FERRY_GEMM_KIND_B_MAJOR(kind) (((uint32_t)(kind) >> 13) & 1u)
+#define FERRY_GEMM_KIND_OUT_MAJOR(kind) (((uint32_t)(kind) >> 14) & 1u)
+#define FERRY_GEMM_KIND_BIAS(kind) (((uint32_t)(kind) >> 15) & 3u)       /* ferry_bias */
+#define FERRY_GEMM_KIND_ACTIVATION(kind) (((uint32_t)(kind) >> 17) & 3u) /* ferry_activation */
 
 /* A fused epilogue: out = activation(alpha·A·B + beta·out + bias), in fp32, then converted to out's type.
  * The bias is a vector of out's type: FERRY_BIAS_ROW is a row of n values, one per column (out[i][j] + bias[j], as
@@ -77,6 +92,7 @@ typedef struct ferry_gemm_problem {
                                                  stride in bytes (what vector loads of the operand may assume) */
   int32_t device;                /* the CUDA device of the operands */
   uint8_t bias, activation;      /* ferry_bias, ferry_activation (ferry_gemm_args_set_epilogue) */
+  uint8_t scaled;                /* 1: alpha is multiplied by the scales (ferry_gemm_args_set_scales) */
 } ferry_gemm_problem;
 
 /* GEMM arguments: the operands' device addresses, alpha/beta, and the validated problem. The caller owns the
@@ -89,6 +105,7 @@ typedef struct ferry_gemm_args {
   void *out;
   ferry_gemm_problem problem;    /* computed by ferry_gemm_args_init */
   const void *bias;              /* device address of the epilogue's bias vector; NULL without one */
+  const float *scale_a, *scale_b; /* device addresses of A's and B's fp32 scales; NULL without them */
 } ferry_gemm_args;
 
 /** Validates A (m×k), B (k×n) and out (m×n) — rank 2, or rank 3 with a leading batch dimension l — and fills
@@ -97,8 +114,13 @@ typedef struct ferry_gemm_args {
  *  out's elements must not overlap (leading dimension at least its contiguous extent, batches apart); A and B are
  *  only read, so stride-0 (expanded) views are accepted. A rank-2 A or B beside a rank-3 out, or a batch of 1, is
  *  broadcast over the batch. `accumulator` is FERRY_SCALAR_F32 or FERRY_SCALAR_F16 (which operators accept it is
- *  theirs to say). Fails with FERRY_INVALID_ARGUMENT naming the operand and the values (NULL pointers, ranks,
- *  mismatched shapes, negative sizes or strides, overlapping layouts, unsupported dtypes, devices), FERRY_OVERFLOW
+ *  theirs to say). 8-bit inputs: A and B each float8_e4m3fn or float8_e5m2 (fp32 accumulator; out fp16, bf16 or
+ *  fp32), or both int8 (FERRY_SCALAR_I32 accumulator; out int32, exact, or fp16/bf16/fp32 through the fp32
+ *  epilogue); A row-major and B column-major (k contiguous in both, as the tensor cores read 8-bit operands);
+ *  an int32 output takes no epilogue (alpha 1, beta 0, no bias, activation or scales: the sums go out exact).
+ *  Fails with FERRY_INVALID_ARGUMENT naming the operand and the values (NULL pointers, ranks,
+ *  mismatched shapes, negative sizes or strides, overlapping layouts, unsupported dtypes or pairings, majors of
+ *  8-bit operands, devices), FERRY_OVERFLOW
  *  when an extent passes 2^31-1 or an offset passes 2^63. Nothing is dereferenced: the tensors' memory is not
  *  touched. `args` is written only on success. */
 FERRY_API ferry_status ferry_gemm_args_init(ferry_gemm_args *args, const ferry_tensor *A, const ferry_tensor *B,
@@ -116,12 +138,23 @@ FERRY_API ferry_status ferry_gemm_args_init(ferry_gemm_args *args, const ferry_t
 FERRY_API ferry_status ferry_gemm_args_set_epilogue(ferry_gemm_args *args, const ferry_tensor *bias,
                                                     ferry_bias bias_mode, ferry_activation activation);
 
+/** Per-tensor scales, as for FP8 or INT8 operands quantised with one scale each: out = activation(alpha·scale_a·
+ *  scale_b·A·B + beta·out + bias). Each is a one-element fp32 tensor (any rank, one element) on out's device,
+ *  read by the kernel at every run, so scales computed on the GPU need no synchronisation and a CUDA graph picks
+ *  up new values. Both or neither: NULL, NULL takes the scales away. They are part of the problem's kind
+ *  (FERRY_GEMM_KIND_SCALED), like an epilogue, and only operators that fuse epilogues are given them; an int32
+ *  output takes none. Fails with FERRY_INVALID_ARGUMENT naming what is wrong (one without the other, dtype,
+ *  element count, NULL data, an int32 output), FERRY_DEVICE_MISMATCH for a scale on another device; `args` is
+ *  written only on success. */
+FERRY_API ferry_status ferry_gemm_args_set_scales(ferry_gemm_args *args, const ferry_tensor *scale_a,
+                                                  const ferry_tensor *scale_b);
+
 /** Points validated `args` at other operands of the same shapes, strides, types and device (a new batch of
  *  inputs for the same GEMM), recomputing only the alignment. NULL keeps that operand. Cheap: no validation of
  *  shapes happens again, so the caller vouches that the new memory has the old layout. */
 FERRY_API ferry_status ferry_gemm_args_set_data(ferry_gemm_args *args, const void *a, const void *b, void *out);
 
-/** "fp16", "bf16", "fp32", or "?" for another value. Static. */
+/** "fp16", "bf16", "fp32", "e4m3", "e5m2", "int8", "int32", or "?" for another value. Static. */
 FERRY_API const char *ferry_scalar_name(ferry_scalar scalar);
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -328,9 +361,9 @@ FERRY_API void ferry_graph_destroy(ferry_graph *graph);
 /* The kernel parameter of every built-in GEMM, and of a registered operator that brings no params callback, is
  * ferry_gemm_params (ferry/gemm_params.h, included above): ferry prepends that header's text to every operator's
  * CUDA source, with the problem's kind as macros (FERRY_A_TYPE, FERRY_B_TYPE, FERRY_OUT_TYPE, FERRY_ACC_TYPE:
- * FERRY_SCALAR_F16 1, FERRY_SCALAR_BF16 2, FERRY_SCALAR_F32 3, defined there too; FERRY_A_ROW, FERRY_B_ROW,
+ * the ferry_scalar codes, FERRY_SCALAR_F16 1 to FERRY_SCALAR_I32 7, defined there too; FERRY_A_ROW, FERRY_B_ROW,
  * FERRY_OUT_ROW: 1 row-major, 0 column-major; FERRY_BIAS and FERRY_ACTIVATION: the epilogue's ferry_bias and
- * ferry_activation), so a kernel declared
+ * ferry_activation; FERRY_SCALED 1 when alpha is to be multiplied by *scale_a and *scale_b), so a kernel declared
  *   extern "C" __global__ void my_gemm(ferry_gemm_params p)
  * can read it. The grid is (ceil(m/tile_m) * ceil(n/tile_n), 1, l) blocks of `threads`, with `smem_bytes` of
  * dynamic shared memory. */

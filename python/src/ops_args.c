@@ -23,6 +23,8 @@ const char *ferry_py_ops_dtype_name(ferry_dtype d, char *buf, size_t size) {
   if (d.lanes == 1 && d.code == kDLFloat && d.bits == 16) return "float16";
   if (d.lanes == 1 && d.code == kDLFloat && d.bits == 32) return "float32";
   if (d.lanes == 1 && d.code == kDLBfloat && d.bits == 16) return "bfloat16";
+  if (d.lanes == 1 && d.code == 10 && d.bits == 8) return "float8_e4m3fn"; /* DLPack's kDLFloat8_e4m3fn */
+  if (d.lanes == 1 && d.code == 12 && d.bits == 8) return "float8_e5m2";   /* kDLFloat8_e5m2 */
   static const char *codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
   const char *code = d.code < sizeof codes / sizeof codes[0] ? codes[d.code] : "code?";
   if (d.lanes == 1) snprintf(buf, size, "%s%u", code, (unsigned)d.bits);
@@ -68,7 +70,8 @@ static ferry_scalar scalar_of_text(const char *text) {
   static const struct { const char *name; ferry_scalar s; } names[] = {
       {"float32", FERRY_SCALAR_F32}, {"fp32", FERRY_SCALAR_F32}, {"f32", FERRY_SCALAR_F32},
       {"single", FERRY_SCALAR_F32},
-      {"float16", FERRY_SCALAR_F16}, {"fp16", FERRY_SCALAR_F16}, {"f16", FERRY_SCALAR_F16}, {"half", FERRY_SCALAR_F16}};
+      {"float16", FERRY_SCALAR_F16}, {"fp16", FERRY_SCALAR_F16}, {"f16", FERRY_SCALAR_F16}, {"half", FERRY_SCALAR_F16},
+      {"int32", FERRY_SCALAR_I32}, {"i32", FERRY_SCALAR_I32}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!strcmp(t, names[i].name)) return names[i].s;
   return FERRY_SCALAR_NONE;
@@ -76,7 +79,7 @@ static ferry_scalar scalar_of_text(const char *text) {
 
 static int parse_accumulator(PyObject *obj, ferry_scalar *out) {
   if (!obj || obj == Py_None) {
-    *out = FERRY_SCALAR_F32;
+    *out = FERRY_SCALAR_NONE; /* the inputs' own: args_make picks it once it has read them */
     return 0;
   }
   for (int i = 0; i < ACC_CACHE; i++)
@@ -94,8 +97,8 @@ static int parse_accumulator(PyObject *obj, ferry_scalar *out) {
   Py_DECREF(text);
   PyErr_Clear();
   if (s == FERRY_SCALAR_NONE) {
-    PyErr_Format(PyExc_ValueError, "accumulator_type=%R is not float32 or float16 (give torch.float32, "
-                 "numpy.float32, \"float32\" or \"fp32\"; or the float16 forms)", obj);
+    PyErr_Format(PyExc_ValueError, "accumulator_type=%R is not float32, float16 or int32 (give torch.float32, "
+                 "numpy.float32, \"float32\" or \"fp32\"; or the float16 or int32 forms)", obj);
     return -1;
   }
   unsigned slot = acc_next++ % ACC_CACHE;
@@ -191,21 +194,36 @@ static PyObject *args_make(PyTypeObject *type, PyObject **a) {
   if (parse_accumulator(a[3], &acc) < 0) return NULL;
   if (parse_activation(a[7], &activation) < 0) return NULL;
   PyObject *bias = a[6] && a[6] != Py_None ? a[6] : NULL;
+  PyObject *scale_a = a[8] && a[8] != Py_None ? a[8] : NULL, *scale_b = a[9] && a[9] != Py_None ? a[9] : NULL;
+  if (!scale_a != !scale_b) {
+    PyErr_Format(PyExc_ValueError, "GemmArguments: scale_%s was given without scale_%s; give both (a scale of 1.0 "
+                 "for an unscaled operand) or neither", scale_a ? "a" : "b", scale_a ? "b" : "a");
+    return NULL;
+  }
   if (!legacy_stream_arg && !(legacy_stream_arg = PyLong_FromLong(1))) return NULL;
   ferry_py_gemm_args *self = (ferry_py_gemm_args *)type->tp_alloc(type, 0);
   if (!self) return NULL;
   for (int i = 0; i < 3; i++) self->operands[i] = Py_NewRef(a[i]);
   self->operands[3] = Py_XNewRef(bias);
+  self->operands[4] = Py_XNewRef(scale_a);
+  self->operands[5] = Py_XNewRef(scale_b);
   self->activation = a[7] && a[7] != Py_None ? Py_NewRef(a[7]) : NULL;
-  static PyObject *default_accumulator;
-  if (!default_accumulator && !(default_accumulator = PyUnicode_InternFromString("float32"))) goto fail;
-  self->accumulator = Py_NewRef(a[3] && a[3] != Py_None ? a[3] : default_accumulator);
+  static PyObject *default_float, *default_int;
+  if (!default_float && !(default_float = PyUnicode_InternFromString("float32"))) goto fail;
+  if (!default_int && !(default_int = PyUnicode_InternFromString("int32"))) goto fail;
   ferry_tensor t[3];
   for (int i = 0; i < 3; i++) {
     if (ferry_py_ops_read(a[i], "GemmArguments", operand_names[i], legacy_stream_arg, &t[i], &self->layout[i],
                           &self->leaves[i]) < 0)
       goto fail;
     if (!self->api) self->api = self->layout[i].api;
+  }
+  if (acc == FERRY_SCALAR_NONE) { /* int8 inputs accumulate in int32, everything else in float32 */
+    const int int8 = t[0].dtype.code == kDLInt && t[0].dtype.bits == 8;
+    acc = int8 ? FERRY_SCALAR_I32 : FERRY_SCALAR_F32;
+    self->accumulator = Py_NewRef(int8 ? default_int : default_float);
+  } else {
+    self->accumulator = Py_NewRef(a[3]);
   }
   ferry_status st = ferry_gemm_args_init(&self->args, &t[0], &t[1], &t[2], acc);
   if (st != FERRY_OK) {
@@ -235,17 +253,30 @@ static PyObject *args_make(PyTypeObject *type, PyObject **a) {
       goto fail;
     }
   }
+  if (scale_a) {
+    ferry_tensor sa, sb;
+    if (ferry_py_ops_read(scale_a, "GemmArguments", "scale_a", legacy_stream_arg, &sa, &self->layout[4],
+                          &self->leaves[4]) < 0 ||
+        ferry_py_ops_read(scale_b, "GemmArguments", "scale_b", legacy_stream_arg, &sb, &self->layout[5],
+                          &self->leaves[5]) < 0)
+      goto fail;
+    if ((st = ferry_gemm_args_set_scales(&self->args, &sa, &sb)) != FERRY_OK) {
+      ferry_py_raise(st);
+      goto fail;
+    }
+  }
   return (PyObject *)self;
 fail:
   Py_DECREF(self);
   return NULL;
 }
 
-static ferry_py_sig args_sig = {
-    "GemmArguments", 8, 3, 4, {"A", "B", "out", "accumulator_type", "alpha", "beta", "bias", "activation"}, {0}};
+static ferry_py_sig args_sig = {"GemmArguments", 10, 3, 4,
+                                {"A", "B", "out", "accumulator_type", "alpha", "beta", "bias", "activation", "scale_a",
+                                 "scale_b"}, {0}};
 
 static PyObject *args_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-  PyObject *a[8];
+  PyObject *a[10];
   if (ferry_py_ops_parse(&args_sig, args, PyVectorcall_NARGS(nargsf), kwnames, a) < 0) return NULL;
   return args_make((PyTypeObject *)type, a);
 }
@@ -256,7 +287,7 @@ static PyObject *args_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
   PyObject *stack[16] = {NULL}, *kwnames = nkw ? PyTuple_New(nkw) : NULL;
   if (nargs + nkw > 16) {
     Py_XDECREF(kwnames);
-    PyErr_Format(PyExc_TypeError, "GemmArguments() takes at most 8 arguments (%zd given)", nargs + nkw);
+    PyErr_Format(PyExc_TypeError, "GemmArguments() takes at most 10 arguments (%zd given)", nargs + nkw);
     return NULL;
   }
   if (nkw && !kwnames) return NULL;
@@ -267,22 +298,22 @@ static PyObject *args_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
     PyTuple_SET_ITEM(kwnames, i, Py_NewRef(key));
     stack[nargs + i++] = value;
   }
-  PyObject *a[8], *r = NULL;
+  PyObject *a[10], *r = NULL;
   if (ferry_py_ops_parse(&args_sig, stack, nargs, kwnames, a) == 0) r = args_make(type, a);
   Py_XDECREF(kwnames);
   return r;
 }
 
 static int args_traverse(ferry_py_gemm_args *self, visitproc visit, void *arg) {
-  for (int i = 0; i < 4; i++) Py_VISIT(self->operands[i]);
+  for (int i = 0; i < 6; i++) Py_VISIT(self->operands[i]);
   Py_VISIT(self->accumulator);
   Py_VISIT(self->activation);
   return 0;
 }
 
 static int args_clear(ferry_py_gemm_args *self) {
-  for (int i = 0; i < 4; i++) ferry_py_leaf_release_input(&self->leaves[i]);
-  for (int i = 0; i < 4; i++) Py_CLEAR(self->operands[i]);
+  for (int i = 0; i < 6; i++) ferry_py_leaf_release_input(&self->leaves[i]);
+  for (int i = 0; i < 6; i++) Py_CLEAR(self->operands[i]);
   Py_CLEAR(self->accumulator);
   Py_CLEAR(self->activation);
   return 0;
@@ -312,9 +343,10 @@ static PyObject *args_repr(ferry_py_gemm_args *self) {
   const ferry_gemm_problem *p = &self->args.problem;
   char *alpha = PyOS_double_to_string(self->args.alpha, 'r', 0, 0, NULL);
   char *beta = PyOS_double_to_string(self->args.beta, 'r', 0, 0, NULL);
-  char epilogue[64] = "";
+  char epilogue[80] = "";
   if (p->bias || p->activation)
     snprintf(epilogue, sizeof epilogue, ", bias %s, activation %s", bias_name(p->bias), activation_name(p->activation));
+  if (p->scaled) snprintf(epilogue + strlen(epilogue), sizeof epilogue - strlen(epilogue), ", scaled");
   PyObject *r = NULL;
   if (alpha && beta)
     r = PyUnicode_FromFormat("ferry.ops.GemmArguments(m=%d, n=%d, k=%d, l=%d, A %s %s-major, B %s %s-major, out %s "
@@ -338,6 +370,11 @@ static PyObject *get_accumulator(ferry_py_gemm_args *self, void *unused) { retur
 
 static PyObject *get_bias(ferry_py_gemm_args *self, void *unused) {
   return Py_NewRef(self->operands[3] ? self->operands[3] : Py_None);
+}
+
+static PyObject *get_scale(ferry_py_gemm_args *self, void *which) {
+  PyObject *s = self->operands[4 + (intptr_t)which];
+  return Py_NewRef(s ? s : Py_None);
 }
 
 static PyObject *get_activation(ferry_py_gemm_args *self, void *unused) {
@@ -366,7 +403,7 @@ static PyObject *get_device(ferry_py_gemm_args *self, void *unused) {
 
 static PyObject *get_problem(ferry_py_gemm_args *self, void *unused) {
   const ferry_gemm_problem *p = &self->args.problem;
-  return Py_BuildValue("{sisisisisLsLsLsLsLsLsIsssssssssssssssisisisissss}", "m", (int)p->m, "n", (int)p->n, "k",
+  return Py_BuildValue("{sisisisisLsLsLsLsLsLsIsssssssssssssssisisisisssssO}", "m", (int)p->m, "n", (int)p->n, "k",
                        (int)p->k, "l", (int)p->l, "lda", (long long)p->lda, "ldb", (long long)p->ldb, "ldc",
                        (long long)p->ldc, "batch_a", (long long)p->batch_a, "batch_b", (long long)p->batch_b,
                        "batch_c", (long long)p->batch_c, "kind", (unsigned)p->kind, "a_type",
@@ -375,7 +412,7 @@ static PyObject *get_problem(ferry_py_gemm_args *self, void *unused) {
                        major_name(p->a_major), "b_major", major_name(p->b_major), "out_major",
                        major_name(p->out_major), "a_align", (int)p->a_align, "b_align", (int)p->b_align, "out_align",
                        (int)p->out_align, "device", (int)p->device, "bias", bias_name(p->bias), "activation",
-                       activation_name(p->activation));
+                       activation_name(p->activation), "scaled", p->scaled ? Py_True : Py_False);
 }
 
 static PyGetSetDef args_getset[] = {
@@ -385,6 +422,8 @@ static PyGetSetDef args_getset[] = {
     {"accumulator_type", (getter)get_accumulator, NULL, "accumulator_type as given (\"float32\" by default).", NULL},
     {"bias", (getter)get_bias, NULL, "The epilogue's bias as given, or None.", NULL},
     {"activation", (getter)get_activation, NULL, "The epilogue's activation as given, or None.", NULL},
+    {"scale_a", (getter)get_scale, NULL, "A's per-tensor scale as given, or None.", (void *)0},
+    {"scale_b", (getter)get_scale, NULL, "B's per-tensor scale as given, or None.", (void *)1},
     {"alpha", (getter)get_scalar, (setter)set_scalar,
      "out = alpha·A·B + beta·out. Settable; runs read it at launch (a captured graph run keeps the value it was "
      "captured or last updated with).", NULL},
@@ -398,22 +437,31 @@ static PyGetSetDef args_getset[] = {
     {NULL, NULL, NULL, NULL, NULL}};
 
 PyDoc_STRVAR(args_doc,
-             "GemmArguments(A, B, out, accumulator_type='float32', *, alpha=1.0, beta=0.0, bias=None,\n"
-             "              activation=None)\n--\n\n"
-             "The arguments of out = activation(alpha * A @ B + beta * out + bias), validated once.\n\n"
+             "GemmArguments(A, B, out, accumulator_type=None, *, alpha=1.0, beta=0.0, bias=None,\n"
+             "              activation=None, scale_a=None, scale_b=None)\n--\n\n"
+             "The arguments of out = activation(alpha * scale_a * scale_b * A @ B + beta * out + bias), validated\n"
+             "once.\n\n"
              "A (m×k), B (k×n) and out (m×n): rank 2, or rank 3 with a leading batch l (a rank-2 or batch-1 A or B\n"
              "is broadcast over out's batch); float16, bfloat16 or float32; each row- or column-major (a stride of\n"
              "1 in one of the two matrix dimensions; the other is the leading dimension); all on one CUDA device.\n"
+             "8-bit inputs: A and B float8_e4m3fn or float8_e5m2 (each either; out float16, bfloat16 or float32), or\n"
+             "both int8 (out int32, exact, or a float type); A row-major and B column-major (k contiguous in both:\n"
+             "B = W.t() of a row-major weight W, as torch._scaled_mm takes it); k a multiple of 16 for the\n"
+             "tensor-core operators. An int32 output takes no epilogue (alpha 1, beta 0).\n"
              "out must not overlap itself; A and B may be expanded (stride-0) views. Tensors from torch (read\n"
              "through its DLPack exchange API, without synchronising) or from CuPy, JAX, numpy or any producer with\n"
              "__dlpack__ (called with stream=1, the legacy default stream, once at construction).\n"
-             "accumulator_type: float32 or float16 — a torch or numpy dtype, a numpy/JAX scalar type, or a string\n"
-             "(\"float32\", \"fp32\", \"float16\", \"fp16\"); which operators accept float16 is theirs to say.\n"
+             "accumulator_type: None (int32 for int8 inputs, else float32), float32, float16 or int32 — a torch or\n"
+             "numpy dtype, a numpy/JAX scalar type, or a string (\"float32\", \"fp32\", \"float16\", \"fp16\",\n"
+             "\"int32\"); which operators accept float16 is theirs to say.\n"
              "bias and activation: a fused epilogue, computed in float32 before the conversion to out's dtype, in the\n"
              "same kernel. bias: a contiguous vector of out's dtype on out's device, shaped (n,) or (1, n) — one\n"
              "value per column, as a linear layer's — or (m, 1), one per row; shared by all batches. activation:\n"
              "None, \"relu\", \"gelu_tanh\" (torch's approximate=\"tanh\") or \"silu\". Part of the compiled kernel's\n"
-             "kind; every built-in operator fuses them.\n\n"
+             "kind; every built-in operator fuses them.\n"
+             "scale_a and scale_b: per-tensor scales (both or neither), one-element float32 tensors on out's device,\n"
+             "read by the kernel at every run (scales computed on the GPU need no synchronisation; a graph replay\n"
+             "reads their current values), as torch._scaled_mm's.\n\n"
              "Raises ValueError (from the C library's check) naming the operand and the values: a host array, a\n"
              "dtype that is not a GEMM type, a rank or shapes that do not chain, strides that are neither row- nor\n"
              "column-major, an out that overlaps itself, operands on different devices; OverflowError past 2^31-1\n"

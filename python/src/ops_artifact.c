@@ -37,7 +37,7 @@ static void artifact_dealloc(ferry_py_artifact *self) {
 static PyObject *artifact_repr(ferry_py_artifact *self) {
   size_t size = 0;
   (void)ferry_artifact_cubin(self->art, &size);
-  return PyUnicode_FromFormat("<ferry.ops.CompiledArtifact of %s for sm_%d, kind 0x%04x, %zu-byte cubin>",
+  return PyUnicode_FromFormat("<ferry.ops.CompiledArtifact of %s for sm_%d, kind 0x%05x, %zu-byte cubin>",
                               ferry_op_info_get(ferry_artifact_op(self->art))->name,
                               ferry_artifact_target_sm(self->art), (unsigned)ferry_artifact_kind(self->art), size);
 }

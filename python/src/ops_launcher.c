@@ -27,7 +27,8 @@ typedef struct {
   vectorcallfunc vectorcall;
   ferry_py_operator *op;          /* strong */
   ferry_py_artifact *artifact;    /* strong: holds the artifact */
-  PyObject *bias_owner;           /* strong, or NULL: the GemmArguments whose bias (and its export) calls read */
+  PyObject *bias_owner;           /* strong, or NULL: the GemmArguments whose bias or scales (and their exports)
+                                     calls read */
   ferry_gemm_args args;           /* the bound problem; a call copies it and sets the pointers */
   ferry_py_operand bound[3];      /* layouts; `type` references are strong here */
   uint8_t need_align[3];          /* the operator's required alignment of A, B, out in bytes */
@@ -214,8 +215,8 @@ PyObject *ferry_py_ops_launcher_new(ferry_py_operator *op, PyObject *const *args
   PyObject *artifact;
   if (given) {
     if (ferry_artifact_op(given) != op->op || ferry_artifact_kind(given) != ga->args.problem.kind) {
-      PyErr_Format(PyExc_ValueError, "Operator.launcher: the artifact is of operator %s and kind 0x%04x; the "
-                   "launcher is for %s and these arguments' kind 0x%04x (compile them with this operator)",
+      PyErr_Format(PyExc_ValueError, "Operator.launcher: the artifact is of operator %s and kind 0x%05x; the "
+                   "launcher is for %s and these arguments' kind 0x%05x (compile them with this operator)",
                    ferry_op_info_get(ferry_artifact_op(given))->name, (unsigned)ferry_artifact_kind(given),
                    ferry_op_info_get(op->op)->name, (unsigned)ga->args.problem.kind);
       return NULL;
@@ -237,7 +238,7 @@ PyObject *ferry_py_ops_launcher_new(ferry_py_operator *op, PyObject *const *args
   L->op = (ferry_py_operator *)Py_NewRef((PyObject *)op);
   L->artifact = (ferry_py_artifact *)artifact;
   L->args = ga->args;
-  L->bias_owner = ga->operands[3] ? Py_NewRef((PyObject *)ga) : NULL;
+  L->bias_owner = ga->operands[3] || ga->operands[4] ? Py_NewRef((PyObject *)ga) : NULL;
   L->api = ga->api;
   L->flags = assume ? FERRY_RUN_ASSUME_SUPPORTED : 0;
   const ferry_op_info *in = ferry_op_info_get(op->op);

@@ -76,7 +76,7 @@ static PyStructSequence_Field design_fields[] = {
 static PyStructSequence_Desc design_desc = {"ferry.ops.Design", "An operator's kernel design.", design_fields, 7};
 
 static PyStructSequence_Field constraints_fields[] = {
-    {"a_types", "accepted dtypes of A (\"fp16\", \"bf16\", \"fp32\")"},
+    {"a_types", "accepted dtypes of A (\"fp16\", \"bf16\", \"fp32\", \"e4m3\", \"e5m2\", \"int8\")"},
     {"b_types", "accepted dtypes of B"},
     {"out_types", "accepted dtypes of out"},
     {"accumulator_types", "accepted accumulator types"},
@@ -124,10 +124,10 @@ int ferry_py_ops_metadata_init(PyObject *ops_module) {
 
 static PyObject *scalar_names(uint32_t mask) {
   Py_ssize_t n = 0;
-  for (int s = FERRY_SCALAR_F16; s <= FERRY_SCALAR_F32; s++) n += !!(mask & FERRY_SCALAR_BIT(s));
+  for (int s = FERRY_SCALAR_F16; s <= FERRY_SCALAR_I32; s++) n += !!(mask & FERRY_SCALAR_BIT(s));
   PyObject *t = PyTuple_New(n);
   n = 0;
-  for (int s = FERRY_SCALAR_F16; t && s <= FERRY_SCALAR_F32; s++) {
+  for (int s = FERRY_SCALAR_F16; t && s <= FERRY_SCALAR_I32; s++) {
     if (!(mask & FERRY_SCALAR_BIT(s))) continue;
     PyObject *name = PyUnicode_FromString(ferry_scalar_name((ferry_scalar)s));
     if (!name) Py_CLEAR(t);
@@ -192,6 +192,7 @@ PyObject *ferry_py_ops_operator(const ferry_op *op) {
     self->op = op;
     self->metadata = NULL;
     memset(self->warmed, 0, sizeof self->warmed);
+    self->warmed_next = 0;
     if (PyDict_SetItem(operator_cache, key, (PyObject *)self) < 0) Py_CLEAR(self);
   }
   Py_DECREF(key);
@@ -290,8 +291,9 @@ static int device_sm[MAX_DEVICES]; /* capability of each device, read once */
 
 int ferry_py_ops_warm(ferry_py_operator *self, const ferry_gemm_args *args) {
   const ferry_gemm_problem *p = &args->problem;
-  uint32_t kind = p->kind % (sizeof self->warmed * 8); /* every kind bit: a fused epilogue is another kernel */
-  if (self->warmed[kind >> 3] & (1u << (kind & 7))) return 0;
+  const uint32_t slots = sizeof self->warmed / sizeof self->warmed[0];
+  for (uint32_t i = 0; i < slots; i++) /* every kind bit: a fused epilogue is another kernel */
+    if (self->warmed[i] == p->kind + 1) return 0;
   int dev = p->device;
   if (dev >= 0 && dev < MAX_DEVICES && !device_sm[dev]) {
     ferry_device_info info;
@@ -314,7 +316,8 @@ int ferry_py_ops_warm(ferry_py_operator *self, const ferry_gemm_args *args) {
     }
     ferry_artifact_release(art); /* the memo keeps its own reference */
   }
-  self->warmed[kind >> 3] |= (uint8_t)(1u << (kind & 7));
+  self->warmed[self->warmed_next] = p->kind + 1;
+  self->warmed_next = (self->warmed_next + 1) % slots;
   return 0;
 }
 

@@ -38,8 +38,8 @@
 typedef struct ferry_py_sig {
   const char *fn;          /* for messages: "Operator.run" */
   int n, required, positional;
-  const char *names[8];
-  PyObject *interned[8];
+  const char *names[10];
+  PyObject *interned[10];
 } ferry_py_sig;
 
 /* Fills out[0..n) (borrowed; NULL for those not given) from a vectorcall. Returns 0 or -1 with TypeError set. */
@@ -72,11 +72,12 @@ typedef struct ferry_py_operand {
 typedef struct ferry_py_gemm_args {
   PyObject_HEAD
   ferry_gemm_args args;          /* validated once; the runs read it */
-  PyObject *operands[4];         /* A, B, out, bias or NULL (strong): their memory must outlive the runs reading it */
+  PyObject *operands[6];         /* A, B, out, then bias, scale_a, scale_b or NULL (strong): their memory must
+                                    outlive the runs reading it */
   PyObject *accumulator;         /* accumulator_type as given (strong) */
   PyObject *activation;          /* activation as given, or NULL (strong) */
-  ferry_py_leaf leaves[4];       /* __dlpack__ exports, held until the arguments die (their deleters run then) */
-  ferry_py_operand layout[4];
+  ferry_py_leaf leaves[6];       /* __dlpack__ exports, held until the arguments die (their deleters run then) */
+  ferry_py_operand layout[6];
   const DLPackExchangeAPI *api;  /* the first operand's framework with an exchange API: its current work stream is
                                     a run's default; NULL when none came through one */
 } ferry_py_gemm_args;
@@ -122,8 +123,9 @@ typedef struct ferry_py_operator {
   PyObject_HEAD
   const ferry_op *op;            /* registered for the life of the process */
   PyObject *metadata;            /* OperatorMetadata, built on first use */
-  uint8_t warmed[4096];          /* bit `kind` (15 bits, epilogue included): a run without artifact of that kind
-                                    found (or made) the memo entry */
+  uint32_t warmed[16];           /* kinds (epilogue included) + 1 whose memo entry a run without artifact found
+                                    or made; 0 free. Past 16 kinds the oldest is forgotten (warmed again) */
+  uint32_t warmed_next;          /* the slot the next kind takes */
 } ferry_py_operator;
 
 extern PyTypeObject ferry_py_Operator_Type;

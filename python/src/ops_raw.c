@@ -77,6 +77,7 @@ static void params_of(const ferry_gemm_args *a, ferry_gemm_params *k) {
   k->alpha = a->alpha, k->beta = a->beta;
   k->kind = p->kind;
   k->bias = a->bias;
+  k->scale_a = a->scale_a, k->scale_b = a->scale_b;
 }
 
 static double now_us(void) {

@@ -76,8 +76,24 @@ static uint16_t double_to_half(double d) { /* round to nearest even through floa
   return sign | (uint16_t)(((e + 14) << 10) | (mant & 0x3ff));
 }
 
+/* An FP8 value: e4m3fn (4 exponent bits, bias 7, no infinities, S.1111.111 NaN) or e5m2 (5, bias 15, IEEE-like). */
+static double fp8_to_double(uint8_t v, int exp_bits) {
+  const int mant_bits = 7 - exp_bits, bias = (1 << (exp_bits - 1)) - 1;
+  const int e = (v >> mant_bits) & ((1 << exp_bits) - 1), m = v & ((1 << mant_bits) - 1);
+  double x;
+  if (exp_bits == 4 && e == 15 && m == 7) x = NAN;
+  else if (exp_bits == 5 && e == 31) x = m ? NAN : INFINITY;
+  else if (e == 0) x = ldexp(m, 1 - bias - mant_bits);
+  else x = ldexp(m + (1 << mant_bits), e - bias - mant_bits);
+  return v & 0x80 ? -x : x;
+}
+
 static double load(const void *base, int type, int64_t i) {
   if (type == FERRY_SCALAR_F32) return ((const float *)base)[i];
+  if (type == FERRY_SCALAR_I32) return ((const int32_t *)base)[i];
+  if (type == FERRY_SCALAR_I8) return ((const int8_t *)base)[i];
+  if (type == FERRY_SCALAR_E4M3 || type == FERRY_SCALAR_E5M2)
+    return fp8_to_double(((const uint8_t *)base)[i], type == FERRY_SCALAR_E4M3 ? 4 : 5);
   uint16_t h = ((const uint16_t *)base)[i];
   if (type == FERRY_SCALAR_F16) return half_to_double(h);
   uint32_t x = (uint32_t)h << 16;
@@ -87,7 +103,9 @@ static double load(const void *base, int type, int64_t i) {
 }
 
 static void store(void *base, int type, int64_t i, double v) {
-  if (type == FERRY_SCALAR_F32) {
+  if (type == FERRY_SCALAR_I32) {
+    ((int32_t *)base)[i] = (int32_t)v; /* exact: int8 sums below 2^53 */
+  } else if (type == FERRY_SCALAR_F32) {
     ((float *)base)[i] = (float)v;
   } else if (type == FERRY_SCALAR_F16) {
     ((uint16_t *)base)[i] = double_to_half(v);
@@ -105,7 +123,7 @@ static int64_t at(int row_major, int64_t ld, int64_t i, int64_t j) { return row_
 /* The kind's fused epilogue (FERRY_GEMM_KIND_BIAS, FERRY_GEMM_KIND_ACTIVATION) of value v at (i, j). */
 static double epilogue(const ferry_gemm_params *p, double v, int64_t i, int64_t j) {
   int mode = (int)FERRY_GEMM_KIND_BIAS(p->kind), act = (int)FERRY_GEMM_KIND_ACTIVATION(p->kind);
-  int tc = (p->kind >> 4) & 3;
+  int tc = (int)FERRY_GEMM_KIND_OUT_TYPE(p->kind);
   if (mode) v += load(p->bias, tc, mode == FERRY_BIAS_ROW ? j : i);
   switch (act) {
   case FERRY_ACTIVATION_RELU: return v < 0 ? 0 : v;
@@ -116,8 +134,13 @@ static double epilogue(const ferry_gemm_params *p, double v, int64_t i, int64_t 
 }
 
 static void gemm_on_cpu(const ferry_gemm_params *p) {
-  int ta = p->kind & 3, tb = (p->kind >> 2) & 3, tc = (p->kind >> 4) & 3;
-  int ra = !((p->kind >> 8) & 1), rb = !((p->kind >> 9) & 1), rc = !((p->kind >> 10) & 1);
+  int ta = (int)FERRY_GEMM_KIND_A_TYPE(p->kind), tb = (int)FERRY_GEMM_KIND_B_TYPE(p->kind);
+  int tc = (int)FERRY_GEMM_KIND_OUT_TYPE(p->kind);
+  int ra = FERRY_GEMM_KIND_A_MAJOR(p->kind) == FERRY_MAJOR_ROW;
+  int rb = FERRY_GEMM_KIND_B_MAJOR(p->kind) == FERRY_MAJOR_ROW;
+  int rc = FERRY_GEMM_KIND_OUT_MAJOR(p->kind) == FERRY_MAJOR_ROW;
+  double alpha = p->alpha;
+  if (p->kind & FERRY_GEMM_KIND_SCALED) alpha *= (double)*p->scale_a * (double)*p->scale_b;
   /* Each batch's A (row-major) and B (column-major) as doubles first, so the inner loop is a dot product. */
   double *a = malloc(sizeof(double) * (size_t)(p->m * p->k + 1)), *b = malloc(sizeof(double) * (size_t)(p->k * p->n + 1));
   for (int64_t z = 0; a && b && z < p->l; z++) {
@@ -130,7 +153,7 @@ static void gemm_on_cpu(const ferry_gemm_params *p) {
         double acc = 0;
         for (int64_t q = 0; q < p->k; q++) acc += a[i * p->k + q] * b[j * p->k + q];
         int64_t o = z * p->batch_c + at(rc, p->ldc, i, j);
-        double v = (double)p->alpha * acc + (p->beta != 0.0f ? (double)p->beta * load(p->out, tc, o) : 0.0);
+        double v = alpha * acc + (p->beta != 0.0f ? (double)p->beta * load(p->out, tc, o) : 0.0);
         store(p->out, tc, o, epilogue(p, v, i, j));
       }
   }

@@ -117,41 +117,91 @@ __device__ __forceinline__ void mma_f16(u32 d[2], const u32 a[4], const u32 b[2]
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+#if FERRY_NARROW_INPUTS
+// d += a·b for one 16×8×32 tile of 8-bit operands (a row-major, b column-major). Their fragments hold the same bytes,
+// register for register, as those of a 16×8×16 tile of 16-bit elements each made of two consecutive k values, so the
+// 16-bit kernels' ldmatrix loads serve them unchanged (gemm_mma.cu). FP8: fp32 accumulators; int8: int32 ones.
+#if FERRY_A_TYPE == FERRY_SCALAR_I8
+#define FERRY_MMA_K32_TYPES "s32.s8.s8.s32"
+#define FERRY_MMA_K32_ACC "+r"
+typedef int narrow_acc;
+#else
+#if FERRY_A_TYPE == FERRY_SCALAR_E4M3 && FERRY_B_TYPE == FERRY_SCALAR_E4M3
+#define FERRY_MMA_K32_TYPES "f32.e4m3.e4m3.f32"
+#elif FERRY_A_TYPE == FERRY_SCALAR_E4M3
+#define FERRY_MMA_K32_TYPES "f32.e4m3.e5m2.f32"
+#elif FERRY_B_TYPE == FERRY_SCALAR_E4M3
+#define FERRY_MMA_K32_TYPES "f32.e5m2.e4m3.f32"
+#else
+#define FERRY_MMA_K32_TYPES "f32.e5m2.e5m2.f32"
+#endif
+#define FERRY_MMA_K32_ACC "+f"
+typedef float narrow_acc;
+#endif
+__device__ __forceinline__ void mma_k32(narrow_acc d[4], const u32 a[4], const u32 b[2]) {
+  asm volatile("mma.sync.aligned.m16n8k32.row.col." FERRY_MMA_K32_TYPES " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : FERRY_MMA_K32_ACC(d[0]), FERRY_MMA_K32_ACC(d[1]), FERRY_MMA_K32_ACC(d[2]), FERRY_MMA_K32_ACC(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+
 // ---- wgmma (sm_90a only: gemm_wgmma.cu) -------------------------------------------------------------------
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
-// D(64×256, fp32, the warpgroup's registers) += A(64×16) · B(16×256), both from shared memory through matrix
-// descriptors. TRANS_A / TRANS_B: the operand is M-/N-major in shared memory instead of K-major. The instruction
-// for fp16 operands and the one for bf16 differ only in the type they name, so one text serves both: TYPE is the
-// PTX type as a string literal.
-#define FERRY_WGMMA_M64N256K16(TYPE)                                                                                 \
-  asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " "                                      \
-               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, 1, 1, 1, %130, %131;" \
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),     \
-                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-                 "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-                 "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-                 "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-                 "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-                 "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-                 "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
-                 "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
-                 "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
-                 "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
-                 "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
-                 "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
-                 "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
-                 "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
-                 "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
-               : "l"(desc_a), "l"(desc_b), "n"(TRANS_A), "n"(TRANS_B))
+// D(64×256, the warpgroup's registers) += A(64×K) · B(K×256), both from shared memory through matrix descriptors:
+// K 16 for fp16/bf16 (fp32 D; TRANS_A / TRANS_B: the operand is M-/N-major in shared memory instead of K-major), K 32
+// for 8-bit operands (K-major only; fp32 D for FP8, int32 for int8 — the same 32 bytes of each row of K as a k16
+// step of 16-bit ones, so the descriptors are the same). INSTR names the instruction, TAIL the operands after the
+// descriptors (scale-d, and the scale and transpose immediates where the instruction has them), C the accumulators'
+// constraint; the inputs after the descriptors, if any, follow.
+#define FERRY_WGMMA_M64N256(INSTR, TAIL, C, ...)                                                                     \
+  asm volatile(INSTR " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, " TAIL ";" \
+               : C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]), \
+                 C(d[10]), C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), C(d[18]), \
+                 C(d[19]), C(d[20]), C(d[21]), C(d[22]), C(d[23]), C(d[24]), C(d[25]), C(d[26]), C(d[27]), \
+                 C(d[28]), C(d[29]), C(d[30]), C(d[31]), C(d[32]), C(d[33]), C(d[34]), C(d[35]), C(d[36]), \
+                 C(d[37]), C(d[38]), C(d[39]), C(d[40]), C(d[41]), C(d[42]), C(d[43]), C(d[44]), C(d[45]), \
+                 C(d[46]), C(d[47]), C(d[48]), C(d[49]), C(d[50]), C(d[51]), C(d[52]), C(d[53]), C(d[54]), \
+                 C(d[55]), C(d[56]), C(d[57]), C(d[58]), C(d[59]), C(d[60]), C(d[61]), C(d[62]), C(d[63]), \
+                 C(d[64]), C(d[65]), C(d[66]), C(d[67]), C(d[68]), C(d[69]), C(d[70]), C(d[71]), C(d[72]), \
+                 C(d[73]), C(d[74]), C(d[75]), C(d[76]), C(d[77]), C(d[78]), C(d[79]), C(d[80]), C(d[81]), \
+                 C(d[82]), C(d[83]), C(d[84]), C(d[85]), C(d[86]), C(d[87]), C(d[88]), C(d[89]), C(d[90]), \
+                 C(d[91]), C(d[92]), C(d[93]), C(d[94]), C(d[95]), C(d[96]), C(d[97]), C(d[98]), C(d[99]), \
+                 C(d[100]), C(d[101]), C(d[102]), C(d[103]), C(d[104]), C(d[105]), C(d[106]), C(d[107]), C(d[108]), \
+                 C(d[109]), C(d[110]), C(d[111]), C(d[112]), C(d[113]), C(d[114]), C(d[115]), C(d[116]), C(d[117]), \
+                 C(d[118]), C(d[119]), C(d[120]), C(d[121]), C(d[122]), C(d[123]), C(d[124]), C(d[125]), C(d[126]), \
+                 C(d[127])\
+               : "l"(desc_a), "l"(desc_b) __VA_ARGS__)
 template <int IN, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long long desc_a,
                                                  unsigned long long desc_b) {
   if (IN == FERRY_SCALAR_BF16)
-    FERRY_WGMMA_M64N256K16("bf16");
+    FERRY_WGMMA_M64N256("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", "1, 1, 1, %130, %131", "+f",
+                        , "n"(TRANS_A), "n"(TRANS_B));
   else
-    FERRY_WGMMA_M64N256K16("f16");
+    FERRY_WGMMA_M64N256("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", "1, 1, 1, %130, %131", "+f",
+                        , "n"(TRANS_A), "n"(TRANS_B));
 }
-#undef FERRY_WGMMA_M64N256K16
+#if FERRY_NARROW_INPUTS
+#if FERRY_A_TYPE == FERRY_SCALAR_I8
+#define FERRY_WGMMA_K32 "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8", "1", "+r"
+#elif FERRY_A_TYPE == FERRY_SCALAR_E4M3 && FERRY_B_TYPE == FERRY_SCALAR_E4M3
+#define FERRY_WGMMA_K32 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3", "1, 1, 1", "+f"
+#elif FERRY_A_TYPE == FERRY_SCALAR_E4M3
+#define FERRY_WGMMA_K32 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e5m2", "1, 1, 1", "+f"
+#elif FERRY_B_TYPE == FERRY_SCALAR_E4M3
+#define FERRY_WGMMA_K32 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e5m2.e4m3", "1, 1, 1", "+f"
+#else
+#define FERRY_WGMMA_K32 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e5m2.e5m2", "1, 1, 1", "+f"
+#endif
+#define FERRY_WGMMA_EXPAND(...) FERRY_WGMMA_M64N256(__VA_ARGS__)
+__device__ __forceinline__ void wgmma_m64n256k32(narrow_acc (&d)[128], unsigned long long desc_a,
+                                                 unsigned long long desc_b) {
+  FERRY_WGMMA_EXPAND(FERRY_WGMMA_K32, );
+}
+#undef FERRY_WGMMA_EXPAND
+#endif
+#undef FERRY_WGMMA_M64N256
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait() {
@@ -159,6 +209,7 @@ template <int N> __device__ __forceinline__ void wgmma_wait() {
 }
 // Keeps the compiler from moving an accumulator across the asynchronous wgmma that owns it.
 __device__ __forceinline__ void wgmma_fence_operand(float &r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void wgmma_fence_operand(int &r) { asm volatile("" : "+r"(r)::"memory"); }
 // Orders this thread's generic-proxy shared-memory writes (cp.async included) before async-proxy reads (wgmma).
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 #endif

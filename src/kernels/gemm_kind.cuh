@@ -17,6 +17,10 @@
 #define FERRY_SCALAR_F16 1
 #define FERRY_SCALAR_BF16 2
 #define FERRY_SCALAR_F32 3
+#define FERRY_SCALAR_E4M3 4
+#define FERRY_SCALAR_E5M2 5
+#define FERRY_SCALAR_I8 6
+#define FERRY_SCALAR_I32 7
 #endif
 
 #ifndef FERRY_A_TYPE
@@ -46,6 +50,11 @@
 #ifndef FERRY_ACTIVATION
 #define FERRY_ACTIVATION 0 // ferry_activation: 1 ReLU, 2 GELU (tanh), 3 SiLU
 #endif
+#ifndef FERRY_SCALED
+#define FERRY_SCALED 0 // 1: alpha is multiplied by *scale_a and *scale_b
+#endif
+// 8-bit inputs (FP8 or int8): k contiguous in both operands, carried as 16-bit pairs along k (gemm_mma.cu says why)
+#define FERRY_NARROW_INPUTS (FERRY_A_TYPE >= FERRY_SCALAR_E4M3 && FERRY_A_TYPE <= FERRY_SCALAR_I8)
 
 namespace ferry {
 
@@ -56,6 +65,10 @@ typedef long long i64;
 // Storage type of a ferry_scalar code.
 template <int T> struct storage { typedef u16 type; };
 template <> struct storage<FERRY_SCALAR_F32> { typedef float type; };
+template <> struct storage<FERRY_SCALAR_E4M3> { typedef unsigned char type; };
+template <> struct storage<FERRY_SCALAR_E5M2> { typedef unsigned char type; };
+template <> struct storage<FERRY_SCALAR_I8> { typedef signed char type; };
+template <> struct storage<FERRY_SCALAR_I32> { typedef int type; };
 
 }  // namespace ferry
 

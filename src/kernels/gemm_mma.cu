@@ -11,6 +11,11 @@
 // ldmatrix (plain or .trans) turns either into mma fragments. Rows of the shared tiles are padded by 16 bytes, so
 // the 8 row addresses of each ldmatrix fall in 8 different 16-byte bank groups.
 //
+// 8-bit operands (FP8, int8) take the same path with mma.sync.m16n8k32: with k contiguous in both (A row-major, B
+// column-major), two consecutive k values are one 16-bit element, and the fragments of a 16×8×32 tile of bytes are
+// exactly those of a 16×8×16 tile of such pairs; so the kernel loads pairs (in_pairs) and issues one k32 mma per
+// k16 step of pairs.
+//
 // Edges: every load is predicated per 16-byte chunk (cp.async reads only the in-range bytes and zero-fills the
 // rest), every store per element, so any m, n, k work. FERRY_VEC is the load width in elements: 8 (16-byte
 // cp.async) needs 16-byte-aligned operands (address, leading dimension, batch stride), which the host checks;
@@ -52,10 +57,16 @@ constexpr int B_ELEMS = (B_ROW ? BK : BN) * B_PITCH;
 constexpr int STAGE_ELEMS = A_ELEMS + B_ELEMS;
 constexpr unsigned SMEM_BYTES = STAGES * STAGE_ELEMS * 2;
 
+#if FERRY_NARROW_INPUTS
+static_assert(A_ROW && !B_ROW && VEC == 8, "8-bit operands: k contiguous in both, whole 16-byte chunks");
+static_assert(FERRY_ACC_TYPE == (FERRY_A_TYPE == FERRY_SCALAR_I8 ? FERRY_SCALAR_I32 : FERRY_SCALAR_F32),
+              "FP8 accumulates in fp32, int8 in int32");
+#else
 static_assert(FERRY_A_TYPE == FERRY_B_TYPE && (FERRY_A_TYPE == FERRY_SCALAR_F16 || FERRY_A_TYPE == FERRY_SCALAR_BF16),
-              "the tensor-core GEMM takes two fp16 or two bf16 operands");
+              "the tensor-core GEMM takes two fp16 or two bf16 operands, or two 8-bit ones");
 static_assert(FERRY_ACC_TYPE == FERRY_SCALAR_F32 || FERRY_A_TYPE == FERRY_SCALAR_F16,
               "fp16 accumulation needs fp16 operands");
+#endif
 static_assert(BM % (16 * WARPS_M) == 0 && BN % (16 * WARPS_N) == 0 && NI % 2 == 0, "warp tiles of 16×16 pieces");
 static_assert(BK % 16 == 0 && STAGES >= 2, "k in steps of 16, at least double buffering");
 static_assert(BK / 16 % WARPS_K == 0, "every set of warps takes as many k16 steps of a stage");
@@ -93,7 +104,8 @@ __device__ __forceinline__ void load_tile(elem *s, int pitch, const elem *g, i64
   }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) ferry_gemm_mma(const ferry_gemm_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS) ferry_gemm_mma(const ferry_gemm_params params) {
+  const ferry_gemm_params p = in_pairs(params);
   extern __shared__ __align__(128) unsigned char smem_raw[];
   elem *smem = reinterpret_cast<elem *>(smem_raw);
   {
@@ -121,6 +133,12 @@ extern "C" __global__ void __launch_bounds__(THREADS) ferry_gemm_mma(const ferry
   for (int i = 0; i < MI; ++i)
 #pragma unroll
     for (int j = 0; j < NI; ++j) acc[i][j][0] = acc[i][j][1] = 0u;
+#elif FERRY_NARROW_INPUTS
+  narrow_acc acc[MI][NI][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0;
 #else
   float acc[MI][NI][4];
 #pragma unroll
@@ -193,6 +211,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) ferry_gemm_mma(const ferry
         for (int j = 0; j < NI; ++j) {
 #if FERRY_ACC_TYPE == FERRY_SCALAR_F16
           mma_f16(acc[i][j], af[i], bf[j]);
+#elif FERRY_NARROW_INPUTS
+          mma_k32(acc[i][j], af[i], bf[j]);
 #else
           mma_f32<FERRY_A_TYPE>(acc[i][j], af[i], bf[j]);
 #endif
@@ -204,7 +224,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) ferry_gemm_mma(const ferry
   // Epilogue: thread (g, t) of a warp holds, for each 16×8 tile, rows g and g+8, columns 2t and 2t+1.
   const int g = lane >> 2, t = lane & 3;
   const epilogue e = epilogue_of(p);
-  float *partial = reinterpret_cast<float *>(smem_raw);
+  sum_t *partial = reinterpret_cast<sum_t *>(smem_raw);
   auto partial_at = [&](int set, int i, int j) {
     return partial + ((((set - 1) * WARPS_M * WARPS_N + wmn) * MI + i) * NI + j) * 128 + lane * 4;
   };
@@ -223,10 +243,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) ferry_gemm_mma(const ferry
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
       const int row = m0 + wm0 + i * 16 + g, col = n0 + wn0 + j * 8 + t * 2;
-      float v[4];
+      sum_t v[4];
       tile_values(acc[i][j], v);
       for (int set = 1; set < WARPS_K; ++set) {
-        const float *q = partial_at(set, i, j);
+        const sum_t *q = partial_at(set, i, j);
         v[0] += q[0], v[1] += q[1], v[2] += q[2], v[3] += q[3];
       }
       store_tile(C, p.ldc, p.m, p.n, row, col, v, e);

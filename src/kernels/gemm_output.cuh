@@ -21,6 +21,26 @@ struct __align__(8) f32x2 { float x, y; };
 struct __align__(16) f32x4 { float x, y, z, w; };
 struct __align__(8) u32x2 { u32 x, y; };
 
+// A tile's values between the accumulators and the store: fp32, or int32 for int8 inputs, whose sums stay integers
+// until the store (exact into an int32 output, which takes no epilogue: the host allows none).
+#if FERRY_ACC_TYPE == FERRY_SCALAR_I32
+typedef int sum_t;
+#else
+typedef float sum_t;
+#endif
+struct __align__(8) sum2 { sum_t x, y; };
+struct __align__(16) sum4 { sum_t x, y, z, w; };
+
+// The parameters as the kernels' loads see them: 8-bit operands as 16-bit pairs of consecutive k values, so k, lda,
+// ldb and A's and B's batch strides count pairs (the host guarantees k contiguous in both operands, and k and every
+// stride whole 16-byte chunks); out is as it was.
+__device__ __forceinline__ ferry_gemm_params in_pairs(ferry_gemm_params p) {
+#if FERRY_NARROW_INPUTS
+  p.k /= 2, p.lda /= 2, p.ldb /= 2, p.batch_a /= 2, p.batch_b /= 2;
+#endif
+  return p;
+}
+
 // Maps blockIdx.x to a (row tile, column tile) pair, walking groups of 8 row tiles column by column so that
 // blocks running together share rows of A and columns of B in L2.
 __device__ __forceinline__ void tile_of_block(int m, int n, int bm, int bn, int &tm, int &tn) {
@@ -37,13 +57,13 @@ __device__ __forceinline__ void tile_of_block(int m, int n, int bm, int bn, int 
 
 // The four values thread (g, t) of a warp holds of one 16×8 mma tile, as fp32: rows g and g+8, columns 2t and
 // 2t+1, from fp32 accumulators or from fp16 ones packed two to a register.
-__device__ __forceinline__ void tile_values(const float (&acc)[4], float v[4]) {
+template <class A> __device__ __forceinline__ void tile_values(const A (&acc)[4], sum_t v[4]) {
   v[0] = acc[0];
   v[1] = acc[1];
   v[2] = acc[2];
   v[3] = acc[3];
 }
-__device__ __forceinline__ void tile_values(const u32 (&acc)[2], float v[4]) {
+__device__ __forceinline__ void tile_values(const u32 (&acc)[2], sum_t v[4]) {
   v[0] = f16_to_f32((u16)(acc[0] & 0xffffu));
   v[1] = f16_to_f32((u16)(acc[0] >> 16));
   v[2] = f16_to_f32((u16)(acc[1] & 0xffffu));
@@ -57,7 +77,12 @@ struct epilogue {
   const out_t *bias; // n values (FERRY_BIAS 1) or m values (2), of out's type
 };
 __device__ __forceinline__ epilogue epilogue_of(const ferry_gemm_params &p) {
-  return epilogue{p.alpha, p.beta, static_cast<const out_t *>(p.bias)};
+#if FERRY_SCALED
+  const float alpha = p.alpha * *p.scale_a * *p.scale_b; // read at every run: scales made on the GPU need no sync
+#else
+  const float alpha = p.alpha;
+#endif
+  return epilogue{alpha, p.beta, static_cast<const out_t *>(p.bias)};
 }
 
 // The bias of output element (row, col).
@@ -91,19 +116,23 @@ __device__ __forceinline__ float activate(float x) {
 }
 
 // Writes one output element: the epilogue of acc, converted to the output type; out of range is skipped.
-__device__ __forceinline__ void store_out(out_t *out, long long ldc, int m, int n, int row, int col, float acc,
+__device__ __forceinline__ void store_out(out_t *out, long long ldc, int m, int n, int row, int col, sum_t acc,
                                           const epilogue &e) {
   if (row >= m || col >= n) return;
   const long long at = FERRY_OUT_ROW ? (long long)row * ldc + col : (long long)col * ldc + row;
-  float v = e.alpha * acc;
+#if FERRY_OUT_TYPE == FERRY_SCALAR_I32
+  (void)e;
+  out[at] = acc;
+#else
+  float v = e.alpha * (float)acc;
   // beta == 0 must not read: the output may hold anything, NaN included.
   if (e.beta != 0.0f) v += e.beta * to_f32<FERRY_OUT_TYPE>(out[at]);
   out[at] = from_f32<FERRY_OUT_TYPE>(activate(v + bias_at(e, row, col)));
+#endif
 }
-
 // Writes the four values thread (g, t) holds of one 16×8 mma tile (tile_values' order), element by element: rows
 // row and row+8, columns col and col+1, where row is the tile's first row + g and col its first column + 2t.
-__device__ __forceinline__ void store_tile(out_t *out, long long ldc, int m, int n, int row, int col, const float v[4],
+__device__ __forceinline__ void store_tile(out_t *out, long long ldc, int m, int n, int row, int col, const sum_t v[4],
                                            const epilogue &e) {
   store_out(out, ldc, m, n, row, col, v[0], e);
   store_out(out, ldc, m, n, row, col + 1, v[1], e);
@@ -111,10 +140,14 @@ __device__ __forceinline__ void store_tile(out_t *out, long long ldc, int m, int
   store_out(out, ldc, m, n, row + 8, col + 1, v[3], e);
 }
 
-// Writes elements (row, col..col+3) of a row-major output, the epilogue of a[0..3], with one 16-byte (fp32) or
-// 8-byte (16-bit types) load and store; the caller has checked that they are in range and aligned for it.
-__device__ __forceinline__ void store4(out_t *at, int row, int col, const float a[4], const epilogue &e) {
-  float v[4] = {e.alpha * a[0], e.alpha * a[1], e.alpha * a[2], e.alpha * a[3]};
+// Writes elements (row, col..col+3) of a row-major output, the epilogue of a[0..3], with one 16-byte (32-bit types)
+// or 8-byte (16-bit types) load and store; the caller has checked that they are in range and aligned for it.
+__device__ __forceinline__ void store4(out_t *at, int row, int col, const sum_t a[4], const epilogue &e) {
+#if FERRY_OUT_TYPE == FERRY_SCALAR_I32
+  (void)row, (void)col, (void)e;
+  *reinterpret_cast<sum4 *>(at) = sum4{a[0], a[1], a[2], a[3]};
+#else
+  float v[4] = {e.alpha * (float)a[0], e.alpha * (float)a[1], e.alpha * (float)a[2], e.alpha * (float)a[3]};
   const float beta = e.beta;
 #if FERRY_OUT_TYPE == FERRY_SCALAR_F32
   if (beta != 0.0f) {
@@ -139,6 +172,7 @@ __device__ __forceinline__ void store4(out_t *at, int row, int col, const float 
   w.x = (u32)from_f32<FERRY_OUT_TYPE>(v[0]) | (u32)from_f32<FERRY_OUT_TYPE>(v[1]) << 16;
   w.y = (u32)from_f32<FERRY_OUT_TYPE>(v[2]) | (u32)from_f32<FERRY_OUT_TYPE>(v[3]) << 16;
   *reinterpret_cast<u32x2 *>(at) = w;
+#endif
 #endif
 }
 

@@ -22,6 +22,10 @@
 // group, then wait until only that group is in flight. So the tensor cores always have the next k-tile's group queued
 // while the block crosses its barrier, and copies run STAGES-2 k-tiles ahead.
 //
+// 8-bit operands (FP8, int8; K-major, which is all wgmma reads of them) travel as 16-bit pairs along k, as in
+// gemm_mma.cu: a row of a stage is the same 128 bytes, 128 values of K, and one m64n256k32 wgmma consumes the 32
+// bytes a k16 step of 16-bit operands does, so copies and descriptors are unchanged.
+//
 // Edges and epilogue as in gemm_mma_sw.cu: predicated copies at the edges (an unpredicated loop while every k-tile
 // to load lies inside the operands), accumulators staged through shared memory per warp and stored 4 elements at a
 // time where aligned and in range, element stores otherwise and for column-major outputs. Operands 16-byte aligned.
@@ -54,9 +58,17 @@ constexpr unsigned PIPE_BYTES = STAGES * STAGE_BYTES;
 // +1024: the swizzle atoms must start on 1024-byte boundaries; the kernel aligns the dynamic area up itself.
 constexpr unsigned SMEM_BYTES = (PIPE_BYTES > EPI_BYTES ? PIPE_BYTES : EPI_BYTES) + 1024; // registry.c mirrors this
 
+#if FERRY_NARROW_INPUTS
+static_assert(A_ROW && !B_ROW, "wgmma reads 8-bit operands K-major only");
+static_assert(FERRY_ACC_TYPE == (FERRY_A_TYPE == FERRY_SCALAR_I8 ? FERRY_SCALAR_I32 : FERRY_SCALAR_F32),
+              "FP8 accumulates in fp32, int8 in int32");
+typedef narrow_acc acc_t;
+#else
 static_assert(FERRY_A_TYPE == FERRY_B_TYPE && (FERRY_A_TYPE == FERRY_SCALAR_F16 || FERRY_A_TYPE == FERRY_SCALAR_BF16),
-              "the tensor-core GEMM takes two fp16 or two bf16 operands");
+              "the tensor-core GEMM takes two fp16 or two bf16 operands, or two 8-bit ones");
 static_assert(FERRY_ACC_TYPE == FERRY_SCALAR_F32, "wgmma accumulates in fp32 here");
+typedef float acc_t;
+#endif
 static_assert(BK == 64, "one 128-byte swizzle row of K per row of a K-major tile");
 static_assert(BM % 64 == 0 && BN == 256, "warpgroups of 64 rows, one m64n256k16 each");
 static_assert(STAGES >= 3, "copies run STAGES-2 k-tiles ahead of the wgmma");
@@ -125,7 +137,7 @@ struct mainloop {
   int m0, n0, ktiles, wg;
   bool inside_mn;
   int read_stage, write_stage;
-  float acc[128]; // this thread's part of the warpgroup's 64×256 accumulators
+  acc_t acc[128]; // this thread's part of the warpgroup's 64×256 accumulators
 
   __device__ __forceinline__ mainloop(const ferry_gemm_params &p_, const elem *A_, const elem *B_, u32 smem_, int m0_,
                                       int n0_)
@@ -142,7 +154,7 @@ struct mainloop {
     read_stage = 0;
     write_stage = STAGES - 2;
 #pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < 128; ++i) acc[i] = 0;
   }
 
   // k-tile kt. FULL: the k-tile it copies (kt+STAGES-2) exists and lies inside the operands.
@@ -159,7 +171,13 @@ struct mainloop {
     for (int i = 0; i < 128; ++i) wgmma_fence_operand(acc[i]);
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < KS; ++ks) wgmma_m64n256k16<FERRY_A_TYPE, A_ROW ? 0 : 1, B_ROW ? 1 : 0>(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
+    for (int ks = 0; ks < KS; ++ks) {
+#if FERRY_NARROW_INPUTS
+      wgmma_m64n256k32(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
+#else
+      wgmma_m64n256k16<FERRY_A_TYPE, A_ROW ? 0 : 1, B_ROW ? 1 : 0>(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
+#endif
+    }
     wgmma_commit();
     wgmma_wait<1>(); // k-tile kt-1's group is done: its stage may be refilled after the next barrier
 #pragma unroll
@@ -183,7 +201,8 @@ struct mainloop {
   }
 };
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const ferry_gemm_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const ferry_gemm_params params) {
+  const ferry_gemm_params p = in_pairs(params);
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   if (dynamic_smem_size() < SMEM_BYTES) __trap();
   // The swizzle atoms need 1024-byte alignment of the shared address; SMEM_BYTES has the slack for it.
@@ -208,13 +227,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int row0 = m0 + (warp / 4) * 64 + (warp % 4) * 16;
   const epilogue ep = epilogue_of(p);
-  const float *acc = ml.acc;
+  const sum_t *acc = ml.acc;
   if (FERRY_OUT_ROW) {
-    float *stage = reinterpret_cast<float *>(smem_aligned) + warp * 16 * EPI_PITCH;
+    sum_t *stage = reinterpret_cast<sum_t *>(smem_aligned) + warp * 16 * EPI_PITCH;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
-      *reinterpret_cast<f32x2 *>(stage + g * EPI_PITCH + j * 8 + 2 * t) = f32x2{acc[4 * j], acc[4 * j + 1]};
-      *reinterpret_cast<f32x2 *>(stage + (g + 8) * EPI_PITCH + j * 8 + 2 * t) = f32x2{acc[4 * j + 2], acc[4 * j + 3]};
+      *reinterpret_cast<sum2 *>(stage + g * EPI_PITCH + j * 8 + 2 * t) = sum2{acc[4 * j], acc[4 * j + 1]};
+      *reinterpret_cast<sum2 *>(stage + (g + 8) * EPI_PITCH + j * 8 + 2 * t) = sum2{acc[4 * j + 2], acc[4 * j + 3]};
     }
     __syncwarp();
     const bool wide = ((unsigned long long)C % (4 * sizeof(out_t))) == 0 && (p.ldc & 3) == 0;
@@ -222,8 +241,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
 #pragma unroll 4
     for (int idx = lane; idx < CHUNKS; idx += 32) {
       const int r = idx / (BN / 4), c = idx % (BN / 4) * 4;
-      const f32x4 q = *reinterpret_cast<const f32x4 *>(stage + r * EPI_PITCH + c);
-      const float v[4] = {q.x, q.y, q.z, q.w};
+      const sum4 q = *reinterpret_cast<const sum4 *>(stage + r * EPI_PITCH + c);
+      const sum_t v[4] = {q.x, q.y, q.z, q.w};
       const int row = row0 + r, col = n0 + c;
       if (wide && row < p.m && col + 3 < p.n) {
         store4(C + (i64)row * p.ldc + col, row, col, v, ep);

@@ -14,15 +14,30 @@ const char *ferry_scalar_name(ferry_scalar scalar) {
   case FERRY_SCALAR_F16: return "fp16";
   case FERRY_SCALAR_BF16: return "bf16";
   case FERRY_SCALAR_F32: return "fp32";
+  case FERRY_SCALAR_E4M3: return "e4m3";
+  case FERRY_SCALAR_E5M2: return "e5m2";
+  case FERRY_SCALAR_I8: return "int8";
+  case FERRY_SCALAR_I32: return "int32";
   default: return "?";
   }
 }
 
-static int scalar_bytes(int s) { return s == FERRY_SCALAR_F32 ? 4 : 2; }
+static int scalar_bytes(int s) {
+  return s == FERRY_SCALAR_F32 || s == FERRY_SCALAR_I32 ? 4 : s == FERRY_SCALAR_F16 || s == FERRY_SCALAR_BF16 ? 2 : 1;
+}
 
-/* The GEMM type of a dtype (FLOAT 16/32, BFLOAT 16, one lane), or FERRY_SCALAR_NONE. */
+static int is_8bit(int s) { return s == FERRY_SCALAR_E4M3 || s == FERRY_SCALAR_E5M2 || s == FERRY_SCALAR_I8; }
+
+#define DLPACK_FLOAT8_E4M3FN 10 /* DLPack's codes for the two FP8 formats the tensor cores read */
+#define DLPACK_FLOAT8_E5M2 12
+
+/* The GEMM type of a dtype (one lane), or FERRY_SCALAR_NONE. */
 static int scalar_of(ferry_dtype d) {
   if (d.lanes != 1) return FERRY_SCALAR_NONE;
+  if (d.code == DLPACK_FLOAT8_E4M3FN && d.bits == 8) return FERRY_SCALAR_E4M3;
+  if (d.code == DLPACK_FLOAT8_E5M2 && d.bits == 8) return FERRY_SCALAR_E5M2;
+  if (d.code == FERRY_DTYPE_INT && d.bits == 8) return FERRY_SCALAR_I8;
+  if (d.code == FERRY_DTYPE_INT && d.bits == 32) return FERRY_SCALAR_I32;
   if (d.code == FERRY_DTYPE_FLOAT && d.bits == 16) return FERRY_SCALAR_F16;
   if (d.code == FERRY_DTYPE_FLOAT && d.bits == 32) return FERRY_SCALAR_F32;
   if (d.code == FERRY_DTYPE_BFLOAT && d.bits == 16) return FERRY_SCALAR_BF16;
@@ -46,7 +61,9 @@ typedef struct operand {
 } operand;
 
 static const char *dtype_text(ferry_dtype d, char *buf, size_t size) {
-  static const char *codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+  static const char *codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool", "float8_e3m4_",
+                                "float8_e4m3_", "float8_e4m3b11fnuz_", "float8_e4m3fn_", "float8_e4m3fnuz_",
+                                "float8_e5m2_", "float8_e5m2fnuz_"};
   const char *code = d.code < sizeof codes / sizeof codes[0] ? codes[d.code] : "code";
   if (d.lanes == 1) snprintf(buf, size, "%s%u", code, d.bits);
   else snprintf(buf, size, "%s%ux%u", code, d.bits, d.lanes);
@@ -137,8 +154,50 @@ static ferry_status read_operand(const char *name, const ferry_tensor *t, const 
   o->addr = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
   return FERRY_OK;
 bad_type:
-  return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: dtype %s is not a GEMM type (fp16, bf16 or fp32)", name,
+  return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: dtype %s is not a GEMM type (float16, bfloat16, float32, "
+                   "float8_e4m3fn, float8_e5m2, int8 or int32)", name,
                    dtype_text(t->dtype, dt, sizeof dt));
+}
+
+/* The pairings of types the GEMMs compute: 16/32-bit floats with an fp32 or fp16 accumulator; FP8 (either format
+ * for either operand) with fp32 into a float output; int8 with int32 into int32 or a float output. 8-bit operands
+ * must have k contiguous (A row-major, B column-major): the tensor cores read them only that way. */
+static ferry_status check_types(const operand *a, const operand *b, const operand *c, ferry_scalar accumulator) {
+  const int at = a->type, bt = b->type, ct = c->type;
+  const int fp8 = FERRY_SCALARS_FP8;
+  const char *an = ferry_scalar_name((ferry_scalar)at), *bn = ferry_scalar_name((ferry_scalar)bt);
+  const char *cn = ferry_scalar_name((ferry_scalar)ct), *accn = ferry_scalar_name(accumulator);
+  if (at == FERRY_SCALAR_I32 || bt == FERRY_SCALAR_I32)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s is int32; GEMM inputs are float16, bfloat16, float32, "
+                     "float8_e4m3fn, float8_e5m2 or int8", at == FERRY_SCALAR_I32 ? "A" : "B");
+  if (is_8bit(ct))
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand out is %s; 8-bit types are GEMM inputs only (out float16, "
+                     "bfloat16, float32, or int32 for int8 inputs)", cn);
+  if (!is_8bit(at) && !is_8bit(bt)) {
+    if (ct == FERRY_SCALAR_I32)
+      return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand out is int32; an int32 output needs int8 inputs (A is %s)",
+                       an);
+    if (accumulator != FERRY_SCALAR_F32 && accumulator != FERRY_SCALAR_F16)
+      return FERRY_ERR(FERRY_INVALID_ARGUMENT, "accumulator type %d (%s) is not fp32 (%d) or fp16 (%d) for %s "
+                       "operands", (int)accumulator, accn, FERRY_SCALAR_F32, FERRY_SCALAR_F16, an);
+    return FERRY_OK;
+  }
+  const int fp8_pair = ((fp8 >> at) & 1) && ((fp8 >> bt) & 1);
+  if (!fp8_pair && !(at == FERRY_SCALAR_I8 && bt == FERRY_SCALAR_I8))
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operands A (%s) and B (%s) do not pair: 8-bit GEMMs take two FP8 "
+                     "operands (e4m3 or e5m2 each) or two int8 ones", an, bn);
+  if (fp8_pair && (ct == FERRY_SCALAR_I32 || accumulator != FERRY_SCALAR_F32))
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, ct == FERRY_SCALAR_I32 ? "operand out is int32; FP8 operands give a "
+                     "float output (float16, bfloat16 or float32)" : "accumulator %s for FP8 operands; they "
+                     "accumulate in fp32", accn);
+  if (!fp8_pair && accumulator != FERRY_SCALAR_I32)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "accumulator %s for int8 operands; they accumulate in int32 "
+                     "(FERRY_SCALAR_I32)", accn);
+  if (a->major != FERRY_MAJOR_ROW || b->major != FERRY_MAJOR_COL)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "8-bit operands need k contiguous: A row-major and B column-major "
+                     "(as torch._scaled_mm; B = W.t() of a row-major W); got A %s-major, B %s-major",
+                     a->major == FERRY_MAJOR_ROW ? "row" : "column", b->major == FERRY_MAJOR_ROW ? "row" : "column");
+  return FERRY_OK;
 }
 
 ferry_status ferry_gemm_args_init(ferry_gemm_args *args, const ferry_tensor *A, const ferry_tensor *B,
@@ -149,9 +208,7 @@ ferry_status ferry_gemm_args_init(ferry_gemm_args *args, const ferry_tensor *A, 
   FERRY_TRY(read_operand("A", A, "m", "k", 0, &a));
   FERRY_TRY(read_operand("B", B, "k", "n", 0, &b));
   FERRY_TRY(read_operand("out", out, "m", "n", 1, &c));
-  if (accumulator != FERRY_SCALAR_F32 && accumulator != FERRY_SCALAR_F16)
-    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "accumulator type %d is not fp32 (%d) or fp16 (%d)", (int)accumulator,
-                     FERRY_SCALAR_F32, FERRY_SCALAR_F16);
+  FERRY_TRY(check_types(&a, &b, &c, accumulator));
   if (a.rows != c.rows || b.cols != c.cols || a.cols != b.rows)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "shapes do not chain: A is %lld×%lld, B %lld×%lld, out %lld×%lld "
                      "(need A m×k, B k×n, out m×n)", (long long)a.rows, (long long)a.cols, (long long)b.rows,
@@ -267,9 +324,62 @@ ferry_status ferry_gemm_args_set_epilogue(ferry_gemm_args *args, const ferry_ten
       return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias: data is NULL but the tensor has elements");
     data = (const char *)bias->data + bias->byte_offset;
   }
-  p->kind = (p->kind & FERRY_GEMM_KIND_OPERANDS) | FERRY_GEMM_KIND_EPILOGUE(bias_mode, activation);
+  if (p->out_type == FERRY_SCALAR_I32 && (bias || activation != FERRY_ACTIVATION_NONE))
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "an int32 output takes no epilogue: its sums go out exact; give a "
+                     "float output for a bias or an activation");
+  p->kind = (p->kind & (FERRY_GEMM_KIND_OPERANDS | FERRY_GEMM_KIND_SCALED)) |
+            FERRY_GEMM_KIND_EPILOGUE(bias_mode, activation);
   p->bias = (uint8_t)bias_mode;
   p->activation = (uint8_t)activation;
   args->bias = data;
+  return FERRY_OK;
+}
+
+/* One fp32 scale: any rank, one element, on the device `p` runs on. */
+static ferry_status read_scale(const char *name, const ferry_tensor *t, const ferry_gemm_problem *p,
+                               const float **out) {
+  char dt[32];
+  int64_t elems = 1;
+  if (t->ndim < 0 || (t->ndim > 0 && !t->shape))
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "%s: rank %d without a shape", name, (int)t->ndim);
+  for (int d = 0; d < t->ndim; d++) elems *= t->shape[d];
+  if (scalar_of(t->dtype) != FERRY_SCALAR_F32)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "%s has dtype %s; a scale is float32", name,
+                     dtype_text(t->dtype, dt, sizeof dt));
+  if (elems != 1)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "%s has %lld elements; a per-tensor scale has one", name,
+                     (long long)elems);
+  if ((t->device.device_type != FERRY_DEVICE_CUDA && t->device.device_type != FERRY_DEVICE_CUDA_MANAGED) ||
+      t->device.device_id != p->device)
+    return FERRY_ERR(FERRY_DEVICE_MISMATCH, "%s is on device type %d, index %d; it must be on out's device, cuda:%d "
+                     "(the kernel reads it)", name, (int)t->device.device_type, (int)t->device.device_id,
+                     (int)p->device);
+  if (!t->data) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "%s: data is NULL", name);
+  *out = (const float *)(const void *)((const char *)t->data + t->byte_offset);
+  return FERRY_OK;
+}
+
+ferry_status ferry_gemm_args_set_scales(ferry_gemm_args *args, const ferry_tensor *scale_a,
+                                        const ferry_tensor *scale_b) {
+  if (!args || args->struct_size != sizeof *args)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_gemm_args_set_scales: args is NULL or was not initialised by "
+                     "ferry_gemm_args_init");
+  ferry_gemm_problem *p = &args->problem;
+  if ((scale_a != NULL) != (scale_b != NULL))
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "scale %s was given without scale %s: give both (a scale of 1 for an "
+                     "unscaled operand) or neither", scale_a ? "A" : "B", scale_a ? "B" : "A");
+  const float *sa = NULL, *sb = NULL;
+  if (scale_a) {
+    if (p->out_type == FERRY_SCALAR_I32)
+      return FERRY_ERR(FERRY_INVALID_ARGUMENT, "an int32 output takes no scales: its sums go out exact; give a "
+                       "float output to scale them");
+    ferry_status st = read_scale("scale_a", scale_a, p, &sa);
+    if (st == FERRY_OK) st = read_scale("scale_b", scale_b, p, &sb);
+    if (st != FERRY_OK) return st;
+  }
+  p->kind = sa ? p->kind | FERRY_GEMM_KIND_SCALED : p->kind & ~FERRY_GEMM_KIND_SCALED;
+  p->scaled = sa != NULL;
+  args->scale_a = sa;
+  args->scale_b = sb;
   return FERRY_OK;
 }

@@ -10,8 +10,9 @@
  * cubin's ELF magic, before any byte reaches the driver.
  *
  * The checksum is there for damage (torn or truncated writes, flipped bits, files of another format), not for an
- * attacker: see xxh64.c for why a cryptographic hash would add nothing. Format version 1 carried a SHA-256 instead;
- * its files fail the version check and are rebuilt (cache) or refused (import), never read as version 2.
+ * attacker: see xxh64.c for why a cryptographic hash would add nothing. Files of another format version (the
+ * record's kind, for one, is read by this version's layout) fail the version check and are rebuilt (cache) or
+ * refused (import), never read as this version.
  *
  * So an imported artifact is GPU code the caller vouches for, like a shared library it loads: nothing proves who
  * made it or that its cubin is what its recorded key claims. It is handed to the caller only and never enters the
@@ -197,12 +198,16 @@ static int all_zero(const unsigned char *p, size_t n) {
   return 1;
 }
 
-/* A kind whose fields are all valid codes (types 1..3, accumulator fp32 or fp16, bias mode 0..2, activation 0..3,
- * no stray bits). */
+/* A kind whose fields are all valid codes (input types 1..6, output 1..3 or 7, accumulator fp32, fp16 or int32,
+ * bias mode 0..2, activation 0..3, no stray bits). */
 static int kind_valid(uint32_t kind) {
-  uint32_t a = kind & 3u, b = (kind >> 2) & 3u, o = (kind >> 4) & 3u, acc = (kind >> 6) & 3u;
-  return a && b && o && (acc == FERRY_SCALAR_F32 || acc == FERRY_SCALAR_F16) && FERRY_GEMM_KIND_BIAS(kind) != 3u &&
-         (kind & ~(FERRY_GEMM_KIND_OPERANDS | FERRY_GEMM_KIND_EPILOGUE(3u, 3u))) == 0;
+  uint32_t a = FERRY_GEMM_KIND_A_TYPE(kind), b = FERRY_GEMM_KIND_B_TYPE(kind);
+  uint32_t o = FERRY_GEMM_KIND_OUT_TYPE(kind), acc = FERRY_GEMM_KIND_ACC_TYPE(kind);
+  return a && a != FERRY_SCALAR_I32 && b && b != FERRY_SCALAR_I32 &&
+         (o == FERRY_SCALAR_I32 || (o >= FERRY_SCALAR_F16 && o <= FERRY_SCALAR_F32)) &&
+         (acc == FERRY_SCALAR_F32 || acc == FERRY_SCALAR_F16 || acc == FERRY_SCALAR_I32) &&
+         FERRY_GEMM_KIND_BIAS(kind) != 3u &&
+         (kind & ~(FERRY_GEMM_KIND_OPERANDS | FERRY_GEMM_KIND_EPILOGUE(3u, 3u) | FERRY_GEMM_KIND_SCALED)) == 0;
 }
 
 int ferry__art_verify(const unsigned char *file, size_t size, const uint8_t *expect_key, ferry__art_meta *meta,

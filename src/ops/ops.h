@@ -173,7 +173,7 @@ ferry_status ferry__artifact_function(ferry_artifact *art, int device, CUfunctio
 
 /* The artifact file format, shared by the disk cache and export/import. */
 #define FERRY__ART_MAGIC "FERRYART"
-#define FERRY__ART_VERSION 2u           /* 2: XXH64 content check (1 had SHA-256; its files are rebuilt) */
+#define FERRY__ART_VERSION 3u /* 3: 20-bit kinds (types of 3 bits); 2 had 15-bit ones, 1 a SHA-256 check */
 #define FERRY__ART_HEADER 128u           /* bytes before the payload */
 #define FERRY__ART_META 128u             /* payload: meta record, then the cubin */
 #define FERRY__ART_MAX (64u << 20)       /* larger files are refused unread */

@@ -34,8 +34,10 @@ uint32_t ferry__design_smem(const ferry_op *op, uint32_t kind) {
     return pipe > epi ? pipe : epi;
   }
   if (op->family != FERRY__MMA) return op->info.smem_bytes;
-  int a_row = ((kind >> 8) & 1u) == FERRY_MAJOR_ROW, b_row = ((kind >> 9) & 1u) == FERRY_MAJOR_ROW;
-  /* gemm_mma.cu: tiles in the operands' orientation, rows padded by 8 elements, 2 bytes each */
+  int a_row = FERRY_GEMM_KIND_A_MAJOR(kind) == FERRY_MAJOR_ROW;
+  int b_row = FERRY_GEMM_KIND_B_MAJOR(kind) == FERRY_MAJOR_ROW;
+  /* gemm_mma.cu: tiles in the operands' orientation, rows padded by 8 elements, 2 bytes each (8-bit operands
+   * travel as pairs: the same bytes) */
   uint32_t a = a_row ? (uint32_t)(d->bm * (d->bk + 8)) : (uint32_t)(d->bk * (d->bm + 8));
   uint32_t b = b_row ? (uint32_t)(d->bk * (d->bn + 8)) : (uint32_t)(d->bn * (d->bk + 8));
   return (uint32_t)d->stages * (a + b) * 2u;
@@ -88,20 +90,27 @@ static int append(ferry_op *op) {
   return 1;
 }
 
-/* A built-in tensor-core operator for fp16 or bf16 operands: `family` picks the kernel (gemm_mma.cu, gemm_mma_sw.cu
- * or gemm_wgmma.cu, whose warpgroups are warps_m×warps_n/4), `speed` its rank among designs (ferry__design). */
-static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, int warps_m, int warps_n, int warps_k,
-                    int stages, int vec, double speed) {
+/* The inputs a built-in tensor-core operator takes: fp16, bf16, either FP8 format, or int8. */
+typedef enum builtin_inputs { INPUTS_F16, INPUTS_BF16, INPUTS_FP8, INPUTS_I8 } builtin_inputs;
+
+/* A built-in tensor-core operator: `family` picks the kernel (gemm_mma.cu, gemm_mma_sw.cu or gemm_wgmma.cu, whose
+ * warpgroups are warps_m×warps_n/4), `speed` its rank among designs (ferry__design). 8-bit inputs travel through
+ * the same kernels as pairs of elements along k (gemm_mma.cu says how), so the design's bk pairs are 2·bk of them. */
+static void add_mma(ferry__family family, builtin_inputs inputs, int bm, int bn, int bk, int warps_m, int warps_n,
+                    int warps_k, int stages, int vec, double speed) {
   ferry_op *op = op_alloc();
   char name[96], defines[288], split[24] = "";
   if (!op) return;
-  const char *t = in_type == FERRY_SCALAR_F16 ? "f16" : "bf16";
-  if (family == FERRY__WGMMA) snprintf(name, sizeof name, "gemm_wgmma_%s_%dx%dx%d_s%d", t, bm, bn, bk, stages);
-  else if (family == FERRY__MMA_SW) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d_swz", t, bm, bn, bk, stages);
+  static const char *const type_names[] = {"f16", "bf16", "fp8", "i8"};
+  const char *t = type_names[inputs];
+  const int narrow = inputs == INPUTS_FP8 || inputs == INPUTS_I8, tile_k = narrow ? 2 * bk : bk;
+  if (family == FERRY__WGMMA) snprintf(name, sizeof name, "gemm_wgmma_%s_%dx%dx%d_s%d", t, bm, bn, tile_k, stages);
+  else if (family == FERRY__MMA_SW)
+    snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d_swz", t, bm, bn, tile_k, stages);
   else {
     if (warps_k > 1) snprintf(split, sizeof split, "_splitk%d", warps_k);
-    if (vec == 8) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d%s", t, bm, bn, bk, stages, split);
-    else snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d%s_align%d", t, bm, bn, bk, stages, split, 2 * vec);
+    if (vec == 8) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d%s", t, bm, bn, tile_k, stages, split);
+    else snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d%s_align%d", t, bm, bn, tile_k, stages, split, 2 * vec);
   }
   if (family == FERRY__WGMMA)
     snprintf(defines, sizeof defines, "#define FERRY_BM %d\n#define FERRY_BN %d\n#define FERRY_BK %d\n"
@@ -118,21 +127,35 @@ static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, i
   op->design = (ferry__design){bm, bn, bk, warps_m, warps_n, warps_k, stages, vec, speed};
   op->info.name = strdup(name);
   op->defines = strdup(defines);
-  op->info.instruction = family == FERRY__WGMMA ? "wgmma.m64n256k16" : "mma.sync.m16n8k16";
+  if (narrow) op->info.instruction = family == FERRY__WGMMA ? "wgmma.m64n256k32" : "mma.sync.m16n8k32";
+  else op->info.instruction = family == FERRY__WGMMA ? "wgmma.m64n256k16" : "mma.sync.m16n8k16";
   op->info.tile_m = bm;
   op->info.tile_n = bn;
-  op->info.tile_k = bk;
+  op->info.tile_k = tile_k;
   op->info.stages = stages;
   op->info.threads = warps_m * warps_n * warps_k * 32;
-  op->info.min_sm = family == FERRY__WGMMA ? 90 : 80; /* wgmma; cp.async and bf16 mma */
-  op->info.a_types = op->info.b_types = FERRY_SCALAR_BIT(in_type);
-  op->info.out_types = FERRY_SCALARS_FLOAT;
-  op->info.acc_types = FERRY_SCALAR_BIT(FERRY_SCALAR_F32) |
-                       (in_type == FERRY_SCALAR_F16 && family != FERRY__WGMMA ? FERRY_SCALAR_BIT(FERRY_SCALAR_F16) : 0);
+  /* wgmma; FP8 mma.sync (sm_89); cp.async, bf16 and int8 mma.sync (sm_80) */
+  op->info.min_sm = family == FERRY__WGMMA ? 90 : inputs == INPUTS_FP8 ? 89 : 80;
   op->info.a_majors = op->info.b_majors = op->info.out_majors = FERRY_MAJORS_ANY;
+  op->info.div_m = op->info.div_n = op->info.div_k = 1;
+  if (inputs == INPUTS_F16 || inputs == INPUTS_BF16) {
+    const int in_type = inputs == INPUTS_F16 ? FERRY_SCALAR_F16 : FERRY_SCALAR_BF16;
+    op->info.a_types = op->info.b_types = FERRY_SCALAR_BIT(in_type);
+    op->info.out_types = FERRY_SCALARS_FLOAT;
+    op->info.acc_types = FERRY_SCALAR_BIT(FERRY_SCALAR_F32) |
+                         (inputs == INPUTS_F16 && family != FERRY__WGMMA ? FERRY_SCALAR_BIT(FERRY_SCALAR_F16) : 0);
+  } else {
+    /* k contiguous in both operands, whole 16-byte chunks of it: the pairs never split */
+    op->info.a_types = op->info.b_types =
+        inputs == INPUTS_FP8 ? FERRY_SCALARS_FP8 : FERRY_SCALAR_BIT(FERRY_SCALAR_I8);
+    op->info.out_types = FERRY_SCALARS_FLOAT | (inputs == INPUTS_I8 ? FERRY_SCALAR_BIT(FERRY_SCALAR_I32) : 0);
+    op->info.acc_types = FERRY_SCALAR_BIT(inputs == INPUTS_FP8 ? FERRY_SCALAR_F32 : FERRY_SCALAR_I32);
+    op->info.a_majors = FERRY_MAJOR_BIT(FERRY_MAJOR_ROW);
+    op->info.b_majors = FERRY_MAJOR_BIT(FERRY_MAJOR_COL);
+    op->info.div_k = 16;
+  }
   op->info.a_align = op->info.b_align = (uint32_t)(2 * vec);
   op->info.out_align = 1;
-  op->info.div_m = op->info.div_n = op->info.div_k = 1;
   op->info.builtin = 1;
   op->info.fuses_epilogue = 1;
   if (family == FERRY__WGMMA) {
@@ -149,8 +172,8 @@ static void add_mma(ferry__family family, int in_type, int bm, int bn, int bk, i
     op->entry = "ferry_gemm_mma";
   }
   op->params_size = sizeof(ferry_gemm_params);
-  for (uint32_t kind = 0; kind < 4; kind++) { /* the largest over the four A/B major combinations */
-    uint32_t bytes = ferry__design_smem(op, kind << 8);
+  for (uint32_t majors = 0; majors < 4; majors++) { /* the largest over the four A/B major combinations */
+    uint32_t bytes = ferry__design_smem(op, FERRY_GEMM_KIND(0, 0, 0, 0, majors & 1u, majors >> 1, 0));
     if (bytes > op->info.smem_bytes) op->info.smem_bytes = bytes;
   }
   /* Out of memory at start-up: the operator is simply absent. */
@@ -196,8 +219,8 @@ static void add_simt(void) {
   if (!append(op)) builtin_free(op);
 }
 
-/* The built-in designs (gemm_designs.def): every design for fp16 and bf16 operands, the wgmma ones last, then the
- * SIMT fallback. */
+/* The built-in designs (gemm_designs.def): every design for fp16 and bf16 operands, the wgmma ones after the others,
+ * then the 8-bit operators, then the SIMT fallback. */
 static const struct builtin_design {
   ferry__family family;
   int bm, bn, bk, warps_m, warps_n, warps_k, stages, vec;
@@ -212,16 +235,21 @@ static const struct builtin_design {
 static void register_builtins(void) {
   pthread_mutex_lock(&registry_lock);
   ferry__builtin_headers_digest(builtin_headers);
-  static const int types[2] = {FERRY_SCALAR_F16, FERRY_SCALAR_BF16};
   /* FERRY_WGMMA=0 leaves the wgmma designs out (for comparing, or for a driver that cannot load sm_90a code). */
   const char *env = getenv("FERRY_WGMMA");
   int wgmma = !env || strcmp(env, "0") != 0;
-  for (int last = 0; last < 2; last++) /* pass 0: every design but wgmma; pass 1: wgmma */
+  const size_t n_designs = sizeof builtin_designs / sizeof builtin_designs[0];
+  /* pass 0: every fp16/bf16 design but wgmma; pass 1: wgmma; pass 2: the 8-bit ones (gemm_mma.cu's 16-byte-load
+   * designs and wgmma: what the pairs along k serve unchanged) */
+  for (int pass = 0; pass < 3; pass++)
     for (int i = 0; i < 2; i++)
-      for (size_t k = 0; k < sizeof builtin_designs / sizeof builtin_designs[0]; k++) {
+      for (size_t k = 0; k < n_designs; k++) {
         const struct builtin_design *d = &builtin_designs[k];
-        if ((d->family == FERRY__WGMMA) != last || (d->family == FERRY__WGMMA && !wgmma)) continue;
-        add_mma(d->family, types[i], d->bm, d->bn, d->bk, d->warps_m, d->warps_n, d->warps_k, d->stages, d->vec,
+        if (d->family == FERRY__WGMMA && !wgmma) continue;
+        if (pass < 2 && (d->family == FERRY__WGMMA) != pass) continue;
+        if (pass == 2 && d->family != FERRY__WGMMA && (d->family != FERRY__MMA || d->vec != 8)) continue;
+        builtin_inputs inputs = pass < 2 ? (i ? INPUTS_BF16 : INPUTS_F16) : (i ? INPUTS_I8 : INPUTS_FP8);
+        add_mma(d->family, inputs, d->bm, d->bn, d->bk, d->warps_m, d->warps_n, d->warps_k, d->stages, d->vec,
                 d->speed);
       }
   add_simt();

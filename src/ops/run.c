@@ -23,9 +23,9 @@ static ferry_status __attribute__((noinline, cold)) wrong_artifact(const ferry_o
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "the artifact is of operator %s, the run asks for %s",
                      art->op->info.name, op->info.name);
   if (art->kind != args->problem.kind)
-    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "the artifact of operator %s was compiled for problem kind 0x%04x (types, "
-                     "majors, epilogue); these arguments are of kind 0x%04x: compile for them", op->info.name, art->kind,
-                     args->problem.kind);
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "the artifact of operator %s was compiled for problem kind 0x%05x "
+                     "(types, majors, epilogue, scales); these arguments are of kind 0x%05x: compile for them",
+                     op->info.name, art->kind, args->problem.kind);
   return FERRY_ERR(FERRY_INVALID_ARGUMENT, "the artifact of operator %s was compiled for sm_%d; cuda:%d is sm_%d",
                    op->info.name, art->sm, args->problem.device, dev_sm);
 }
@@ -111,6 +111,8 @@ ferry_status ferry__launch_prepare(ferry_artifact *art, const ferry_gemm_args *a
     k->kind = p->kind;
     k->reserved = 0;
     k->bias = args->bias;
+    k->scale_a = args->scale_a;
+    k->scale_b = args->scale_b;
   }
   return FERRY_OK;
 }

@@ -19,16 +19,20 @@
  * holds 768 bytes, more than the longest head. */
 static size_t source_head(const ferry_op *op, uint32_t kind, int sm, char head[768]) {
   int n = snprintf(head, 768,
-                   "// ferry operator %.300s, kind 0x%04x, sm_%d\n"
+                   "// ferry operator %.300s, kind 0x%05x, sm_%d\n"
                    "#define FERRY_SCALAR_F16 %d\n#define FERRY_SCALAR_BF16 %d\n#define FERRY_SCALAR_F32 %d\n"
+                   "#define FERRY_SCALAR_E4M3 %d\n#define FERRY_SCALAR_E5M2 %d\n#define FERRY_SCALAR_I8 %d\n"
+                   "#define FERRY_SCALAR_I32 %d\n"
                    "#define FERRY_A_TYPE %u\n#define FERRY_B_TYPE %u\n#define FERRY_OUT_TYPE %u\n"
                    "#define FERRY_ACC_TYPE %u\n#define FERRY_A_ROW %d\n#define FERRY_B_ROW %d\n"
                    "#define FERRY_OUT_ROW %d\n#define FERRY_BIAS %u\n#define FERRY_ACTIVATION %u\n"
-                   "#define FERRY_TARGET_SM %d\n",
-                   op->info.name, kind, sm, FERRY_SCALAR_F16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, kind & 3u,
-                   (kind >> 2) & 3u, (kind >> 4) & 3u, (kind >> 6) & 3u, ((kind >> 8) & 1u) == FERRY_MAJOR_ROW,
-                   ((kind >> 9) & 1u) == FERRY_MAJOR_ROW, ((kind >> 10) & 1u) == FERRY_MAJOR_ROW, FERRY_GEMM_KIND_BIAS(kind),
-                   FERRY_GEMM_KIND_ACTIVATION(kind), sm);
+                   "#define FERRY_SCALED %d\n#define FERRY_TARGET_SM %d\n",
+                   op->info.name, kind, sm, FERRY_SCALAR_F16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, FERRY_SCALAR_E4M3,
+                   FERRY_SCALAR_E5M2, FERRY_SCALAR_I8, FERRY_SCALAR_I32, FERRY_GEMM_KIND_A_TYPE(kind),
+                   FERRY_GEMM_KIND_B_TYPE(kind), FERRY_GEMM_KIND_OUT_TYPE(kind), FERRY_GEMM_KIND_ACC_TYPE(kind),
+                   FERRY_GEMM_KIND_A_MAJOR(kind) == FERRY_MAJOR_ROW, FERRY_GEMM_KIND_B_MAJOR(kind) == FERRY_MAJOR_ROW,
+                   FERRY_GEMM_KIND_OUT_MAJOR(kind) == FERRY_MAJOR_ROW, FERRY_GEMM_KIND_BIAS(kind),
+                   FERRY_GEMM_KIND_ACTIVATION(kind), (kind & FERRY_GEMM_KIND_SCALED) != 0, sm);
   return n < 0 ? 0 : (size_t)n;
 }
 

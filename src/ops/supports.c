@@ -30,17 +30,19 @@ int ferry__supports_fast(const ferry_op *op, const ferry_gemm_args *args) {
     return 0;
   if (p->l > GRID_Z_MAX || !grid_fits(i, p)) return 0;
   if ((p->kind & ~FERRY_GEMM_KIND_OPERANDS) && !i->fuses_epilogue) return 0;
+  if (p->out_type == FERRY_SCALAR_I32 && (args->alpha != 1.0f || args->beta != 0.0f)) return 0;
   if (op->supports) return op->supports(args, NULL, 0, op->user) != 0;
   return 1;
 }
 
-/* "fp16", "fp16 or bf16", "fp16, bf16 or fp32" */
+/* "fp16", "fp16 or bf16", "fp16, bf16 or fp32", "e4m3 or e5m2" */
 static void types_text(uint32_t mask, char *buf, size_t size) {
-  const int order[3] = {FERRY_SCALAR_F16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32};
+  const int order[7] = {FERRY_SCALAR_F16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, FERRY_SCALAR_E4M3,
+                        FERRY_SCALAR_E5M2, FERRY_SCALAR_I8, FERRY_SCALAR_I32};
   int n = 0, total = 0;
-  for (int k = 0; k < 3; k++) total += (mask >> order[k]) & 1u;
+  for (int k = 0; k < 7; k++) total += (mask >> order[k]) & 1u;
   buf[0] = '\0';
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < 7; k++) {
     if (!((mask >> order[k]) & 1u)) continue;
     size_t used = strlen(buf);
     snprintf(buf + used, size - used, "%s%s", n == 0 ? "" : n == total - 1 ? " or " : ", ",
@@ -52,7 +54,7 @@ static void types_text(uint32_t mask, char *buf, size_t size) {
 static const char *major_text(int major) { return major == FERRY_MAJOR_ROW ? "row-major" : "column-major"; }
 
 static int type_reason(const char *what, uint32_t mask, int got, char *reason, size_t size) {
-  char want[48];
+  char want[64];
   if ((mask >> got) & 1u) return 0;
   types_text(mask, want, sizeof want);
   snprintf(reason, size, "%s: expected %s, got %s", what, want, ferry_scalar_name((ferry_scalar)got));
@@ -109,8 +111,13 @@ int ferry__supports_reason(const ferry_op *op, const ferry_gemm_args *args, char
     return 0;
   }
   if ((p->kind & ~FERRY_GEMM_KIND_OPERANDS) && !i->fuses_epilogue) {
-    snprintf(reason, size, "operator %s fuses no epilogue (bias, activation): it was registered without "
+    snprintf(reason, size, "operator %s fuses no epilogue (bias, activation, scales): it was registered without "
              "fuses_epilogue", i->name);
+    return 0;
+  }
+  if (p->out_type == FERRY_SCALAR_I32 && (args->alpha != 1.0f || args->beta != 0.0f)) {
+    snprintf(reason, size, "an int32 output takes alpha 1 and beta 0 (got %g and %g): its sums go out exact",
+             (double)args->alpha, (double)args->beta);
     return 0;
   }
   if (op->supports && !op->supports(args, reason, size, op->user)) {

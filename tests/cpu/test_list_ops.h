@@ -12,9 +12,12 @@
   X(args_empty_problems_are_valid)                        \
   X(args_epilogue_is_validated_and_joins_the_kind)        \
   X(scalar_names)                                         \
+  X(args_8bit_inputs_pair_and_need_k_contiguous)          \
+  X(args_scales_are_validated_and_join_the_kind)          \
   X(builtins_are_registered_with_metadata)                \
   X(find_on_forced_target_orders_tensor_cores_first)      \
-  X(find_gives_decode_steps_the_m16_designs)             \
+  X(find_gives_decode_steps_the_m16_designs)              \
+  X(find_gives_8bit_inputs_their_designs_with_reasons)    \
   X(find_respects_target_and_filter)                      \
   X(find_filter_keeps_what_it_says)                       \
   X(find_skips_designs_over_the_targets_shared_memory)    \

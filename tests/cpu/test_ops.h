@@ -18,9 +18,15 @@ typedef struct test_matrix {
 } test_matrix;
 
 static inline ferry_dtype test_dtype(int type) {
-  return type == FERRY_SCALAR_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1}
-         : type == FERRY_SCALAR_BF16 ? (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1}
-                              : (ferry_dtype){FERRY_DTYPE_FLOAT, 32, 1};
+  switch (type) {
+  case FERRY_SCALAR_F16: return (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1};
+  case FERRY_SCALAR_BF16: return (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
+  case FERRY_SCALAR_E4M3: return (ferry_dtype){10, 8, 1}; /* DLPack's float8_e4m3fn */
+  case FERRY_SCALAR_E5M2: return (ferry_dtype){12, 8, 1}; /* float8_e5m2 */
+  case FERRY_SCALAR_I8: return (ferry_dtype){FERRY_DTYPE_INT, 8, 1};
+  case FERRY_SCALAR_I32: return (ferry_dtype){FERRY_DTYPE_INT, 32, 1};
+  default: return (ferry_dtype){FERRY_DTYPE_FLOAT, 32, 1};
+  }
 }
 
 static inline void test_matrix_make(test_matrix *m, uintptr_t addr, int type, int64_t batch, int64_t rows,

@@ -86,9 +86,12 @@ TEST(args_rejects_bad_ranks_types_devices) {
   a.t.ndim = 4;
   ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   a.t.ndim = 2;
+  b.t.dtype = (ferry_dtype){FERRY_DTYPE_UINT, 8, 1};
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "operand B: dtype uint8 is not a GEMM type");
   b.t.dtype = (ferry_dtype){FERRY_DTYPE_INT, 8, 1};
   ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
-  ASSERT_STR_CONTAINS(ferry_last_error_message(), "operand B: dtype int8 is not a GEMM type");
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "operands A (fp16) and B (int8) do not pair");
   b.t.dtype = (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 2};
   ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "float16x2");
@@ -188,6 +191,10 @@ TEST(scalar_names) {
   ASSERT(!strcmp(ferry_scalar_name(FERRY_SCALAR_F16), "fp16"));
   ASSERT(!strcmp(ferry_scalar_name(FERRY_SCALAR_BF16), "bf16"));
   ASSERT(!strcmp(ferry_scalar_name(FERRY_SCALAR_F32), "fp32"));
+  ASSERT(!strcmp(ferry_scalar_name(FERRY_SCALAR_E4M3), "e4m3"));
+  ASSERT(!strcmp(ferry_scalar_name(FERRY_SCALAR_E5M2), "e5m2"));
+  ASSERT(!strcmp(ferry_scalar_name(FERRY_SCALAR_I8), "int8"));
+  ASSERT(!strcmp(ferry_scalar_name(FERRY_SCALAR_I32), "int32"));
   ASSERT(!strcmp(ferry_scalar_name((ferry_scalar)9), "?"));
 }
 
@@ -247,4 +254,99 @@ TEST(args_epilogue_is_validated_and_joins_the_kind) {
   memset(&junk, 0, sizeof junk);
   ASSERT_STATUS(ferry_gemm_args_set_epilogue(&junk, NULL, FERRY_BIAS_NONE, FERRY_ACTIVATION_RELU),
                 FERRY_INVALID_ARGUMENT);
+}
+
+/* A m×k row-major, B k×n column-major (k contiguous in both, as 8-bit operands must be), out m×n row-major. */
+static ferry_status args_8bit(ferry_gemm_args *args, int a_type, int b_type, int out_type, int acc, int b_col) {
+  test_matrix a, b, c;
+  test_matrix_make(&a, 0x10000000, a_type, 0, 48, 64, 0, 0);
+  test_matrix_make(&b, 0x20000000, b_type, 0, 64, 32, b_col, 0);
+  test_matrix_make(&c, 0x30000000, out_type, 0, 48, 32, 0, 0);
+  return ferry_gemm_args_init(args, &a.t, &b.t, &c.t, (ferry_scalar)acc);
+}
+
+TEST(args_8bit_inputs_pair_and_need_k_contiguous) {
+  ferry_gemm_args args;
+  ASSERT_OK(args_8bit(&args, FERRY_SCALAR_E4M3, FERRY_SCALAR_E5M2, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 1));
+  ASSERT_EQ(args.problem.kind, FERRY_GEMM_KIND(FERRY_SCALAR_E4M3, FERRY_SCALAR_E5M2, FERRY_SCALAR_BF16,
+                                               FERRY_SCALAR_F32, FERRY_MAJOR_ROW, FERRY_MAJOR_COL, FERRY_MAJOR_ROW));
+  ASSERT_EQ(FERRY_GEMM_KIND_B_TYPE(args.problem.kind), FERRY_SCALAR_E5M2);
+  ASSERT_EQ(args.problem.a_align, 16);
+  ASSERT_OK(args_8bit(&args, FERRY_SCALAR_I8, FERRY_SCALAR_I8, FERRY_SCALAR_I32, FERRY_SCALAR_I32, 1));
+  ASSERT_EQ(FERRY_GEMM_KIND_OUT_TYPE(args.problem.kind), FERRY_SCALAR_I32);
+  ASSERT_EQ(args.problem.ldc, 32);
+  ASSERT_OK(args_8bit(&args, FERRY_SCALAR_I8, FERRY_SCALAR_I8, FERRY_SCALAR_F16, FERRY_SCALAR_I32, 1));
+#define REFUSED(call, text)                                                                                         \
+  do {                                                                                                              \
+    ASSERT_STATUS(call, FERRY_INVALID_ARGUMENT);                                                                    \
+    ASSERT_STR_CONTAINS(ferry_last_error_message(), text);                                                          \
+  } while (0)
+  REFUSED(args_8bit(&args, FERRY_SCALAR_E4M3, FERRY_SCALAR_E4M3, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 0),
+          "A row-major and B column-major");
+  REFUSED(args_8bit(&args, FERRY_SCALAR_E4M3, FERRY_SCALAR_I8, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 1), "do not pair");
+  REFUSED(args_8bit(&args, FERRY_SCALAR_E4M3, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 1),
+          "do not pair");
+  REFUSED(args_8bit(&args, FERRY_SCALAR_E4M3, FERRY_SCALAR_E4M3, FERRY_SCALAR_I32, FERRY_SCALAR_F32, 1),
+          "FP8 operands give a float output");
+  REFUSED(args_8bit(&args, FERRY_SCALAR_E4M3, FERRY_SCALAR_E4M3, FERRY_SCALAR_F16, FERRY_SCALAR_F16, 1),
+          "accumulate in fp32");
+  REFUSED(args_8bit(&args, FERRY_SCALAR_I8, FERRY_SCALAR_I8, FERRY_SCALAR_I32, FERRY_SCALAR_F32, 1),
+          "accumulate in int32");
+  REFUSED(args_8bit(&args, FERRY_SCALAR_I8, FERRY_SCALAR_I8, FERRY_SCALAR_E4M3, FERRY_SCALAR_I32, 1),
+          "8-bit types are GEMM inputs only");
+  REFUSED(args_8bit(&args, FERRY_SCALAR_I32, FERRY_SCALAR_I8, FERRY_SCALAR_I32, FERRY_SCALAR_I32, 1),
+          "operand A is int32");
+  REFUSED(args_8bit(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, FERRY_SCALAR_I32, FERRY_SCALAR_F32, 1),
+          "needs int8 inputs");
+  REFUSED(args_8bit(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, FERRY_SCALAR_I32, 1),
+          "is not fp32");
+  /* an int32 output takes no epilogue; its sums go out exact */
+  ASSERT_OK(args_8bit(&args, FERRY_SCALAR_I8, FERRY_SCALAR_I8, FERRY_SCALAR_I32, FERRY_SCALAR_I32, 1));
+  REFUSED(ferry_gemm_args_set_epilogue(&args, NULL, FERRY_BIAS_NONE, FERRY_ACTIVATION_RELU), "takes no epilogue");
+#undef REFUSED
+}
+
+TEST(args_scales_are_validated_and_join_the_kind) {
+  ferry_gemm_args args, before;
+  ASSERT_OK(args_8bit(&args, FERRY_SCALAR_E4M3, FERRY_SCALAR_E4M3, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 1));
+  const uint32_t plain = args.problem.kind;
+  int64_t one[1] = {1}, two[1] = {2};
+  ferry_tensor sa = {(void *)0x50000000, {FERRY_DEVICE_CUDA, 0}, 0, test_dtype(FERRY_SCALAR_F32), NULL, NULL, 4};
+  ferry_tensor sb = {(void *)0x50000100, {FERRY_DEVICE_CUDA, 0}, 1, test_dtype(FERRY_SCALAR_F32), one, NULL, 0};
+  ASSERT_OK(ferry_gemm_args_set_scales(&args, &sa, &sb));
+  ASSERT_EQ(args.problem.kind, plain | FERRY_GEMM_KIND_SCALED);
+  ASSERT_EQ(args.problem.scaled, 1);
+  ASSERT(args.scale_a == (const float *)0x50000004 && args.scale_b == (const float *)0x50000100);
+  /* an epilogue keeps the scales, and taking the epilogue away leaves them */
+  ASSERT_OK(ferry_gemm_args_set_epilogue(&args, NULL, FERRY_BIAS_NONE, FERRY_ACTIVATION_SILU));
+  ASSERT_EQ(args.problem.kind, plain | FERRY_GEMM_KIND_SCALED | FERRY_GEMM_KIND_EPILOGUE(0, FERRY_ACTIVATION_SILU));
+  ASSERT_OK(ferry_gemm_args_set_epilogue(&args, NULL, FERRY_BIAS_NONE, FERRY_ACTIVATION_NONE));
+  ASSERT_EQ(args.problem.kind, plain | FERRY_GEMM_KIND_SCALED);
+  before = args;
+#define REFUSED(call, status, text)                                                                                 \
+  do {                                                                                                              \
+    ASSERT_STATUS(call, status);                                                                                    \
+    ASSERT_STR_CONTAINS(ferry_last_error_message(), text);                                                          \
+    ASSERT(!memcmp(&args, &before, sizeof args));                                                                   \
+  } while (0)
+  REFUSED(ferry_gemm_args_set_scales(&args, &sa, NULL), FERRY_INVALID_ARGUMENT, "scale A was given without scale B");
+  ferry_tensor bad = sb;
+  bad.shape = two;
+  REFUSED(ferry_gemm_args_set_scales(&args, &sa, &bad), FERRY_INVALID_ARGUMENT, "scale_b has 2 elements");
+  bad = sb;
+  bad.dtype = test_dtype(FERRY_SCALAR_BF16);
+  REFUSED(ferry_gemm_args_set_scales(&args, &bad, &sb), FERRY_INVALID_ARGUMENT, "a scale is float32");
+  bad = sb;
+  bad.data = NULL;
+  REFUSED(ferry_gemm_args_set_scales(&args, &sa, &bad), FERRY_INVALID_ARGUMENT, "data is NULL");
+  bad = sb;
+  bad.device.device_type = FERRY_DEVICE_CPU;
+  REFUSED(ferry_gemm_args_set_scales(&args, &sa, &bad), FERRY_DEVICE_MISMATCH, "must be on out's device");
+  ASSERT_OK(ferry_gemm_args_set_scales(&args, NULL, NULL));
+  ASSERT_EQ(args.problem.kind, plain);
+  ASSERT(args.scale_a == NULL && args.scale_b == NULL && args.problem.scaled == 0);
+  ASSERT_OK(args_8bit(&args, FERRY_SCALAR_I8, FERRY_SCALAR_I8, FERRY_SCALAR_I32, FERRY_SCALAR_I32, 1));
+  before = args;
+  REFUSED(ferry_gemm_args_set_scales(&args, &sa, &sb), FERRY_INVALID_ARGUMENT, "int32 output takes no scales");
+#undef REFUSED
 }

@@ -159,7 +159,9 @@ TEST(cache_rejects_wrong_version) {
   fclose(f);
   free(file);
   ferry_ops_clear_memo();
-  expect_rejected_and_rebuilt(op, home, "format version 1; this ferry reads version 2");
+  char version_why[64];
+  snprintf(version_why, sizeof version_why, "format version 1; this ferry reads version %u", FERRY__ART_VERSION);
+  expect_rejected_and_rebuilt(op, home, version_why);
   patch_file(path, 0, "FERRYARX", 8);
   ferry_ops_clear_memo();
   expect_rejected_and_rebuilt(op, home, "bad magic");

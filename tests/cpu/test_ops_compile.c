@@ -357,8 +357,9 @@ static void *build_worker(void *unused) {
 
 static void add_build_job(const ferry_op *op, int sm, int in, int out, int acc, int a_col, int b_col, int c_col) {
   test_matrix a, b, c;
-  test_matrix_make(&a, 0x10000000, in, 0, 200, 72, a_col, 0);
-  test_matrix_make(&b, 0x20000000, in, 0, 72, 136, b_col, 0);
+  const int k = in == FERRY_SCALAR_E4M3 || in == FERRY_SCALAR_I8 ? 96 : 72; /* 8-bit inputs: k a multiple of 16 */
+  test_matrix_make(&a, 0x10000000, in, 0, 200, k, a_col, 0);
+  test_matrix_make(&b, 0x20000000, in, 0, k, 136, b_col, 0);
   test_matrix_make(&c, 0x30000000, out, 0, 200, 136, c_col, 0);
   build_job *job = &build_jobs[n_build_jobs++];
   job->op = op;
@@ -386,6 +387,15 @@ static void compile_every_builtin(int sm, int layouts) {
     if (info->min_sm > sm) continue; /* the wgmma design is sm_90a code: not compiled for sm_80 */
     int in = info->a_types & FERRY_SCALAR_BIT(FERRY_SCALAR_BF16) ? FERRY_SCALAR_BF16
              : info->a_types & FERRY_SCALAR_BIT(FERRY_SCALAR_F16) ? FERRY_SCALAR_F16 : FERRY_SCALAR_F32;
+    if (info->a_types & FERRY_SCALARS_FP8) {
+      /* 8-bit inputs: A row-major, B column-major only; FP8 into bf16, int8 into exact int32 */
+      if (!layouts) add_build_job(op, sm, FERRY_SCALAR_E4M3, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 0, 1, 0);
+      continue;
+    }
+    if (info->a_types & FERRY_SCALAR_BIT(FERRY_SCALAR_I8)) {
+      if (!layouts) add_build_job(op, sm, FERRY_SCALAR_I8, FERRY_SCALAR_I32, FERRY_SCALAR_I32, 0, 1, 0);
+      continue;
+    }
     if (!layouts) {
       add_build_job(op, sm, in, in, FERRY_SCALAR_F32, 0, 0, 0);
     } else if (strstr(info->name, "_swz")) {
@@ -393,7 +403,9 @@ static void compile_every_builtin(int sm, int layouts) {
       add_build_job(op, sm, in, in, in == FERRY_SCALAR_F16 ? FERRY_SCALAR_F16 : FERRY_SCALAR_F32, 0, 1, 0);
     }
   }
-  ASSERT_EQ(designs, 25); /* 2 × (7 gemm_mma + 4 gemm_mma_sw + 1 gemm_wgmma) + SIMT */
+  /* 2 × (7 gemm_mma + 4 gemm_mma_sw + 1 gemm_wgmma) for fp16 and bf16, 2 × (6 gemm_mma + 1 gemm_wgmma) for FP8
+   * and int8, SIMT */
+  ASSERT_EQ(designs, 39);
   pthread_t threads[4];
   int started = 0;
   for (; started < 4; started++)

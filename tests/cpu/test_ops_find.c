@@ -101,6 +101,48 @@ TEST(find_gives_decode_steps_the_m16_designs) {
   ASSERT_EQ(i->smem_bytes, 9 * (128 * 24 + 128 * 72) * 2); /* the larger stage: A column-major, B row-major */
 }
 
+/* A m×k row-major, B k×n column-major: how 8-bit operands come; leading dimensions of whole 16-byte chunks. */
+static void args_8bit(ferry_gemm_args *args, int in, int out, int acc, int m, int n, int k) {
+  test_matrix a, b, c;
+  test_matrix_make(&a, 0x10000000, in, 0, m, k, 0, (k + 15) / 16 * 16);
+  test_matrix_make(&b, 0x20000000, in, 0, k, n, 1, (k + 15) / 16 * 16);
+  test_matrix_make(&c, 0x30000000, out, 0, m, n, 0, 0);
+  ASSERT_OK(ferry_gemm_args_init(args, &a.t, &b.t, &c.t, (ferry_scalar)acc));
+}
+
+TEST(find_gives_8bit_inputs_their_designs_with_reasons) {
+  ferry_gemm_args args;
+  const ferry_op *ops[32];
+  size_t n = 0;
+  args_8bit(&args, FERRY_SCALAR_E4M3, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 4096, 4096, 4096);
+  ASSERT(!strcmp(ferry_op_info_get(find_first(&args, 90))->name, "gemm_wgmma_fp8_128x256x128_s4"));
+  ASSERT(!strcmp(ferry_op_info_get(find_first(&args, 89))->name, "gemm_mma_fp8_128x128x64_s4"));
+  ASSERT_OK(ferry_ops_find(&args, 86, NULL, NULL, ops, 32, &n)); /* FP8 mma.sync is sm_89's */
+  ASSERT_EQ(n, 0);
+  args_8bit(&args, FERRY_SCALAR_I8, FERRY_SCALAR_I32, FERRY_SCALAR_I32, 16, 8192, 8192);
+  ASSERT(!strcmp(ferry_op_info_get(find_first(&args, 80))->name, "gemm_mma_i8_16x64x128_s8_splitk2"));
+  const ferry_op *op = ferry_op_by_name("gemm_wgmma_i8_128x256x128_s4");
+  const ferry_op_info *i = ferry_op_info_get(op);
+  ASSERT(!strcmp(i->instruction, "wgmma.m64n256k32"));
+  ASSERT_EQ(i->tile_k, 128);
+  ASSERT_EQ(i->div_k, 16);
+  ASSERT_OK(ferry_op_supports(op, &args, NULL, 0));
+  char why[256];
+  args.alpha = 2.0f; /* the sums go out exact into int32 */
+  ASSERT_STATUS(ferry_op_supports(op, &args, why, sizeof why), FERRY_UNSUPPORTED);
+  ASSERT_STR_CONTAINS(why, "int32 output takes alpha 1 and beta 0");
+  args_8bit(&args, FERRY_SCALAR_I8, FERRY_SCALAR_F16, FERRY_SCALAR_I32, 64, 64, 40);
+  ASSERT_STATUS(ferry_op_supports(op, &args, why, sizeof why), FERRY_UNSUPPORTED);
+  ASSERT_STR_CONTAINS(why, "k = 40 is not a multiple of 16");
+  args_8bit(&args, FERRY_SCALAR_E5M2, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 64, 64, 64);
+  ASSERT_STATUS(ferry_op_supports(op, &args, why, sizeof why), FERRY_UNSUPPORTED);
+  ASSERT_STR_CONTAINS(why, "operand A: expected int8, got e5m2");
+  ASSERT_OK(ferry_op_supports(ferry_op_by_name("gemm_mma_fp8_64x64x64_s3"), &args, NULL, 0));
+  ASSERT_STATUS(ferry_op_supports(ferry_op_by_name("gemm_mma_bf16_64x64x32_s3"), &args, why, sizeof why),
+                FERRY_UNSUPPORTED);
+  ASSERT_STR_CONTAINS(why, "operand A: expected bf16, got e5m2");
+}
+
 TEST(find_respects_target_and_filter) {
   ferry_gemm_args args;
   test_args(&args, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 64, 64, 64);

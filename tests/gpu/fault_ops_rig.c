@@ -143,7 +143,9 @@ static operand *operand_at(const void *ptr) {
 static void simulated_gemm(const ferry_gemm_params *p) {
   const operand *a = operand_at(p->a), *b = operand_at(p->b), *o = operand_at(p->out);
   if (!a || !b || !o || o->type != FERRY_SCALAR_F32 || p->l != 1) return;
-  int a_col = (p->kind >> 8) & 1u, b_col = (p->kind >> 9) & 1u, o_col = (p->kind >> 10) & 1u;
+  int a_col = FERRY_GEMM_KIND_A_MAJOR(p->kind) == FERRY_MAJOR_COL;
+  int b_col = FERRY_GEMM_KIND_B_MAJOR(p->kind) == FERRY_MAJOR_COL;
+  int o_col = FERRY_GEMM_KIND_OUT_MAJOR(p->kind) == FERRY_MAJOR_COL;
   size_t a_size = (size_t)a->rows * (size_t)a->cols, b_size = (size_t)b->rows * (size_t)b->cols;
   float *out = (float *)p->out;
   for (int64_t i = 0; i < p->m; i++)

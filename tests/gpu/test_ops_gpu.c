@@ -97,16 +97,64 @@ static float bf16_to_f32(uint16_t h) {
   memcpy(&f, &x, 4);
   return f;
 }
-static size_t esize(int t) { return t == FERRY_SCALAR_F32 ? 4 : 2; }
+/* FP8 values: e4m3fn (eb 4: bias 7, no infinities, S.1111.111 NaN) or e5m2 (eb 5: bias 15, IEEE-like); the encoder
+ * rounds to nearest even and is only given values well inside the range. */
+static double fp8_to_double(uint8_t v, int eb) {
+  const int mb = 7 - eb, bias = (1 << (eb - 1)) - 1, e = (v >> mb) & ((1 << eb) - 1), m = v & ((1 << mb) - 1);
+  double x;
+  if (eb == 4 && e == 15 && m == 7) x = NAN;
+  else if (eb == 5 && e == 31) x = m ? NAN : INFINITY;
+  else x = e ? ldexp(m + (1 << mb), e - bias - mb) : ldexp(m, 1 - bias - mb);
+  return v & 0x80 ? -x : x;
+}
+static uint8_t double_to_fp8(double v, int eb) {
+  const int mb = 7 - eb, bias = (1 << (eb - 1)) - 1;
+  const uint8_t sign = v < 0 ? 0x80 : 0;
+  const double a = fabs(v);
+  if (a == 0) return sign;
+  int e;
+  const double f = frexp(a, &e); /* a = f·2^e, f in [0.5, 1) */
+  int biased = e - 1 + bias;
+  if (biased <= 0) return sign | (uint8_t)lrint(ldexp(a, bias - 1 + mb)); /* subnormal (or the smallest normal) */
+  long q = lrint(ldexp(f, mb + 1));                                        /* in [2^mb, 2^(mb+1)] */
+  if (q == 1L << (mb + 1)) q >>= 1, biased++;
+  return sign | (uint8_t)(biased << mb) | (uint8_t)(q & ((1 << mb) - 1));
+}
+
+static size_t esize(int t) {
+  return t == FERRY_SCALAR_F32 || t == FERRY_SCALAR_I32 ? 4 : t == FERRY_SCALAR_F16 || t == FERRY_SCALAR_BF16 ? 2 : 1;
+}
 static void put(void *base, size_t i, int t, double v) { /* stores v rounded to t; */
   if (t == FERRY_SCALAR_F32) ((float *)base)[i] = (float)v;
   else if (t == FERRY_SCALAR_F16) ((uint16_t *)base)[i] = f32_to_f16((float)v);
-  else ((uint16_t *)base)[i] = f32_to_bf16((float)v);
+  else if (t == FERRY_SCALAR_BF16) ((uint16_t *)base)[i] = f32_to_bf16((float)v);
+  else if (t == FERRY_SCALAR_I32) ((int32_t *)base)[i] = (int32_t)lrint(v);
+  else if (t == FERRY_SCALAR_I8) ((int8_t *)base)[i] = (int8_t)lrint(v);
+  else ((uint8_t *)base)[i] = double_to_fp8(v, t == FERRY_SCALAR_E4M3 ? 4 : 5);
 }
 static double get(const void *base, size_t i, int t) {
   if (t == FERRY_SCALAR_F32) return ((const float *)base)[i];
   if (t == FERRY_SCALAR_F16) return f16_to_f32(((const uint16_t *)base)[i]);
-  return bf16_to_f32(((const uint16_t *)base)[i]);
+  if (t == FERRY_SCALAR_BF16) return bf16_to_f32(((const uint16_t *)base)[i]);
+  if (t == FERRY_SCALAR_I32) return ((const int32_t *)base)[i];
+  if (t == FERRY_SCALAR_I8) return ((const int8_t *)base)[i];
+  return fp8_to_double(((const uint8_t *)base)[i], t == FERRY_SCALAR_E4M3 ? 4 : 5);
+}
+/* The poison a kernel must overwrite: all-ones bits (NaN) in the float types; 0x80808080 in int32, which no sum of
+ * int8 products below 2^31 / 127² terms reaches. */
+static int unwritten(const void *base, size_t i, int t) {
+  return t == FERRY_SCALAR_I32 ? ((const int32_t *)base)[i] == (int32_t)0x80808080u : isnan(get(base, i, t));
+}
+static ferry_dtype dtype_of(int t) {
+  switch (t) {
+  case FERRY_SCALAR_F32: return (ferry_dtype){FERRY_DTYPE_FLOAT, 32, 1};
+  case FERRY_SCALAR_F16: return (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1};
+  case FERRY_SCALAR_BF16: return (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
+  case FERRY_SCALAR_E4M3: return (ferry_dtype){10, 8, 1}; /* DLPack's float8_e4m3fn */
+  case FERRY_SCALAR_E5M2: return (ferry_dtype){12, 8, 1}; /* float8_e5m2 */
+  case FERRY_SCALAR_I8: return (ferry_dtype){FERRY_DTYPE_INT, 8, 1};
+  default: return (ferry_dtype){FERRY_DTYPE_INT, 32, 1};
+  }
 }
 
 /* ---- matrices ---------------------------------------------------------------------------------------------- */
@@ -143,10 +191,8 @@ static void mat_make(mat *m, int type, int col, int l, int rows, int cols, int p
   m->shape[b + 1] = cols;
   m->strides[b] = col ? 1 : m->ld;
   m->strides[b + 1] = col ? m->ld : 1;
-  ferry_dtype dt = type == FERRY_SCALAR_F32 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 32, 1}
-                   : type == FERRY_SCALAR_F16 ? (ferry_dtype){FERRY_DTYPE_FLOAT, 16, 1}
-                                       : (ferry_dtype){FERRY_DTYPE_BFLOAT, 16, 1};
-  m->t = (ferry_tensor){(void *)(uintptr_t)m->dev, {FERRY_DEVICE_CUDA, dev}, 2 + b, dt, m->shape, m->strides, 0};
+  m->t = (ferry_tensor){(void *)(uintptr_t)m->dev, {FERRY_DEVICE_CUDA, dev}, 2 + b, dtype_of(type), m->shape,
+                        m->strides, 0};
 }
 /* Host -> device, complete on return. From pageable memory cuMemcpyHtoD may return before its DMA lands, and the
  * operators run on a non-blocking stream that does not wait for the legacy stream the copy went on: without the
@@ -158,14 +204,15 @@ static void mat_upload(mat *m) {
 }
 static void mat_random(mat *m) {
   if (!m->val) m->val = malloc(m->elems * sizeof *m->val);
+  const double scale = m->type == FERRY_SCALAR_I8 ? 127.0 : 1.0; /* int8: every value */
   for (size_t i = 0; i < m->elems; i++) {
-    put(m->host, i, m->type, uniform());
+    put(m->host, i, m->type, uniform() * scale);
     m->val[i] = get(m->host, i, m->type);
   }
   mat_upload(m);
 }
-static void mat_poison(mat *m) { /* all-ones bits: NaN in fp16, bf16 and fp32 */
-  memset(m->host, 0xff, m->elems * esize(m->type));
+static void mat_poison(mat *m) { /* see unwritten() */
+  memset(m->host, m->type == FERRY_SCALAR_I32 ? 0x80 : 0xff, m->elems * esize(m->type));
   mat_upload(m);
 }
 static void mat_download(mat *m) { REQUIRE_CU(ferry__drv.cuMemcpyDtoH(m->host, m->dev, m->elems * esize(m->type))); }
@@ -181,6 +228,7 @@ static void mat_free(mat *m) {
 static ferry_bias epi_mode;
 static ferry_activation epi_act;
 static double *epi_bias;
+static float epi_scale_a, epi_scale_b; /* per-tensor scales of the cases that run now; 0: none */
 
 static double activate(double x) {
   switch (epi_act) {
@@ -203,7 +251,7 @@ static verdict check(const mat *a, const mat *b, const mat *out, const double *c
   for (int z = 0; z < out->l && v.nan_at < 0; z++)
     for (int i = 0; i < m; i++)
       for (int j = 0; j < n; j++)
-        if (isnan(get(out->host, at(out, z, i, j), out->type))) {
+        if (unwritten(out->host, at(out, z, i, j), out->type)) {
           v.nan_at = (long)at(out, z, i, j);
           break;
         }
@@ -215,7 +263,8 @@ static verdict check(const mat *a, const mat *b, const mat *out, const double *c
     double acc = 0;
     for (int p = 0; p < k; p++) acc += a->val[at(a, za, i, p)] * b->val[at(b, zb, p, j)];
     double bias = epi_mode == FERRY_BIAS_ROW ? epi_bias[j] : epi_mode == FERRY_BIAS_COL ? epi_bias[i] : 0.0;
-    double ref = activate(alpha * acc + (c0 ? beta * c0[at(out, z, i, j)] : 0.0) + bias);
+    const double scale = epi_scale_a != 0.0f ? (double)epi_scale_a * epi_scale_b : 1.0;
+    double ref = activate(alpha * scale * acc + (c0 ? beta * c0[at(out, z, i, j)] : 0.0) + bias);
     double got = get(out->host, at(out, z, i, j), out->type);
     num += (got - ref) * (got - ref);
     den += ref * ref;
@@ -225,7 +274,10 @@ static verdict check(const mat *a, const mat *b, const mat *out, const double *c
 }
 
 static double bound_of(int in, int out, int acc, int k) {
+  if (out == FERRY_SCALAR_I32) return 0.0; /* int8 sums are exact */
   if (acc == FERRY_SCALAR_F16) return k <= 129 ? 1e-2 : 5e-2;
+  /* FP8 products are exact in fp32, but Hopper's FP8 tensor cores keep fewer bits of the running sum */
+  if ((in == FERRY_SCALAR_E4M3 || in == FERRY_SCALAR_E5M2) && out == FERRY_SCALAR_F32) return 3e-3;
   if (out == FERRY_SCALAR_BF16) return 1e-2;
   if (out == FERRY_SCALAR_F16) return 5e-3;
   return in == FERRY_SCALAR_F32 ? 1e-5 : 1e-4;
@@ -283,6 +335,17 @@ static void run_case(int ta, int tb, int tout, int tacc, int ca, int cb, int cc,
     bias_t.strides = &bias.strides[1];
   }
   REQUIRE_OK(ferry_gemm_args_set_epilogue(&args, bias_len ? &bias_t : NULL, epi_mode, epi_act));
+  mat scales;
+  memset(&scales, 0, sizeof scales);
+  if (epi_scale_a != 0.0f) { /* two one-element fp32 tensors on the device */
+    mat_make(&scales, FERRY_SCALAR_F32, 0, 1, 1, 2, 0);
+    ((float *)scales.host)[0] = epi_scale_a, ((float *)scales.host)[1] = epi_scale_b;
+    mat_upload(&scales);
+    ferry_tensor sa = scales.t, sb = scales.t;
+    sa.ndim = sb.ndim = 0;
+    sb.byte_offset = 4;
+    REQUIRE_OK(ferry_gemm_args_set_scales(&args, &sa, &sb));
+  }
   const ferry_op *ops[32];
   size_t n_ops = 0;
   REQUIRE_OK(ferry_ops_find(&args, 0, NULL, NULL, ops, 32, &n_ops));
@@ -323,6 +386,7 @@ static void run_case(int ta, int tb, int tout, int tacc, int ca, int cb, int cc,
            v.rel, bound, v.nan_at >= 0 ? ", and NaN (unwritten?) in the output" : "");
   }
   if (bias_len) mat_free(&bias);
+  if (scales.dev) mat_free(&scales);
   epi_bias = NULL;
   free(c0);
   mat_free(&a);
@@ -339,15 +403,16 @@ static _Atomic int next_job;
 
 static void add_jobs(int ta, int tb, int tout, int tacc, int ca, int cb, int cc) {
   int64_t sa[2] = {128, 128}, st_row[2] = {128, 1}, st_col[2] = {1, 128};
-  ferry_dtype dts[4] = {{0, 0, 0}, {FERRY_DTYPE_FLOAT, 16, 1}, {FERRY_DTYPE_BFLOAT, 16, 1}, {FERRY_DTYPE_FLOAT, 32, 1}};
-  ferry_tensor A = {(void *)0x100000, {FERRY_DEVICE_CUDA, dev}, 2, dts[ta], sa, ca ? st_col : st_row, 0};
-  ferry_tensor B = {(void *)0x200000, {FERRY_DEVICE_CUDA, dev}, 2, dts[tb], sa, cb ? st_col : st_row, 0};
-  ferry_tensor C = {(void *)0x300000, {FERRY_DEVICE_CUDA, dev}, 2, dts[tout], sa, cc ? st_col : st_row, 0};
+  ferry_tensor A = {(void *)0x100000, {FERRY_DEVICE_CUDA, dev}, 2, dtype_of(ta), sa, ca ? st_col : st_row, 0};
+  ferry_tensor B = {(void *)0x200000, {FERRY_DEVICE_CUDA, dev}, 2, dtype_of(tb), sa, cb ? st_col : st_row, 0};
+  ferry_tensor C = {(void *)0x300000, {FERRY_DEVICE_CUDA, dev}, 2, dtype_of(tout), sa, cc ? st_col : st_row, 0};
   ferry_gemm_args args;
   REQUIRE_OK(ferry_gemm_args_init(&args, &A, &B, &C, (ferry_scalar)tacc));
   int64_t bias_shape[1] = {128};
-  ferry_tensor bias = {(void *)0x400000, {FERRY_DEVICE_CUDA, dev}, 1, dts[tout], bias_shape, NULL, 0};
+  ferry_tensor bias = {(void *)0x400000, {FERRY_DEVICE_CUDA, dev}, 1, dtype_of(tout), bias_shape, NULL, 0};
   REQUIRE_OK(ferry_gemm_args_set_epilogue(&args, epi_mode ? &bias : NULL, epi_mode, epi_act));
+  ferry_tensor scale = {(void *)0x500000, {FERRY_DEVICE_CUDA, dev}, 0, dtype_of(FERRY_SCALAR_F32), NULL, NULL, 0};
+  if (epi_scale_a != 0.0f) REQUIRE_OK(ferry_gemm_args_set_scales(&args, &scale, &scale));
   const ferry_op *ops[32];
   size_t n = 0;
   REQUIRE_OK(ferry_ops_find(&args, 0, NULL, NULL, ops, 32, &n));
@@ -388,7 +453,21 @@ static const size_case sizes[] = {{1, 1, 1, 1, 0},     {127, 127, 127, 1, 0}, {1
                                   {264, 392, 328, 1, 8}};
 
 /* The element types, short, for the tables below. */
-enum { F16 = FERRY_SCALAR_F16, BF16 = FERRY_SCALAR_BF16, F32 = FERRY_SCALAR_F32 };
+enum {
+  F16 = FERRY_SCALAR_F16, BF16 = FERRY_SCALAR_BF16, F32 = FERRY_SCALAR_F32, E4M3 = FERRY_SCALAR_E4M3,
+  E5M2 = FERRY_SCALAR_E5M2, I8 = FERRY_SCALAR_I8, I32 = FERRY_SCALAR_I32
+};
+
+/* 8-bit inputs: k a multiple of 16 and leading dimensions of whole 16-byte chunks, A row-major and B column-major;
+ * edges in m and n, one and several k-tiles, a batch, the m = 16 designs. */
+static const size_case sizes_8bit[] = {{1, 1, 16, 1, 0},     {127, 127, 128, 1, 0}, {129, 129, 144, 1, 16},
+                                       {129, 127, 64, 1, 16}, {127, 129, 160, 3, 16}, {264, 392, 336, 1, 16},
+                                       {16, 392, 512, 1, 0}};
+typedef struct kind_8bit { int a, b, out, acc; } kind_8bit;
+static const kind_8bit kinds_8bit[] = {{E4M3, E4M3, BF16, F32}, {E4M3, E5M2, F32, F32}, {E5M2, E4M3, F16, F32},
+                                       {E5M2, E5M2, BF16, F32}, {I8, I8, I32, I32},     {I8, I8, BF16, I32},
+                                       {I8, I8, F32, I32}};
+enum { KINDS_8BIT = sizeof kinds_8bit / sizeof kinds_8bit[0] };
 
 /* Fused epilogues: each bias mode and activation, in kinds that reach the element, tile and 4-wide stores, the SIMT
  * kernel and the m = 16 designs (a decode step). */
@@ -430,6 +509,17 @@ static void correctness_matrix(int quick, int sanitize) {
     add_jobs(c->in, c->in, c->out, F32, c->ca, c->cb, c->cc);
   }
   epi_mode = FERRY_BIAS_NONE, epi_act = FERRY_ACTIVATION_NONE;
+  for (int k8 = 0; k8 < KINDS_8BIT; k8++)
+    for (int cc = 0; cc < 2; cc++) add_jobs(kinds_8bit[k8].a, kinds_8bit[k8].b, kinds_8bit[k8].out, kinds_8bit[k8].acc,
+                                            0, 1, cc);
+  epi_scale_a = epi_scale_b = 1.0f; /* scaled kinds, with an epilogue beside them */
+  epi_mode = FERRY_BIAS_ROW, epi_act = FERRY_ACTIVATION_GELU_TANH;
+  add_jobs(E4M3, E4M3, BF16, F32, 0, 1, 0);
+  epi_mode = FERRY_BIAS_COL, epi_act = FERRY_ACTIVATION_SILU;
+  add_jobs(I8, I8, F16, I32, 0, 1, 0);
+  epi_mode = FERRY_BIAS_NONE, epi_act = FERRY_ACTIVATION_NONE;
+  add_jobs(E5M2, E4M3, F32, F32, 0, 1, 1);
+  epi_scale_a = epi_scale_b = 0.0f;
   precompile();
   for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
     for (int majors = 0; majors < 8; majors++) {
@@ -454,7 +544,27 @@ static void correctness_matrix(int quick, int sanitize) {
     run_case(c->in, c->in, c->out, F32, c->ca, c->cb, c->cc, c->m, c->n, c->k, c->l, 8, c->alpha, c->beta);
   }
   epi_mode = FERRY_BIAS_NONE, epi_act = FERRY_ACTIVATION_NONE;
+  /* 8-bit inputs: every kind, out row- and column-major, every size */
+  for (int k8 = 0; k8 < KINDS_8BIT; k8++)
+    for (int cc = 0; cc < 2; cc++)
+      for (size_t s = 0; s < sizeof sizes_8bit / sizeof sizes_8bit[0]; s++) {
+        const size_case *z = &sizes_8bit[s];
+        if (sanitize && !(z->m == 129 && z->n == 127)) continue;
+        run_case(kinds_8bit[k8].a, kinds_8bit[k8].b, kinds_8bit[k8].out, kinds_8bit[k8].acc, 0, 1, cc, z->m, z->n,
+                 z->k, z->l, z->pad, 1.0f, 0.0f);
+      }
+  /* per-tensor scales on the device, with alpha, beta and an epilogue beside them */
+  epi_scale_a = 0.5f, epi_scale_b = 3.0f;
+  epi_mode = FERRY_BIAS_ROW, epi_act = FERRY_ACTIVATION_GELU_TANH;
+  run_case(E4M3, E4M3, BF16, F32, 0, 1, 0, 129, 127, 64, 1, 16, 1.0f, 0.0f);
+  epi_mode = FERRY_BIAS_COL, epi_act = FERRY_ACTIVATION_SILU;
+  run_case(I8, I8, F16, I32, 0, 1, 0, 16, 392, 512, 1, 0, 1.0f / 4096.0f, 0.0f);
+  epi_mode = FERRY_BIAS_NONE, epi_act = FERRY_ACTIVATION_NONE;
+  run_case(E5M2, E4M3, F32, F32, 0, 1, 1, 127, 129, 160, 3, 16, -1.5f, 0.25f);
+  epi_scale_a = epi_scale_b = 0.0f;
   if (!quick && !sanitize) {
+    run_case(E4M3, E4M3, BF16, F32, 0, 1, 0, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
+    run_case(I8, I8, I32, I32, 0, 1, 0, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
     run_case(F16, F16, F16, F32, 0, 0, 0, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
     run_case(BF16, BF16, BF16, F32, 1, 1, 1, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);
     run_case(BF16, BF16, F32, F32, 0, 1, 0, 4096, 4096, 4096, 1, 0, 1.0f, 0.0f);

@@ -448,3 +448,115 @@ def test_an_epilogue_is_part_of_the_compiled_kind_and_of_graph_updates():
     stream.synchronize()
     assert rel_err(out2, reference_epilogue(x.double() @ w.double(), bias2, "relu")) <= 5e-3
     g.close()
+
+
+# ---- 8-bit inputs ----------------------------------------------------------------------------------------------
+
+FP8 = [getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)]
+
+
+def fp8_operands(m, n, k, ta, tb, seed=0):
+    """x (m×k) and a weight w (n×k), both row-major in their FP8 types; B is w.t() (column-major), as torch._scaled_mm
+    takes it. Values in [-1, 1) rounded to the type."""
+    return matrix((m, k), torch.float32, seed=seed).to(ta), matrix((n, k), torch.float32, seed=seed + 1).to(tb)
+
+
+@pytest.mark.skipif(not FP8, reason="torch without float8 dtypes")
+@pytest.mark.parametrize("ta, tb", [(FP8[0], FP8[0]), (FP8[0], FP8[-1]), (FP8[-1], FP8[0])],
+                         ids=lambda t: str(t).replace("torch.float8_", ""))
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32],
+                         ids=lambda t: str(t).replace("torch.", ""))
+@pytest.mark.parametrize("m, n, k", [(16, 1024, 4096), (129, 127, 160), (256, 512, 64)])
+def test_fp8_with_scales_matches_a_float64_reference_and_scaled_mm(ta, tb, out_dtype, m, n, k):
+    if torch.cuda.get_device_capability(DEV) < (8, 9):
+        pytest.skip("FP8 tensor cores need sm_89")
+    x, w = fp8_operands(m, n, k, ta, tb)
+    sa = torch.tensor(0.75, device=DEV)
+    sb = torch.tensor(2.5, device=DEV)
+    out = torch.full((m, n), NAN, dtype=out_dtype, device=DEV)
+    args = ops.GemmArguments(x, w.t(), out, scale_a=sa, scale_b=sb)
+    assert args.problem["scaled"] and args.problem["a_type"] in ("e4m3", "e5m2")
+    ref = (x.double() @ w.double().t()) * 0.75 * 2.5
+    found = ops.get_operators(args)
+    assert found and all(("fp8" in op.name) for op in found)
+    for op in found:
+        out.fill_(NAN)
+        op.run(args)
+        torch.cuda.synchronize()
+        err = rel_err(out, ref)
+        # fp32 out: FP8 products are exact, but Hopper's FP8 tensor cores keep fewer bits of the running sum
+        assert err <= (3e-3 if out_dtype is torch.float32 else bound(ta, out_dtype)), f"{op.name}: {err}"
+    if ta is not tb or out_dtype is torch.float32 or m % 16 or n % 16:
+        return  # what torch._scaled_mm takes
+    # against torch's own FP8 GEMM (cuBLASLt) on the same operands: both round only at the output
+    theirs = torch._scaled_mm(x, w.t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+    assert rel_err(out, theirs.double()) <= 2 * bound(ta, out_dtype)
+
+
+@pytest.mark.parametrize("m, n, k", [(16, 1024, 4096), (129, 127, 160), (256, 512, 64), (33, 64, 16)])
+def test_int8_into_int32_is_exact_and_equals_int_mm(m, n, k):
+    g = torch.Generator(device="cpu").manual_seed(m + n + k)
+    x = torch.randint(-128, 128, (m, k), generator=g, dtype=torch.int8).to(DEV)
+    w = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8).to(DEV)
+    out = torch.full((m, n), -(2**31), dtype=torch.int32, device=DEV)
+    args = ops.GemmArguments(x, w.t(), out)
+    assert args.accumulator_type == "int32" and args.problem["out_type"] == "int32"
+    ref = x.cpu().long() @ w.cpu().long().t()  # exact (CUDA has no int64 matmul)
+    for op in ops.get_operators(args):
+        out.fill_(-(2**31))
+        op.run(args)
+        torch.cuda.synchronize()
+        assert torch.equal(out.cpu().long(), ref), op.name
+    if m > 16 and n % 8 == 0 and k % 8 == 0 and k > 16:  # what torch._int_mm takes
+        assert torch.equal(out, torch._int_mm(x, w.t()))
+
+
+def test_int8_with_a_scale_into_bf16_with_an_epilogue_and_graph_updates():
+    """The dequantising form: bf16 = silu(scale_a·scale_b·(x @ w.t()) + bias), scales and bias on the GPU; a graph
+    replays with the scales' new values without being updated."""
+    g = torch.Generator(device="cpu").manual_seed(5)
+    x = torch.randint(-128, 128, (64, 256), generator=g, dtype=torch.int8).to(DEV)
+    w = torch.randint(-128, 128, (192, 256), generator=g, dtype=torch.int8).to(DEV)
+    bias = matrix((1, 192), torch.bfloat16, seed=3).reshape(192)
+    sa, sb = torch.tensor(1 / 512, device=DEV), torch.tensor(1 / 64, device=DEV)
+    out = torch.full((64, 192), NAN, dtype=torch.bfloat16, device=DEV)
+    args = ops.GemmArguments(x, w.t(), out, bias=bias, activation="silu", scale_a=sa, scale_b=sb)
+
+    def ref():
+        return reference_epilogue((x.double() @ w.double().t()) * sa.item() * sb.item(), bias, "silu")
+
+    op = ops.get_operators(args)[0]
+    art = op.compile(args)
+    stream = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with ops.Graph(stream) as graph:
+        graph.run(op, args, compiled_artifact=art)
+    graph.replay()
+    stream.synchronize()
+    assert rel_err(out, ref()) <= 1e-2
+    sa.fill_(1 / 256)  # read by the kernel at every run: the replay sees it
+    out.fill_(NAN)
+    torch.cuda.synchronize()
+    graph.replay()
+    stream.synchronize()
+    assert rel_err(out, ref()) <= 1e-2
+    graph.close()
+
+
+def test_8bit_refusals_name_what_is_wrong():
+    x = torch.zeros((32, 64), dtype=torch.int8, device=DEV)
+    w = torch.zeros((48, 64), dtype=torch.int8, device=DEV)
+    out = torch.zeros((32, 48), dtype=torch.int32, device=DEV)
+    with pytest.raises(ValueError, match="A row-major and B column-major"):
+        ops.GemmArguments(x, w.t().contiguous(), out)
+    with pytest.raises(ValueError, match="int32 output takes no epilogue"):
+        ops.GemmArguments(x, w.t(), out, activation="relu")
+    with pytest.raises(ValueError, match="scale_a was given without scale_b"):
+        ops.GemmArguments(x, w.t(), out.float(), scale_a=torch.ones((), device=DEV))
+    with pytest.raises(ValueError, match="per-tensor scale has one"):
+        ops.GemmArguments(x, w.t(), out.float(), scale_a=torch.ones(2, device=DEV), scale_b=torch.ones(2, device=DEV))
+    args = ops.GemmArguments(x, w.t(), out)
+    args.alpha = 2.0
+    op = ops.get_operators(ops.GemmArguments(x, w.t(), out))[0]
+    with pytest.raises(Exception, match="int32 output takes alpha 1 and beta 0"):
+        op.run(args)

@@ -72,7 +72,8 @@ def test_stubs_cover_every_name():
     (ops.Operator.compile, ["self", "args", "target_sm"]),
     (ops.Operator.launcher, ["self", "args", "compiled_artifact", "assume_supported_args"]),
     (ops.get_operators, ["args", "target_sm", "metadata_filter"]),
-    (ops.GemmArguments, ["A", "B", "out", "accumulator_type", "alpha", "beta", "bias", "activation"]),
+    (ops.GemmArguments, ["A", "B", "out", "accumulator_type", "alpha", "beta", "bias", "activation", "scale_a",
+                           "scale_b"]),
 ])
 def test_signatures(fn, params):
     assert list(inspect.signature(fn).parameters) == params
@@ -113,7 +114,7 @@ def test_missing_operand_is_a_type_error():
         ops.GemmArguments(A=f16(4, 4), B=f16(4, 4), C=f16(4, 4))
 
 
-@pytest.mark.parametrize("acc", ["int8", "bfloat16", np.int32, 3])
+@pytest.mark.parametrize("acc", ["int8", "bfloat16", np.int64, 3])
 def test_bad_accumulator_type_is_named(acc):
     with pytest.raises(ValueError, match="accumulator_type="):
         ops.GemmArguments(f16(4, 4), f16(4, 4), f16(4, 4), accumulator_type=acc)
@@ -149,7 +150,8 @@ def test_valid_arguments_describe_the_problem(make):
 
 @needs_hooks
 @pytest.mark.parametrize("bad, match", [
-    (dict(A=np.zeros((8, 8), np.int32)), "operand A: dtype int32 is not a GEMM type"),
+    (dict(A=np.zeros((8, 8), np.int32)), "operand A is int32; GEMM inputs are"),
+        (dict(A=np.zeros((8, 8), np.uint8)), "operand A: dtype uint8 is not a GEMM type"),
     (dict(B=np.zeros((8, 8), np.float64)), "operand B: dtype float64"),
     (dict(B=np.zeros((9, 8), np.float16)), r"shapes do not chain: A is 8×8, B 9×8"),
     (dict(out=np.zeros(8, np.float16)), "operand out has rank 1"),
