@@ -41,7 +41,7 @@ extern "C" {
 
 /* The project() version of CMakeLists.txt (a CPU test holds the two equal). */
 #define FERRY_VERSION_MAJOR 0
-#define FERRY_VERSION_MINOR 2
+#define FERRY_VERSION_MINOR 3
 #define FERRY_VERSION_PATCH 0
 
 /** Returns the library's version as "MAJOR.MINOR.PATCH". The string is static. */
