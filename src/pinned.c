@@ -241,6 +241,28 @@ static ferry_status grow(size_t size) {
   return ferry__pool_adopt(base, got, ferry__seconds_now() - t0);
 }
 
+/* Carves a slab of `size` bytes from free range `fr` (whose link is `link`) into `s`; pool_lock held. */
+static void carve_locked(ferry_slab *s, free_range *fr, free_range **link, size_t size, int device, int missed) {
+  memset(s, 0, sizeof *s);
+  atomic_init(&s->refs, 1);
+  s->kind = FERRY__SLAB_PINNED;
+  s->device = device;
+  s->region = fr->r;
+  s->offset = fr->offset;
+  s->size = size;
+  s->data = fr->r->base + fr->offset;
+  fr->offset += size;
+  fr->size -= size;
+  if (fr->size == 0) {
+    *link = fr->next;
+    free(fr);
+  }
+  s->region->used += size;
+  stats.bytes_in_use += size;
+  if (stats.bytes_in_use > stats.bytes_peak_in_use) stats.bytes_peak_in_use = stats.bytes_in_use;
+  if (missed) stats.misses++; else stats.hits++;
+}
+
 ferry_status ferry__pool_adopt(char *base, size_t size, double seconds) {
   pthread_mutex_lock(&pool_lock);
   bool added = add_region(base, size, seconds);
@@ -271,47 +293,48 @@ ferry_status ferry__pool_take(size_t bytes, int device, bool exact_growth, ferry
       continue;
     }
     if (fr) {
-      memset(s, 0, sizeof *s);
-      atomic_init(&s->refs, 1);
-      s->kind = FERRY__SLAB_PINNED;
-      s->device = device;
-      s->region = fr->r;
-      s->offset = fr->offset;
-      s->size = size;
-      s->data = fr->r->base + fr->offset;
-      fr->offset += size;
-      fr->size -= size;
-      if (fr->size == 0) {
-        *link = fr->next;
-        free(fr);
-      }
-      s->region->used += size;
-      stats.bytes_in_use += size;
-      if (stats.bytes_in_use > stats.bytes_peak_in_use) stats.bytes_peak_in_use = stats.bytes_in_use;
-      if (missed) stats.misses++; else stats.hits++;
+      carve_locked(s, fr, link, size, device, missed);
       pthread_mutex_unlock(&pool_lock);
       ferry__slab_register(s);
       *out = s;
       return FERRY_OK;
     }
-    if (grown_here == 3) {
+    if (grown_here == 3) { /* a region that does not hold what it was pinned for: never loop forever */
       pthread_mutex_unlock(&pool_lock);
       free(s);
-      return FERRY_ERR(FERRY_INTERNAL, "the pinned pool grew three times for %zu bytes but other threads took the "
-                       "space each time", size);
+      return FERRY_ERR(FERRY_INTERNAL, "the pinned pool grew three times for %zu bytes and found no room", size);
     }
+    grown_here++;
     growing = true;
     pthread_mutex_unlock(&pool_lock);
     missed = 1;
-    grown_here++;
-    ferry_status st = grow(exact_growth ? size : region_size_for(size));
+    /* The grower takes its slab from the new region under the lock that adds it: no other thread, and no trim, can
+     * take the space first (a thread pinning again and again while others took each region starved under load). */
+    void *base;
+    size_t got;
+    double t0 = ferry__seconds_now();
+    ferry_status st = ferry__pin(exact_growth ? size : region_size_for(size), &base, &got);
     pthread_mutex_lock(&pool_lock);
     growing = false;
+    bool added = st == FERRY_OK && add_region(base, got, ferry__seconds_now() - t0);
+    if (added) {
+      fr = range_best(size, &link); /* the new region is large enough: there is a range now */
+      if (fr) carve_locked(s, fr, link, size, device, missed);
+    }
     pthread_cond_broadcast(&grown);
     pthread_mutex_unlock(&pool_lock);
+    if (st == FERRY_OK && !added) {
+      ferry__unpin(base, got);
+      st = FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "recording a pinned region");
+    }
     if (st != FERRY_OK) {
       free(s);
       return st;
+    }
+    if (fr) {
+      ferry__slab_register(s);
+      *out = s;
+      return FERRY_OK;
     }
   }
 }
