@@ -58,7 +58,10 @@ class OperatorMetadata(NamedTuple):
     builtin: bool
 
 class GemmArguments:
-    """out = activation(alpha * A @ B + beta * out + bias), validated once. bias: a contiguous vector of out's
+    """out = activation(alpha * scale_a * scale_b * A @ B + beta * out + bias), validated once. 8-bit inputs
+    (float8_e4m3fn / float8_e5m2, or int8 into int32 or a float type) need A row-major and B column-major.
+    scale_a, scale_b: one-element float32 tensors on the device (both or neither), read at every run. bias: a
+    contiguous vector of out's
     dtype, (n,) or (1, n) (one value per column, as a linear layer's) or (m, 1) (one per row); activation: None,
     "relu", "gelu_tanh" (torch's approximate="tanh") or "silu" — fused into the kernel, part of its compiled kind.
     Keeps references to A, B, out and bias (and to non-torch operands' DLPack exports) until it dies; captures their
@@ -69,12 +72,14 @@ class GemmArguments:
         A: _Tensor,
         B: _Tensor,
         out: _Tensor,
-        accumulator_type: Any = "float32",
+        accumulator_type: Any = None,
         *,
         alpha: float = 1.0,
         beta: float = 0.0,
         bias: _Tensor | None = None,
         activation: Literal["identity", "relu", "gelu_tanh", "silu", "swish"] | None = None,
+        scale_a: _Tensor | None = None,
+        scale_b: _Tensor | None = None,
     ) -> None: ...
     @property
     def A(self) -> _Tensor: ...
@@ -88,12 +93,16 @@ class GemmArguments:
     def bias(self) -> _Tensor | None: ...
     @property
     def activation(self) -> str | None: ...
+    @property
+    def scale_a(self) -> _Tensor | None: ...
+    @property
+    def scale_b(self) -> _Tensor | None: ...
     alpha: float
     beta: float
     @property
     def device(self) -> int: ...
     @property
-    def problem(self) -> dict[str, int | str]: ...
+    def problem(self) -> dict[str, int | str | bool]: ...
 
 @final
 class CompiledArtifact:
