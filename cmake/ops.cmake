@@ -117,6 +117,9 @@ if(FERRY_NVCC)
       else()
         set(file gemm_wgmma.cu)
         set(arch -gencode=arch=compute_90a,code=sm_90a)
+        if(family STREQUAL "WGMMA_PERSISTENT")
+          list(APPEND design_flags -DFERRY_PERSISTENT=1)
+        endif()
       endif()
       list(APPEND design_flags -DFERRY_A_TYPE=2 -DFERRY_OUT_TYPE=2) # bf16
       set(kinds "-DFERRY_A_ROW=1 -DFERRY_B_ROW=1 -DFERRY_OUT_ROW=1" "-DFERRY_A_ROW=0 -DFERRY_B_ROW=0 -DFERRY_OUT_ROW=0")
@@ -137,8 +140,9 @@ if(FERRY_NVCC)
 endif()
 
 # The tensor-core kernels run on the CPU (tests/kernels/emulate_cuda.h): every gemm_mma_sw design and the
-# gemm_wgmma design in four kinds over edge, batched, alpha/beta and k=0 cases, with gemm_mma.cu as the control, and
-# the mutants the emulation must catch. No GPU needed; a C++17 compiler is. `cmake --build B --target ferry_emulate_kernels`; also a test.
+# gemm_wgmma design (both schedules) in seven kinds over edge, batched, alpha/beta and k=0 cases, with gemm_mma.cu
+# as the control, and the mutants the emulation must catch. No GPU needed; a C++17 compiler is.
+# `cmake --build B --target ferry_emulate_kernels`; also a test.
 find_program(FERRY_CXX_FOR_EMULATION NAMES c++ g++ clang++)
 if(FERRY_BUILD_TESTS AND FERRY_CXX_FOR_EMULATION)
   add_custom_target(ferry_emulate_kernels

@@ -82,6 +82,9 @@ def gemm 30 all "device time of every tensor-core design beside cuBLAS, bf16 and
   "$build/ferry_time_gemm && $build/ferry_time_gemm --fp16"
 def wgmma 30 all "the same and the operator tests (--quick) with the wgmma design forced on" \
   "FERRY_WGMMA=1 $build/ferry_time_gemm && FERRY_WGMMA=1 $build/ferry_test_ops_gpu --quick $ops_tests"
+def persistent 30 all "the same with the persistent wgmma designs added (FERRY_WGMMA_PERSISTENT=1)" \
+  "export FERRY_WGMMA_PERSISTENT=1 && $build/ferry_time_gemm && $build/ferry_time_gemm --size 8192 \
+&& $build/ferry_time_gemm --epilogues && $build/ferry_test_ops_gpu --quick $ops_tests"
 def ranks 8 all "ferry bench ranks and overlap under torchrun; a LOCAL_RANK past the devices must fail" \
   "torchrun --nproc-per-node 1 --no-python $build/ferry bench ranks --output $RESULTS/ranks.csv \
 && torchrun --nproc-per-node 1 --no-python $build/ferry bench overlap --num-runs 10 --num-tensors 1 256 \

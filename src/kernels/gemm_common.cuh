@@ -212,6 +212,34 @@ __device__ __forceinline__ void wgmma_fence_operand(float &r) { asm volatile("" 
 __device__ __forceinline__ void wgmma_fence_operand(int &r) { asm volatile("" : "+r"(r)::"memory"); }
 // Orders this thread's generic-proxy shared-memory writes (cp.async included) before async-proxy reads (wgmma).
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// mbarriers (the persistent schedule of gemm_wgmma.cu): a 64-bit shared object counting arrivals per phase.
+__device__ __forceinline__ void mbar_init(u32 bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// An arrival that happens when every cp.async this thread issued before it has landed; one of the expected ones.
+__device__ __forceinline__ void cp_async_mbar_arrive(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+// Waits until the phase of parity `parity` has completed (acquire: what the arrivals released is visible).
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+  asm volatile("{\n\t.reg .pred done;\n"
+               "MBAR_WAIT:\n\t"
+               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+               "@!done bra MBAR_WAIT;\n}" ::"r"(bar),
+               "r"(parity)
+               : "memory");
+}
+// Hands registers between the warpgroups of a block (each warpgroup as a whole): the copying one needs few.
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
 #endif
 
 #endif // FERRY_GEMM_EMULATED

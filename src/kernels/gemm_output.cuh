@@ -41,18 +41,20 @@ __device__ __forceinline__ ferry_gemm_params in_pairs(ferry_gemm_params p) {
   return p;
 }
 
-// Maps blockIdx.x to a (row tile, column tile) pair, walking groups of 8 row tiles column by column so that
-// blocks running together share rows of A and columns of B in L2.
-__device__ __forceinline__ void tile_of_block(int m, int n, int bm, int bn, int &tm, int &tn) {
+// Maps a tile index (blockIdx.x, or a persistent block's current tile) to a (row tile, column tile) pair, walking
+// groups of 8 row tiles column by column so that blocks running together share rows of A and columns of B in L2.
+__device__ __forceinline__ void tile_of_index(int m, int n, int bm, int bn, int index, int &tm, int &tn) {
   const int tiles_m = (m + bm - 1) / bm, tiles_n = (n + bn - 1) / bn;
   const int group = 8;
   const int per_group = group * tiles_n;
-  const int bid = blockIdx.x;
-  const int first = bid / per_group * group;
+  const int first = index / per_group * group;
   const int rows = min(tiles_m - first, group);
-  const int in_group = bid % per_group;
+  const int in_group = index % per_group;
   tm = first + in_group % rows;
   tn = in_group / rows;
+}
+__device__ __forceinline__ void tile_of_block(int m, int n, int bm, int bn, int &tm, int &tn) {
+  tile_of_index(m, n, bm, bn, (int)blockIdx.x, tm, tn);
 }
 
 // The four values thread (g, t) of a warp holds of one 16×8 mma tile, as fp32: rows g and g+8, columns 2t and

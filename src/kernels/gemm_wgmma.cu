@@ -26,6 +26,14 @@
 // gemm_mma.cu: a row of a stage is the same 128 bytes, 128 values of K, and one m64n256k32 wgmma consumes the 32
 // bytes a k16 step of 16-bit operands does, so copies and descriptors are unchanged.
 //
+// Two schedules, chosen by FERRY_PERSISTENT (the design's): the plain one above, one block per output tile, every
+// thread both copying and multiplying; and a persistent, warp-specialised one, one block per SM looping over tiles:
+// warpgroup 0 only copies (cp.async, few registers), the others only multiply, and the two sides meet at mbarriers
+// instead of block barriers. Per stage a "full" barrier completes when each copying thread's chunks have landed
+// (cp.async.mbarrier.arrive) and an "empty" one when every multiplying warp's wgmma reading it is done; the copier
+// runs up to STAGES k-tiles ahead, across tile boundaries, so the next tile's first stages load during this tile's
+// epilogue, which stages 32 columns at a time in its own shared area.
+//
 // Edges and epilogue as in gemm_mma_sw.cu: predicated copies at the edges (an unpredicated loop while every k-tile
 // to load lies inside the operands), accumulators staged through shared memory per warp and stored 4 elements at a
 // time where aligned and in range, element stores otherwise and for column-major outputs. Operands 16-byte aligned.
@@ -46,17 +54,28 @@
 
 namespace ferry {
 
+#ifndef FERRY_PERSISTENT
+#define FERRY_PERSISTENT 0
+#endif
+
 constexpr int BM = FERRY_BM, BN = FERRY_BN, BK = FERRY_BK, STAGES = FERRY_STAGES;
-constexpr int WGS = BM / 64, THREADS = WGS * 128, WARPS = WGS * 4;
+// WGS warpgroups multiply (WARPS warps); the persistent schedule adds one that copies.
+constexpr int WGS = BM / 64, WARPS = WGS * 4, THREADS = (WGS + FERRY_PERSISTENT) * 128;
+constexpr int COPY_THREADS = FERRY_PERSISTENT ? 128 : THREADS;
 constexpr int KS = BK / 16;
 constexpr bool A_ROW = FERRY_A_ROW, B_ROW = FERRY_B_ROW;
 constexpr unsigned A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
-// Epilogue staging: per warp, its 16 rows of BN fp32 values, pitch BN + 8 (conflict-free float2 writes).
-constexpr int EPI_PITCH = BN + 8;
-constexpr unsigned EPI_BYTES = WARPS * 16 * EPI_PITCH * 4;
 constexpr unsigned PIPE_BYTES = STAGES * STAGE_BYTES;
+// Epilogue staging: per warp, its 16 rows of EPI_COLS fp32 values, pitch EPI_COLS + 8 (conflict-free float2
+// writes). The plain schedule stages whole rows in the pipeline's space once the main loop is over; the persistent
+// one has a space of its own, since the next tile's stages are loading meanwhile, and stages 32 columns at a time.
+constexpr int EPI_COLS = FERRY_PERSISTENT ? 32 : BN, EPI_PITCH = EPI_COLS + 8;
+constexpr unsigned EPI_BYTES = WARPS * 16 * EPI_PITCH * 4;
+constexpr unsigned BARRIER_BYTES = FERRY_PERSISTENT ? 2 * STAGES * 8 : 0; // a full and an empty mbarrier a stage
 // +1024: the swizzle atoms must start on 1024-byte boundaries; the kernel aligns the dynamic area up itself.
-constexpr unsigned SMEM_BYTES = (PIPE_BYTES > EPI_BYTES ? PIPE_BYTES : EPI_BYTES) + 1024; // registry.c mirrors this
+constexpr unsigned SMEM_BYTES = (FERRY_PERSISTENT ? PIPE_BYTES + EPI_BYTES + BARRIER_BYTES
+                                                  : (PIPE_BYTES > EPI_BYTES ? PIPE_BYTES : EPI_BYTES)) +
+                                1024; // registry.c mirrors this
 
 #if FERRY_NARROW_INPUTS
 static_assert(A_ROW && !B_ROW, "wgmma reads 8-bit operands K-major only");
@@ -82,18 +101,24 @@ template <int ROWS> __device__ __forceinline__ u32 panel_offset(int r, int c) {
   return (u32)((c >> 6) * (ROWS * 128) + r * 128 + ((((c >> 3) ^ r) & 7) << 4) + (c & 7) * 2);
 }
 
-// A ROWS×COLS tile's copies, each thread the same 16-byte chunk of rows r0, r0+STEP, ... (STEP a multiple of 8, so
-// one swizzle key and destinations one offset plus constants).
+// A ROWS×COLS tile's copies by the COPY_THREADS copying threads, each the same 16-byte chunk of rows r0, r0+STEP,
+// ... When STEP is a multiple of 8 every chunk has the first one's swizzle key and lies a constant further on; a
+// 256-wide tile copied by 128 threads has STEP 4, and every other chunk's key differs in bit 2.
 template <int ROWS, int COLS> struct tile_copy {
-  static constexpr int CHUNKS_PER_ROW = COLS / 8, STEP = THREADS / CHUNKS_PER_ROW, N = ROWS / STEP;
-  static_assert(THREADS % CHUNKS_PER_ROW == 0 && ROWS % STEP == 0 && STEP % 8 == 0, "tile split");
+  static constexpr int CHUNKS_PER_ROW = COLS / 8, STEP = COPY_THREADS / CHUNKS_PER_ROW, N = ROWS / STEP;
+  static_assert(COPY_THREADS % CHUNKS_PER_ROW == 0 && ROWS % STEP == 0 && STEP % 4 == 0, "tile split");
   static __device__ __forceinline__ int row0() { return threadIdx.x / CHUNKS_PER_ROW; }
   static __device__ __forceinline__ int col0() { return threadIdx.x % CHUNKS_PER_ROW * 8; }
   static __device__ __forceinline__ u32 dst0() { return panel_offset<ROWS>(row0(), col0()); }
+  // Chunk i's destination from chunk 0's.
+  static __device__ __forceinline__ u32 offset(int i) {
+    if (STEP % 8 == 0) return i * STEP * 128;
+    return panel_offset<ROWS>(row0() + i * STEP, col0()) - dst0();
+  }
 
   static __device__ __forceinline__ void full(u32 dst, const elem *src, i64 ld) {
 #pragma unroll
-    for (int i = 0; i < N; ++i) cp_async16(dst + i * STEP * 128, src + i * STEP * ld);
+    for (int i = 0; i < N; ++i) cp_async16(dst + offset(i), src + i * STEP * ld);
   }
   static __device__ __forceinline__ void edge(u32 dst, const elem *src, const elem *in_range, i64 ld,
                                               int rows_left, int cols_left) {
@@ -101,7 +126,7 @@ template <int ROWS, int COLS> struct tile_copy {
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       const int n = i * STEP < rows_left ? c_valid : 0;
-      cp_async<16>(dst + i * STEP * 128, n ? src + i * STEP * ld : in_range, n * 2);
+      cp_async<16>(dst + offset(i), n ? src + i * STEP * ld : in_range, n * 2);
     }
   }
 };
@@ -121,6 +146,8 @@ __device__ __forceinline__ unsigned long long desc_b(u32 sb, int ks) {
   if (!B_ROW) return smem_desc(sb + ks * 32, 16, 1024);
   return smem_desc(sb + ks * 16 * 128, BK * 128, 1024);
 }
+
+#if !FERRY_PERSISTENT
 
 struct mainloop {
   typedef tile_copy<A_ROW ? BM : BK, A_ROW ? BK : BM> copy_a;
@@ -259,5 +286,198 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
     }
   }
 }
+
+#else // FERRY_PERSISTENT
+
+// The copying warpgroup's state: where the next k-tile of A and B comes from and goes to (what load_stage,
+// gemm_common.cuh, reads), for the output tile begun last.
+struct tile_loader {
+  typedef tile_copy<A_ROW ? BM : BK, A_ROW ? BK : BM> copy_a;
+  typedef tile_copy<B_ROW ? BK : BN, B_ROW ? BN : BK> copy_b;
+  static constexpr bool a_row = A_ROW, b_row = B_ROW;
+  static constexpr int bk = BK;
+  static constexpr unsigned stage_bytes = STAGE_BYTES;
+
+  const ferry_gemm_params &p;
+  const elem *A, *B;
+  const elem *a_next, *b_next; // the thread's first chunk of the next k-tile to load
+  i64 a_kstep, b_kstep;
+  u32 smem, a_dst, b_dst;
+  int m0, n0;
+  bool inside_mn;
+
+  __device__ __forceinline__ tile_loader(const ferry_gemm_params &p_, u32 smem_) : p(p_), smem(smem_) {
+    a_kstep = A_ROW ? (i64)BK : (i64)BK * p.lda;
+    b_kstep = B_ROW ? (i64)BK * p.ldb : (i64)BK;
+    a_dst = copy_a::dst0();
+    b_dst = A_BYTES + copy_b::dst0();
+  }
+  // Output tile (m0_, n0_) of batch z, from its first k-tile.
+  __device__ __forceinline__ void begin(int z, int m0_, int n0_) {
+    m0 = m0_, n0 = n0_;
+    A = static_cast<const elem *>(p.a) + z * p.batch_a;
+    B = static_cast<const elem *>(p.b) + z * p.batch_b;
+    a_next = A + (A_ROW ? (i64)m0 * p.lda : (i64)m0) + (i64)copy_a::row0() * p.lda + copy_a::col0();
+    b_next = B + (B_ROW ? (i64)n0 : (i64)n0 * p.ldb) + (i64)copy_b::row0() * p.ldb + copy_b::col0();
+    inside_mn = m0 + BM <= p.m && n0 + BN <= p.n;
+  }
+};
+
+// Warpgroup wg's four k16 steps over the stage whose tiles start at sa, sb, issued as one wgmma group.
+__device__ __forceinline__ void mma_stage(acc_t (&acc)[128], u32 sa, u32 sb, int wg) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) wgmma_fence_operand(acc[i]);
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) {
+#if FERRY_NARROW_INPUTS
+    wgmma_m64n256k32(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
+#else
+    wgmma_m64n256k16<FERRY_A_TYPE, A_ROW ? 0 : 1, B_ROW ? 1 : 0>(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
+#endif
+  }
+  wgmma_commit();
+}
+
+// The output tile (m0, n0) of batch z from warp `warp`'s accumulators, laid out as in the plain schedule's epilogue.
+// Row-major outputs go through `staging` (the warp's 16 × EPI_PITCH fp32), EPI_COLS columns at a time, and leave it
+// 4 elements a store where aligned and in range.
+__device__ __forceinline__ void store_accumulators(const ferry_gemm_params &p, const acc_t (&accs)[128], int z,
+                                                   int m0, int n0, int warp, sum_t *staging) {
+  out_t *C = static_cast<out_t *>(p.out) + z * p.batch_c;
+  const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int row0 = m0 + (warp / 4) * 64 + (warp % 4) * 16;
+  const epilogue ep = epilogue_of(p);
+  const sum_t *acc = accs;
+  if (FERRY_OUT_ROW) {
+    const bool wide = ((unsigned long long)C % (4 * sizeof(out_t))) == 0 && (p.ldc & 3) == 0;
+#pragma unroll
+    for (int c0 = 0; c0 < BN; c0 += EPI_COLS) {
+#pragma unroll
+      for (int jj = 0; jj < EPI_COLS / 8; ++jj) {
+        const int j = c0 / 8 + jj;
+        *reinterpret_cast<sum2 *>(staging + g * EPI_PITCH + jj * 8 + 2 * t) = sum2{acc[4 * j], acc[4 * j + 1]};
+        *reinterpret_cast<sum2 *>(staging + (g + 8) * EPI_PITCH + jj * 8 + 2 * t) =
+            sum2{acc[4 * j + 2], acc[4 * j + 3]};
+      }
+      __syncwarp();
+      constexpr int CHUNKS = 16 * EPI_COLS / 4; // 4-element chunks of the warp's 16 rows
+#pragma unroll 4
+      for (int idx = lane; idx < CHUNKS; idx += 32) {
+        const int r = idx / (EPI_COLS / 4), c = idx % (EPI_COLS / 4) * 4;
+        const sum4 q = *reinterpret_cast<const sum4 *>(staging + r * EPI_PITCH + c);
+        const sum_t v[4] = {q.x, q.y, q.z, q.w};
+        const int row = row0 + r, col = n0 + c0 + c;
+        if (wide && row < p.m && col + 3 < p.n) {
+          store4(C + (i64)row * p.ldc + col, row, col, v, ep);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) store_out(C, p.ldc, p.m, p.n, row, col + e, v[e], ep);
+        }
+      }
+      __syncwarp(); // read before the next columns overwrite it
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int row = row0 + g, col = n0 + j * 8 + t * 2;
+      store_tile(C, p.ldc, p.m, p.n, row, col, acc + 4 * j, ep);
+    }
+  }
+}
+
+// Registers per thread after the hand-over: 128 copying threads at COPY_REGS and the multiplying ones at
+// MMA_REGS fill the 64K register file (the launch's share, 65536 / THREADS, lies between).
+constexpr int COPY_REGS = 56, MMA_REGS = 224;
+static_assert(128 * COPY_REGS + WARPS * 32 * MMA_REGS <= 65536, "the register file");
+static_assert(WGS == 2, "the register split assumes one copying and two multiplying warpgroups");
+
+// The grid is at most one block per SM; block b takes tiles b, b + gridDim.x, ... of all batches (tile index
+// t: batch t / tiles, then tile_of_index's order within it). Both sides walk the same sequence.
+struct tile_walk {
+  int tiles;
+  i64 total, t;
+  __device__ __forceinline__ tile_walk(const ferry_gemm_params &p)
+      : tiles(((p.m + BM - 1) / BM) * ((p.n + BN - 1) / BN)), total((i64)tiles * p.l), t(blockIdx.x) {}
+  __device__ __forceinline__ bool next(const ferry_gemm_params &p, int &z, int &m0, int &n0) {
+    if (t >= total) return false;
+    int tm, tn;
+    z = (int)(t / tiles);
+    tile_of_index(p.m, p.n, BM, BN, (int)(t % tiles), tm, tn);
+    m0 = tm * BM, n0 = tn * BN;
+    t += gridDim.x;
+    return true;
+  }
+};
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const ferry_gemm_params params) {
+  const ferry_gemm_params p = in_pairs(params);
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  if (dynamic_smem_size() < SMEM_BYTES) __trap();
+  const u32 raw = smem_addr(smem_raw), smem = (raw + 1023u) & ~1023u;
+  unsigned char *smem_aligned = smem_raw + (smem - raw);
+  // Stage s is loaded when full(s) completes a phase (one arrival per copying thread, when its chunks have landed)
+  // and may be refilled when empty(s) does (one arrival per multiplying warp, when its wgmma reading it is done).
+  const u32 bars = smem + PIPE_BYTES + EPI_BYTES;
+  auto full = [bars](int s) { return bars + 8u * (u32)s; };
+  auto empty = [bars](int s) { return bars + 8u * (u32)(STAGES + s); };
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full(s), COPY_THREADS);
+      mbar_init(empty(s), WARPS);
+    }
+  }
+  __syncthreads();
+  const int ktiles = (p.k + BK - 1) / BK;
+  tile_walk walk(p);
+  int z, m0, n0;
+  int stage = 0;
+  u32 phase = 0; // parity of the stage's current phase, flipped at each pass over the stages
+
+  if (threadIdx.x < COPY_THREADS) {
+    setmaxnreg_dec<COPY_REGS>();
+    tile_loader loader(p, smem);
+    while (walk.next(p, z, m0, n0)) {
+      loader.begin(z, m0, n0);
+      for (int kt = 0; kt < ktiles; ++kt) {
+        mbar_wait(empty(stage), phase ^ 1); // the first pass finds every stage free
+        load_stage<false>(loader, stage, kt);
+        cp_async_mbar_arrive(full(stage));
+        if (++stage == STAGES) stage = 0, phase ^= 1;
+      }
+    }
+    return; // the copies still in flight end in arrivals the multiplying warps wait for
+  }
+
+  setmaxnreg_inc<MMA_REGS>();
+  const int warp = threadIdx.x / 32 - COPY_THREADS / 32, wg = warp / 4, lane = threadIdx.x % 32;
+  sum_t *staging = reinterpret_cast<sum_t *>(smem_aligned + PIPE_BYTES) + warp * 16 * EPI_PITCH;
+  acc_t acc[128];
+  while (walk.next(p, z, m0, n0)) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0;
+    int in_flight = -1; // the stage the last wgmma group reads
+    for (int kt = 0; kt < ktiles; ++kt) {
+      mbar_wait(full(stage), phase);
+      fence_proxy_async_shared(); // the landed copies (generic proxy) before the tensor cores' reads (async proxy)
+      const u32 sa = smem + stage * STAGE_BYTES;
+      mma_stage(acc, sa, sa + A_BYTES, wg);
+      wgmma_wait<1>(); // the group before this one is done with its stage
+#pragma unroll
+      for (int i = 0; i < 128; ++i) wgmma_fence_operand(acc[i]);
+      if (in_flight >= 0 && lane == 0) mbar_arrive(empty(in_flight));
+      in_flight = stage;
+      if (++stage == STAGES) stage = 0, phase ^= 1;
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 128; ++i) wgmma_fence_operand(acc[i]);
+    if (in_flight >= 0 && lane == 0) mbar_arrive(empty(in_flight));
+    store_accumulators(p, acc, z, m0, n0, warp, staging);
+  }
+}
+
+#endif // FERRY_PERSISTENT
 
 }  // namespace ferry

@@ -45,10 +45,20 @@ uint64_t ferry__xxh64(const void *data, size_t n, uint64_t seed);
 
 /* FERRY__MMA: src/kernels/gemm_mma.cu (padded tiles); FERRY__MMA_SW: src/kernels/gemm_mma_sw.cu (swizzled tiles,
  * BK 64, double-buffered fragments, staged epilogue); FERRY__WGMMA: src/kernels/gemm_wgmma.cu (sm_90a only,
- * compiled for the "a" target; registered unless FERRY_WGMMA=0, see registry.c). */
+ * compiled for the "a" target; registered unless FERRY_WGMMA=0, see registry.c); FERRY__WGMMA_PERSISTENT: the same
+ * file's persistent, warp-specialised schedule (FERRY_PERSISTENT), launched with at most one block per
+ * multiprocessor (run.c). */
 typedef enum ferry__family {
-  FERRY__SIMT = 1, FERRY__MMA = 2, FERRY__CUSTOM = 3, FERRY__MMA_SW = 4, FERRY__WGMMA = 5
+  FERRY__SIMT = 1, FERRY__MMA = 2, FERRY__CUSTOM = 3, FERRY__MMA_SW = 4, FERRY__WGMMA = 5,
+  FERRY__WGMMA_PERSISTENT = 6
 } ferry__family;
+
+/* gemm_wgmma.cu, in either schedule: sm_90a code. */
+static inline int ferry__family_is_wgmma(ferry__family f) { return f == FERRY__WGMMA || f == FERRY__WGMMA_PERSISTENT; }
+/* A tensor-core design of ferry's own (ranked by its speed). */
+static inline int ferry__family_is_mma(ferry__family f) {
+  return f == FERRY__MMA || f == FERRY__MMA_SW || ferry__family_is_wgmma(f);
+}
 
 /* A built-in design: tile, warps, pipeline depth and the global-load width in elements (8: 16-byte cp.async; 1:
  * element loads that accept any alignment). Mirrors the FERRY_* macros of src/kernels/gemm_mma.cu and
@@ -106,6 +116,11 @@ ferry_status ferry__check_op_args(const char *fn, const ferry_op *op, const ferr
 extern _Atomic int ferry__device_sm_cache[FERRY_MAX_DEVICES];
 ferry_status ferry__device_sm(int device, int *out_sm);
 
+/* The multiprocessors of `device`, read once per device into ferry__device_sms_cache (0: not yet read): how many
+ * blocks a persistent kernel is launched with. */
+extern _Atomic int ferry__device_sms_cache[FERRY_MAX_DEVICES];
+ferry_status ferry__device_sms(int device, int *out_sms);
+
 /* Loads the driver without disturbing the calling thread's last error; 1 when a device is usable. */
 int ferry__driver_quiet(void);
 
@@ -151,8 +166,10 @@ struct ferry_artifact {
   unsigned char *cubin;          /* inside cubin_block */
   size_t cubin_size;
   void *cubin_block;             /* the allocation holding the cubin (NVRTC's copy, or the file it was read in) */
-  /* the launch layout, fixed at creation: grid = (ceil(m/tile_m)*ceil(n/tile_n), 1, l), block = threads */
+  /* the launch layout, fixed at creation: grid = (ceil(m/tile_m)*ceil(n/tile_n), 1, l), block = threads; a
+   * persistent kernel gets (min(its tiles × l, the device's multiprocessors), 1, 1) and loops over the tiles */
   uint32_t tile_m, tile_n, threads, smem;
+  int persistent;
   pthread_mutex_t lock;          /* loading: the library and per-device functions */
   CUlibrary library;
   CUkernel kernel;

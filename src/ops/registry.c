@@ -19,11 +19,15 @@ static size_t n_ops, cap_ops;
 
 uint32_t ferry__design_smem(const ferry_op *op, uint32_t kind) {
   const ferry__design *d = &op->design;
-  if (op->family == FERRY__WGMMA) {
-    /* gemm_wgmma.cu: stages of swizzled panels, or the epilogue's 16 rows of fp32 per warp (BN + 8 pitch), plus
-     * 1024 bytes to align the swizzle atoms (SMEM_BYTES there) */
+  if (ferry__family_is_wgmma(op->family)) {
+    /* gemm_wgmma.cu (SMEM_BYTES there): stages of swizzled panels, and the epilogue's 16 rows of fp32 per warp
+     * (whole rows of BN + 8 pitch in the stages' space; the persistent schedule: 32 columns of 40 pitch in a space
+     * of its own, and a full and an empty mbarrier per stage), plus 1024 bytes to align the swizzle atoms */
     uint32_t pipe = (uint32_t)d->stages * (uint32_t)(d->bm + d->bn) * (uint32_t)d->bk * 2u;
-    uint32_t epi = (uint32_t)(d->bm / 64 * 4) * 16u * (uint32_t)(d->bn + 8) * 4u;
+    uint32_t warps = (uint32_t)(d->bm / 64 * 4);
+    if (op->family == FERRY__WGMMA_PERSISTENT)
+      return pipe + warps * 16u * 40u * 4u + 16u * (uint32_t)d->stages + 1024u;
+    uint32_t epi = warps * 16u * (uint32_t)(d->bn + 8) * 4u;
     return (pipe > epi ? pipe : epi) + 1024u;
   }
   if (op->family == FERRY__MMA_SW) {
@@ -94,8 +98,9 @@ static int append(ferry_op *op) {
 typedef enum builtin_inputs { INPUTS_F16, INPUTS_BF16, INPUTS_FP8, INPUTS_I8 } builtin_inputs;
 
 /* A built-in tensor-core operator: `family` picks the kernel (gemm_mma.cu, gemm_mma_sw.cu or gemm_wgmma.cu, whose
- * warpgroups are warps_m×warps_n/4), `speed` its rank among designs (ferry__design). 8-bit inputs travel through
- * the same kernels as pairs of elements along k (gemm_mma.cu says how), so the design's bk pairs are 2·bk of them. */
+ * multiplying warpgroups are warps_m×warps_n/4, and whose persistent schedule adds a copying one), `speed` its rank
+ * among designs (ferry__design). 8-bit inputs travel through the same kernels as pairs of elements along k
+ * (gemm_mma.cu says how), so the design's bk pairs are 2·bk of them. */
 static void add_mma(ferry__family family, builtin_inputs inputs, int bm, int bn, int bk, int warps_m, int warps_n,
                     int warps_k, int stages, int vec, double speed) {
   ferry_op *op = op_alloc();
@@ -104,7 +109,10 @@ static void add_mma(ferry__family family, builtin_inputs inputs, int bm, int bn,
   static const char *const type_names[] = {"f16", "bf16", "fp8", "i8"};
   const char *t = type_names[inputs];
   const int narrow = inputs == INPUTS_FP8 || inputs == INPUTS_I8, tile_k = narrow ? 2 * bk : bk;
-  if (family == FERRY__WGMMA) snprintf(name, sizeof name, "gemm_wgmma_%s_%dx%dx%d_s%d", t, bm, bn, tile_k, stages);
+  const int wgmma = ferry__family_is_wgmma(family), persistent = family == FERRY__WGMMA_PERSISTENT;
+  if (wgmma)
+    snprintf(name, sizeof name, "gemm_wgmma_%s_%dx%dx%d_s%d%s", t, bm, bn, tile_k, stages,
+             persistent ? "_persistent" : "");
   else if (family == FERRY__MMA_SW)
     snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d_swz", t, bm, bn, tile_k, stages);
   else {
@@ -112,9 +120,9 @@ static void add_mma(ferry__family family, builtin_inputs inputs, int bm, int bn,
     if (vec == 8) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d%s", t, bm, bn, tile_k, stages, split);
     else snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d%s_align%d", t, bm, bn, tile_k, stages, split, 2 * vec);
   }
-  if (family == FERRY__WGMMA)
+  if (wgmma)
     snprintf(defines, sizeof defines, "#define FERRY_BM %d\n#define FERRY_BN %d\n#define FERRY_BK %d\n"
-             "#define FERRY_STAGES %d\n", bm, bn, bk, stages);
+             "#define FERRY_STAGES %d\n#define FERRY_PERSISTENT %d\n", bm, bn, bk, stages, persistent);
   else if (family == FERRY__MMA_SW)
     snprintf(defines, sizeof defines, "#define FERRY_BM %d\n#define FERRY_BN %d\n#define FERRY_BK %d\n"
              "#define FERRY_WARPS_M %d\n#define FERRY_WARPS_N %d\n#define FERRY_STAGES %d\n",
@@ -127,15 +135,15 @@ static void add_mma(ferry__family family, builtin_inputs inputs, int bm, int bn,
   op->design = (ferry__design){bm, bn, bk, warps_m, warps_n, warps_k, stages, vec, speed};
   op->info.name = strdup(name);
   op->defines = strdup(defines);
-  if (narrow) op->info.instruction = family == FERRY__WGMMA ? "wgmma.m64n256k32" : "mma.sync.m16n8k32";
-  else op->info.instruction = family == FERRY__WGMMA ? "wgmma.m64n256k16" : "mma.sync.m16n8k16";
+  if (narrow) op->info.instruction = wgmma ? "wgmma.m64n256k32" : "mma.sync.m16n8k32";
+  else op->info.instruction = wgmma ? "wgmma.m64n256k16" : "mma.sync.m16n8k16";
   op->info.tile_m = bm;
   op->info.tile_n = bn;
   op->info.tile_k = tile_k;
   op->info.stages = stages;
-  op->info.threads = warps_m * warps_n * warps_k * 32;
+  op->info.threads = warps_m * warps_n * warps_k * 32 + (persistent ? 128 : 0);
   /* wgmma; FP8 mma.sync (sm_89); cp.async, bf16 and int8 mma.sync (sm_80) */
-  op->info.min_sm = family == FERRY__WGMMA ? 90 : inputs == INPUTS_FP8 ? 89 : 80;
+  op->info.min_sm = wgmma ? 90 : inputs == INPUTS_FP8 ? 89 : 80;
   op->info.a_majors = op->info.b_majors = op->info.out_majors = FERRY_MAJORS_ANY;
   op->info.div_m = op->info.div_n = op->info.div_k = 1;
   if (inputs == INPUTS_F16 || inputs == INPUTS_BF16) {
@@ -143,7 +151,7 @@ static void add_mma(ferry__family family, builtin_inputs inputs, int bm, int bn,
     op->info.a_types = op->info.b_types = FERRY_SCALAR_BIT(in_type);
     op->info.out_types = FERRY_SCALARS_FLOAT;
     op->info.acc_types = FERRY_SCALAR_BIT(FERRY_SCALAR_F32) |
-                         (inputs == INPUTS_F16 && family != FERRY__WGMMA ? FERRY_SCALAR_BIT(FERRY_SCALAR_F16) : 0);
+                         (inputs == INPUTS_F16 && !wgmma ? FERRY_SCALAR_BIT(FERRY_SCALAR_F16) : 0);
   } else {
     /* k contiguous in both operands, whole 16-byte chunks of it: the pairs never split */
     op->info.a_types = op->info.b_types =
@@ -158,7 +166,7 @@ static void add_mma(ferry__family family, builtin_inputs inputs, int bm, int bn,
   op->info.out_align = 1;
   op->info.builtin = 1;
   op->info.fuses_epilogue = 1;
-  if (family == FERRY__WGMMA) {
+  if (wgmma) {
     op->kernel_text = (const char *)ferry__kernel_gemm_wgmma;
     op->kernel_size = ferry__kernel_gemm_wgmma_size;
     op->entry = "ferry_gemm_wgmma";
@@ -235,9 +243,11 @@ static const struct builtin_design {
 static void register_builtins(void) {
   pthread_mutex_lock(&registry_lock);
   ferry__builtin_headers_digest(builtin_headers);
-  /* FERRY_WGMMA=0 leaves the wgmma designs out (for comparing, or for a driver that cannot load sm_90a code). */
-  const char *env = getenv("FERRY_WGMMA");
+  /* FERRY_WGMMA=0 leaves the wgmma designs out (for comparing, or for a driver that cannot load sm_90a code);
+   * FERRY_WGMMA_PERSISTENT=1 brings in the persistent ones (experimental: off by default). */
+  const char *env = getenv("FERRY_WGMMA"), *env_persistent = getenv("FERRY_WGMMA_PERSISTENT");
   int wgmma = !env || strcmp(env, "0") != 0;
+  int persistent = wgmma && env_persistent && strcmp(env_persistent, "1") == 0;
   const size_t n_designs = sizeof builtin_designs / sizeof builtin_designs[0];
   /* pass 0: every fp16/bf16 design but wgmma; pass 1: wgmma; pass 2: the 8-bit ones (gemm_mma.cu's 16-byte-load
    * designs and wgmma: what the pairs along k serve unchanged) */
@@ -245,9 +255,10 @@ static void register_builtins(void) {
     for (int i = 0; i < 2; i++)
       for (size_t k = 0; k < n_designs; k++) {
         const struct builtin_design *d = &builtin_designs[k];
-        if (d->family == FERRY__WGMMA && !wgmma) continue;
-        if (pass < 2 && (d->family == FERRY__WGMMA) != pass) continue;
-        if (pass == 2 && d->family != FERRY__WGMMA && (d->family != FERRY__MMA || d->vec != 8)) continue;
+        const int is_wgmma = ferry__family_is_wgmma(d->family);
+        if ((is_wgmma && !wgmma) || (d->family == FERRY__WGMMA_PERSISTENT && !persistent)) continue;
+        if (pass < 2 && is_wgmma != pass) continue;
+        if (pass == 2 && !is_wgmma && (d->family != FERRY__MMA || d->vec != 8)) continue;
         builtin_inputs inputs = pass < 2 ? (i ? INPUTS_BF16 : INPUTS_F16) : (i ? INPUTS_I8 : INPUTS_FP8);
         add_mma(d->family, inputs, d->bm, d->bn, d->bk, d->warps_m, d->warps_n, d->warps_k, d->stages, d->vec,
                 d->speed);
@@ -313,7 +324,7 @@ static int sms_of(int sm) {
 /* Waves of blocks × the time of one wave, which grows with the blocks sharing a multiprocessor and with each
  * block's tile (its multiply-adds plus the loads of its A and B panels). */
 static double cost_of(const ferry_op *op, const ferry_gemm_problem *p, int sm) {
-  int mma = op->family == FERRY__MMA || op->family == FERRY__MMA_SW || op->family == FERRY__WGMMA;
+  int mma = ferry__family_is_mma(op->family);
   double speed = mma ? op->design.speed : 1.0;
   double tiles = (double)((p->m + op->info.tile_m - 1) / op->info.tile_m) *
                  (double)((p->n + op->info.tile_n - 1) / op->info.tile_n) * (double)p->l;
@@ -335,7 +346,7 @@ static uint32_t smem_limit_of(int sm) {
 }
 
 static int rank_of(const ferry_op *op) {
-  if (op->family == FERRY__MMA || op->family == FERRY__MMA_SW || op->family == FERRY__WGMMA)
+  if (ferry__family_is_mma(op->family))
     return op->design.vec == 8 ? 0 : 2;
   if (op->family == FERRY__CUSTOM) return 1;
   return 3;
@@ -373,7 +384,7 @@ ferry_status ferry_ops_find(const ferry_gemm_args *args, int target_sm, ferry_op
   for (size_t i = 0; i < n; i++) {
     const ferry_op *op = c[i].op;
     if (op->info.min_sm > target_sm || (op->info.builtin && op->info.smem_bytes > smem_limit_of(target_sm)) ||
-        (op->family == FERRY__WGMMA && target_sm != 90) || !ferry__supports_fast(op, args))
+        (ferry__family_is_wgmma(op->family) && target_sm != 90) || !ferry__supports_fast(op, args))
       continue; /* sm_90a code runs on sm_90 alone */
     if (filter && !filter(&op->info, filter_user)) continue;
     c[found++] = (candidate){op, rank_of(op), cost_of(op, &args->problem, target_sm), i};

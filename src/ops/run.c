@@ -86,6 +86,17 @@ ferry_status ferry__launch_prepare(ferry_artifact *art, const ferry_gemm_args *a
   l->fn = f;
   l->grid_x = ((uint32_t)p->m + art->tile_m - 1) / art->tile_m * (((uint32_t)p->n + art->tile_n - 1) / art->tile_n);
   l->grid_z = (unsigned)p->l;
+  if (art->persistent) {
+    /* at most a block per multiprocessor, each looping over the tiles of every batch (read once per device) */
+    int sms = ferry__device_sms_cache[p->device];
+    if (__builtin_expect(!sms, 0)) {
+      ferry_status st = ferry__device_sms(p->device, &sms);
+      if (st != FERRY_OK) return st;
+    }
+    uint64_t tiles = (uint64_t)l->grid_x * (uint64_t)p->l;
+    l->grid_x = tiles < (uint64_t)sms ? (unsigned)tiles : (unsigned)sms;
+    l->grid_z = 1;
+  }
   l->threads = art->threads;
   l->smem = art->smem;
   l->param_ptrs[0] = l->params;

@@ -121,7 +121,7 @@ static const uint8_t *body_digest(const ferry_op *op) {
 int ferry__op_options(const ferry_op *op, int sm, char arch[32], const char **opts) {
   int n = 0;
   /* wgmma designs need the arch-specific target: sm_90a (their source refuses any other with #error) */
-  snprintf(arch, 32, "--gpu-architecture=sm_%d%s", sm, op->family == FERRY__WGMMA && sm == 90 ? "a" : "");
+  snprintf(arch, 32, "--gpu-architecture=sm_%d%s", sm, ferry__family_is_wgmma(op->family) && sm == 90 ? "a" : "");
   opts[n++] = arch;
   opts[n++] = "--std=c++17";
   for (int i = 0; i < op->n_options; i++) opts[n++] = op->options[i];

@@ -9,6 +9,7 @@
 #include <string.h>
 
 _Atomic int ferry__device_sm_cache[FERRY_MAX_DEVICES];
+_Atomic int ferry__device_sms_cache[FERRY_MAX_DEVICES];
 
 /* "sm_90", "sm_90a", "compute_90", "90", "9.0" -> 90; 0 when unreadable. */
 static int parse_arch(const char *s) {
@@ -56,6 +57,24 @@ ferry_status ferry__device_sm(int device, int *out_sm) {
   sm = major * 10 + minor;
   ferry__device_sm_cache[device] = sm;
   *out_sm = sm;
+cleanup:
+  return st;
+}
+
+ferry_status ferry__device_sms(int device, int *out_sms) {
+  ferry_status st = FERRY_OK;
+  int sms = device >= 0 && device < FERRY_MAX_DEVICES ? ferry__device_sms_cache[device] : 0;
+  if (sms) {
+    *out_sms = sms;
+    return FERRY_OK;
+  }
+  CUdevice dev;
+  FERRY_TRY_CU(("reading the multiprocessor count of cuda:%d", device), cuDeviceGet, &dev, device);
+  FERRY_TRY_CU(("reading the multiprocessor count of cuda:%d", device), cuDeviceGetAttribute, &sms,
+               CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+  if (sms < 1) return FERRY_ERR(FERRY_INTERNAL, "cuda:%d reports %d multiprocessors", device, sms);
+  ferry__device_sms_cache[device] = sms;
+  *out_sms = sms;
 cleanup:
   return st;
 }

@@ -174,10 +174,12 @@ static CUstream capture_stream;
 static fake_graph *capture_graph;
 
 static CUresult f_ctx_current(CUcontext *c) { *c = NULL; return CUDA_SUCCESS; }
-/* The fake device is an sm_90 for the operator runtime; every other attribute reads as before. */
+/* The fake device is an sm_90 with an H200's 132 multiprocessors for the operator runtime; every other attribute
+ * reads as before. */
 static CUresult f_attr_ops(int *v, CUdevice_attribute a, CUdevice dev) {
   if (a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) { *v = 9; return CUDA_SUCCESS; }
   if (a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) { *v = 0; return CUDA_SUCCESS; }
+  if (a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) { *v = 132; return CUDA_SUCCESS; }
   return f_attr(v, a, dev);
 }
 static CUresult f_lib_load(CUlibrary *l, const void *code, CUjit_option *o, void **ov, unsigned no, CUlibraryOption *lo,

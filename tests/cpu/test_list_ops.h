@@ -47,13 +47,15 @@
   X(compile_every_builtin_design_for_sm90)                \
   X(compile_swizzled_designs_in_every_layout_for_sm90)    \
   X(wgmma_design_by_default_for_sm90a_only)               \
-  X(wgmma_design_absent_when_turned_off)                     \
+  X(wgmma_persistent_design_only_when_asked)              \
+  X(wgmma_design_absent_when_turned_off)                  \
   X(compile_refuses_old_targets_and_unsupported_args)     \
   X(compile_error_reports_the_nvrtc_log)                  \
   X(nvrtc_absent_is_a_clear_error)                        \
   X(compile_every_family_with_each_epilogue_for_sm90)     \
   X(run_through_fake_driver_lays_out_the_launch)          \
   X(run_swizzled_design_lays_out_the_launch)              \
+  X(run_persistent_design_launches_a_block_per_multiprocessor) \
   X(run_without_artifact_compiles_once)                   \
   X(run_checks_artifact_and_support)                      \
   X(graph_records_runs_and_updates_in_place)              \

@@ -438,8 +438,10 @@ TEST(compile_swizzled_designs_in_every_layout_for_sm90) { compile_every_builtin(
  * source branches on. */
 TEST(wgmma_design_by_default_for_sm90a_only) {
   unsetenv("FERRY_WGMMA");
+  unsetenv("FERRY_WGMMA_PERSISTENT");
   const ferry_op *op = ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4");
   ASSERT(op != NULL);
+  ASSERT(ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_persistent") == NULL); /* only when asked for */
   const ferry_op_info *info = ferry_op_info_get(op);
   ASSERT(!strcmp(info->instruction, "wgmma.m64n256k16"));
   ASSERT_EQ(info->min_sm, 90);
@@ -490,8 +492,62 @@ TEST(wgmma_design_by_default_for_sm90a_only) {
   test_rm_rf(home);
 }
 
+/* gemm_wgmma.cu's persistent schedule: absent unless FERRY_WGMMA_PERSISTENT=1 (read when the registry first fills:
+ * in this test's own process, now), then found for sm_90 alone and first at 4096³ (its speed is a prediction), with
+ * its copying warpgroup's threads and its shared memory (stages, the epilogue's own space, the mbarriers, the
+ * alignment slack); compiled by NVRTC for sm_90a in the layouts and input types its source branches on. */
+TEST(wgmma_persistent_design_only_when_asked) {
+  unsetenv("FERRY_WGMMA");
+  setenv("FERRY_WGMMA_PERSISTENT", "1", 1);
+  const ferry_op *op = ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_persistent");
+  ASSERT(op != NULL);
+  const ferry_op_info *info = ferry_op_info_get(op);
+  ASSERT(!strcmp(info->instruction, "wgmma.m64n256k16"));
+  ASSERT_EQ(info->min_sm, 90);
+  ASSERT_EQ(info->threads, 384);
+  ASSERT_EQ(info->smem_bytes, 4 * (128 + 256) * 64 * 2 + 8 * 16 * 40 * 4 + 2 * 4 * 8 + 1024);
+  ASSERT(info->smem_bytes <= 227 * 1024);
+  ferry_gemm_args args;
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 4096, 4096, 4096);
+  const ferry_op *ops[32];
+  size_t n = 0;
+  ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
+  ASSERT_EQ(n, 14);
+  ASSERT(ops[0] == op);
+  ASSERT(ops[1] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4"));
+  ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n));
+  for (size_t i = 0; i < n; i++) ASSERT(ops[i] != op);
+  const ferry_op *fp8 = ferry_op_by_name("gemm_wgmma_fp8_128x256x128_s4_persistent");
+  const ferry_op *i8 = ferry_op_by_name("gemm_wgmma_i8_128x256x128_s4_persistent");
+  const ferry_op *f16 = ferry_op_by_name("gemm_wgmma_f16_128x256x64_s4_persistent");
+  ASSERT(fp8 != NULL && i8 != NULL && f16 != NULL);
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "wgmma_persistent");
+  n_build_jobs = 0;
+  atomic_store(&next_build_job, 0);
+  add_build_job(op, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 0, 0, 0);
+  add_build_job(op, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 1, 1);
+  add_build_job(f16, 90, FERRY_SCALAR_F16, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 0, 1, 0);
+  add_build_job(f16, 90, FERRY_SCALAR_F16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 0, 0);
+  add_build_job(fp8, 90, FERRY_SCALAR_E4M3, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 0, 1, 0);
+  add_build_job(i8, 90, FERRY_SCALAR_I8, FERRY_SCALAR_I32, FERRY_SCALAR_I32, 0, 1, 0);
+  build_worker(NULL);
+  for (int j = 0; j < n_build_jobs; j++) {
+    if (build_jobs[j].st != FERRY_OK) fprintf(stderr, "  job %d: %s\n", j, build_jobs[j].why);
+    ASSERT_OK(build_jobs[j].st);
+  }
+  char arch[32];
+  const char *opts[8];
+  ferry__op_options(op, 90, arch, opts);
+  ASSERT(!strcmp(arch, "--gpu-architecture=sm_90a"));
+  test_rm_rf(home);
+}
+
 TEST(wgmma_design_absent_when_turned_off) {
   setenv("FERRY_WGMMA", "0", 1);
+  setenv("FERRY_WGMMA_PERSISTENT", "1", 1); /* no wgmma at all, in either schedule */
+  ASSERT(ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_persistent") == NULL);
   ASSERT(ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4") == NULL);
   ASSERT(ferry_op_by_name("gemm_mma_bf16_128x256x64_s4_swz") != NULL);
 }
@@ -617,6 +673,36 @@ TEST(run_swizzled_design_lays_out_the_launch) {
   ASSERT_EQ(fake_last_launch.grid_x, 32 * 32);
   ASSERT_EQ(fake_last_launch.block, 128);
   ASSERT_EQ(fake_last_launch.smem, 3 * 256 * 64 * 2);
+  ferry_artifact_release(art);
+  ferry_ops_clear_memo();
+  test_rm_rf(home);
+}
+
+/* The persistent schedule's launch: at most a block per multiprocessor (the fake device has an H200's 132), all
+ * batches in one row of blocks, 384 threads; fewer tiles than multiprocessors, a block per tile. */
+TEST(run_persistent_design_launches_a_block_per_multiprocessor) {
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "runpersistent");
+  unsetenv("FERRY_ARCH");
+  unsetenv("FERRY_WGMMA");
+  setenv("FERRY_WGMMA_PERSISTENT", "1", 1);
+  fake_driver_use();
+  const ferry_op *op = ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_persistent");
+  ASSERT(op != NULL);
+  ferry_gemm_args args;
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 4096, 4096, 4096);
+  ferry_artifact *art = NULL;
+  ASSERT_OK(ferry_op_compile(op, &args, &art));
+  ASSERT_OK(ferry_op_run(op, &args, (void *)0x5100, art, 0));
+  ASSERT_EQ(fake_last_launch.grid_x, 132); /* 512 tiles */
+  ASSERT_EQ(fake_last_launch.grid_z, 1);
+  ASSERT_EQ(fake_last_launch.block, 384);
+  ASSERT_EQ(fake_last_launch.smem, ferry_op_info_get(op)->smem_bytes);
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 300, 600, 64); /* 3 × 3 tiles */
+  ASSERT_OK(ferry_op_run(op, &args, (void *)0x5100, art, 0));
+  ASSERT_EQ(fake_last_launch.grid_x, 9);
+  ASSERT_EQ(fake_last_launch.grid_z, 1);
   ferry_artifact_release(art);
   ferry_ops_clear_memo();
   test_rm_rf(home);

@@ -1,5 +1,5 @@
 #!/bin/sh
-# emulate.sh — builds tests/kernels/emulate_gemm.cpp for every gemm_mma_sw and gemm_wgmma design of
+# emulate.sh — builds tests/kernels/emulate_gemm.cpp for every gemm_mma_sw and gemm_wgmma design (both schedules) of
 # src/ops/gemm_designs.def, in seven problem kinds (all four A/B major pairs, row- and column-major outputs,
 # bf16/fp16/fp32 outputs, fp16 accumulators, three fused epilogues), runs each over edge, batched, alpha/beta and k=0
 # cases, and does the same for gemm_mma.cu in its 128×128 design (a control: its kernels passed on the H200) and its
@@ -31,7 +31,8 @@ f16_rrr_col_bias_relu:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=1,-DFERRY_A_ROW=1,-DFERR
 # The designs of src/ops/gemm_designs.def, one a line: FAMILY BM BN BK WARPS_M WARPS_N WARPS_K STAGES VEC SPEED.
 designs() { sed -n 's/^FERRY_GEMM_DESIGN(\([^)]*\)).*/\1/p' "$root/src/ops/gemm_designs.def" | tr -d ' ' | tr ',' ' '; }
 designs | awk '$1 == "MMA_SW" { print $2, $3, $4, $5, $6, $8 }' > "$out/designs"
-designs | awk '$1 == "WGMMA" { print $2, $3, $4, $8 }' > "$out/wgmma_designs"
+designs | awk '$1 == "WGMMA" { print $2, $3, $4, $8, 0 } $1 == "WGMMA_PERSISTENT" { print $2, $3, $4, $8, 1 }' \
+  > "$out/wgmma_designs"
 designs | awk '$1 == "MMA" && (($2 == 128 && $3 == 128) || $2 == 16) { print $2, $3, $4, $5, $6, $7, $8, $9 }' \
   > "$out/control_designs"
 for f in designs wgmma_designs control_designs; do
@@ -58,7 +59,7 @@ FAIL  $name (does not build)"
     return
   fi
   # shellcheck disable=SC2086
-  if "$out/$name" $cases > "$out/$name.log" 2>&1; then
+  if "$out/$name" $cases ${extra_cases:-} > "$out/$name.log" 2>&1; then
     pass=$((pass + 1))
     table="$table
 ok    $name"
@@ -80,16 +81,22 @@ while read -r bm bn bk wm wn st; do
   done
 done < "$out/designs"
 
-# gemm_wgmma.cu in its registered designs (fp32 accumulation only: the fp16-accumulator kind runs with fp32).
-while read -r bm bn bk st; do
+# gemm_wgmma.cu in its registered designs, both schedules (fp32 accumulation only: the fp16-accumulator kind runs
+# with fp32). The persistent one runs each case with three blocks, each taking several tiles (emulate_gemm.cpp).
+while read -r bm bn bk st persistent; do
+  schedule=$([ "$persistent" = 1 ] && echo _persistent || true)
+  # persistent: also a batch of two with more tiles than blocks, so that blocks cross from one batch to the next
+  extra_cases=$([ "$persistent" = 1 ] && echo 520,600,200,2,8,1,0.5 || true)
   for kind in $kinds; do
     kname=${kind%%:*}
     flags=$(echo "${kind#*:}" | tr ',' ' ' | sed 's/-DFERRY_ACC_TYPE=1//')
     # shellcheck disable=SC2086
-    run "wgmma_${bm}x${bn}x${bk}_s${st}_$kname" -DEMU_KERNEL='"gemm_wgmma.cu"' -DEMU_ENTRY=ferry_gemm_wgmma \
-      -DFERRY_BM="$bm" -DFERRY_BN="$bn" -DFERRY_BK="$bk" -DFERRY_STAGES="$st" $flags
+    run "wgmma_${bm}x${bn}x${bk}_s${st}${schedule}_$kname" -DEMU_KERNEL='"gemm_wgmma.cu"' \
+      -DEMU_ENTRY=ferry_gemm_wgmma -DFERRY_BM="$bm" -DFERRY_BN="$bn" -DFERRY_BK="$bk" -DFERRY_STAGES="$st" \
+      -DFERRY_PERSISTENT="$persistent" $flags
   done
 done < "$out/wgmma_designs"
+extra_cases=
 
 # The padded-tile kernel: its 128×128 design, as it ran on the H200 (a control), and the m ≤ 16 designs.
 while read -r bm bn bk wm wn wk st vec; do

@@ -74,7 +74,7 @@ struct copy {
   int bytes, src_bytes;
 };
 
-enum { READY, AT_BLOCK_BARRIER, AT_WARP_BARRIER, AT_WARPGROUP_BARRIER, DONE };
+enum { READY, AT_BLOCK_BARRIER, AT_WARP_BARRIER, AT_WARPGROUP_BARRIER, AT_MBARRIER, DONE };
 
 struct fiber {
   ucontext_t ctx;                         // how it starts
@@ -85,6 +85,21 @@ struct fiber {
   int state;
   std::vector<copy> open;                 // cp.async issued since the last commit
   std::deque<std::vector<copy>> groups;   // committed, not yet waited for
+  uint32_t waits_on;                      // AT_MBARRIER: the barrier's address
+};
+
+// An mbarrier (gemm_wgmma.cu's persistent schedule): arrivals still expected in the current phase, and the number
+// of phases completed.
+struct mbarrier {
+  int expected, pending;
+  unsigned completed;
+};
+
+// cp.async.mbarrier.arrive: the copies a thread issued before it, and the arrival that follows their landing, in
+// flight together until the scheduler lands them at a random later point.
+struct async_arrival {
+  std::vector<copy> copies;
+  uint32_t bar;
 };
 
 struct range {
@@ -107,6 +122,8 @@ inline bool early_copies;       // perform cp.async at issue instead of at the i
 inline bool early_wgmma;        // perform wgmma at issue instead of when its group is waited for
 inline std::vector<range> globals; // where cp.async may read
 inline void (*entry)();
+inline std::vector<std::pair<uint32_t, mbarrier>> mbarriers; // by shared address, for this block
+inline std::vector<async_arrival> arrivals_in_flight;
 
 inline void (*after_block)() = [] {}; // set by the wgmma emulation: nothing may be left in flight
 
@@ -173,6 +190,27 @@ inline void perform(const copy &c) {
   if (c.src_bytes) memcpy(smem + c.dst, c.src, (size_t)c.src_bytes);
 }
 
+inline mbarrier &mbarrier_at(uint32_t addr) {
+  for (auto &b : mbarriers)
+    if (b.first == addr) return b.second;
+  fail("mbarrier used before mbarrier.init");
+}
+
+// One arrival; the last one expected completes the phase and wakes the threads waiting for it.
+inline void mbarrier_arrive_at(uint32_t addr) {
+  mbarrier &b = mbarrier_at(addr);
+  if (--b.pending > 0) return;
+  b.completed++;
+  b.pending = b.expected;
+  for (fiber &f : fibers)
+    if (f.state == AT_MBARRIER && f.waits_on == addr) f.state = READY; // it checks its parity again
+}
+
+inline void land(const async_arrival &a) {
+  for (const copy &c : a.copies) perform(c);
+  mbarrier_arrive_at(a.bar);
+}
+
 // Per-warp mailboxes of the collectives.
 struct warp_slot {
   uint32_t addr[32];
@@ -212,6 +250,8 @@ inline void run_block(emu_dim3 b, int threads, uint32_t smem_bytes, unsigned see
   memset(warp_arrived, 0, sizeof warp_arrived);
   memset(warpgroup_arrived, 0, sizeof warpgroup_arrived);
   memset(smem, 0xff, sizeof ferry::smem_raw);
+  mbarriers.clear();
+  arrivals_in_flight.clear();
   fibers.resize((size_t)threads); // stacks are kept from block to block
   for (int t = 0; t < threads; t++) {
     fiber &f = fibers[(size_t)t];
@@ -252,11 +292,27 @@ inline void run_block(emu_dim3 b, int threads, uint32_t smem_bytes, unsigned see
       switch_to(f);
       ran++;
     }
-    if (done == threads) break;
-    if (!ran && !waiting) fail("deadlock: every unfinished thread waits at a barrier the others never reach");
+    // Copies with an mbarrier arrival land at random, each round or so, and always when nothing else can move.
+    bool landed = false;
+    for (size_t i = 0; i < arrivals_in_flight.size();) {
+      if (!ran || rng() % 2) {
+        const async_arrival a = arrivals_in_flight[i];
+        arrivals_in_flight.erase(arrivals_in_flight.begin() + (long)i);
+        land(a);
+        landed = true;
+        if (ran) continue;
+        break; // with nothing else running, one at a time: the earliest first
+      }
+      i++;
+    }
+    if (done == threads && arrivals_in_flight.empty()) break;
+    if (!ran && !waiting && !landed)
+      fail("deadlock: every unfinished thread waits at a barrier the others never reach");
   }
   for (fiber &f : fibers)
     if (!f.open.empty() || !f.groups.empty()) fail("a thread exited with cp.async copies in flight");
+  for (const auto &b : mbarriers)
+    if (b.second.pending != b.second.expected) fail("a block ended with an mbarrier phase half done");
   after_block();
 }
 
@@ -540,6 +596,36 @@ inline const bool wgmma_checked_after_each_block = (emu::after_block = [] {
   }
 }, true);
 inline void fence_proxy_async_shared() {}
+
+// mbarriers: 8-byte aligned shared objects, here a table by address (the bytes are only bounds-checked).
+inline void mbar_init(u32 bar, int count) {
+  if (bar % 8) emu::fail("mbarrier not 8-byte aligned");
+  emu::check_smem(bar, 8, "mbarrier.init");
+  if (count < 1) emu::fail("mbarrier.init with no arrivals expected");
+  for (auto &b : emu::mbarriers)
+    if (b.first == bar) emu::fail("mbarrier initialised twice");
+  emu::mbarriers.push_back({bar, emu::mbarrier{count, count, 0}});
+}
+inline void mbar_arrive(u32 bar) { emu::mbarrier_arrive_at(bar); }
+inline void cp_async_mbar_arrive(u32 bar) {
+  emu::mbarrier_at(bar); // initialised
+  emu::arrivals_in_flight.push_back({emu::cur->open, bar});
+  emu::cur->open.clear();
+}
+inline void mbar_wait(u32 bar, u32 parity) {
+  // The phase of parity P has completed when the number of completed phases has the other parity.
+  while ((emu::mbarrier_at(bar).completed & 1u) == (parity & 1u)) {
+    emu::cur->state = emu::AT_MBARRIER;
+    emu::cur->waits_on = bar;
+    while (emu::cur->state == emu::AT_MBARRIER) emu::yield();
+  }
+}
+template <int N> inline void setmaxnreg_dec() {
+  emu::warpgroup_arrive([] {});
+}
+template <int N> inline void setmaxnreg_inc() {
+  emu::warpgroup_arrive([] {});
+}
 
 } // namespace ferry
 

@@ -153,10 +153,19 @@ int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool 
   // The kernel's own figure (src/ops/registry.c computes the same; the CPU tests compare the two).
   const unsigned smem = ferry::SMEM_BYTES;
   const int tiles = (m + FERRY_BM - 1) / FERRY_BM * ((n + FERRY_BN - 1) / FERRY_BN);
+#if FERRY_PERSISTENT
+  // A persistent kernel gets at most one block per SM and loops over the tiles of every batch; three "SMs" here, so
+  // that blocks take several tiles each, across batches.
+  const int blocks = std::min(tiles * l, 3);
+  emu::grid = {(unsigned)blocks, 1, 1};
+  for (int x = 0; x < blocks; x++)
+    emu::run_block({(unsigned)x, 0, 0}, ferry::THREADS, smem, seed + (unsigned)(x * 131), kernel);
+#else
   emu::grid = {(unsigned)tiles, 1, (unsigned)l};
   for (int z = 0; z < l; z++)
     for (int x = 0; x < tiles; x++)
       emu::run_block({(unsigned)x, 0, (unsigned)z}, ferry::THREADS, smem, seed + (unsigned)(x * 131 + z), kernel);
+#endif
 
   // The reference, and what must not have changed.
   const double rel_out = C.type == FERRY_SCALAR_BF16 ? 1.0 / 128 : C.type == FERRY_SCALAR_F16 ? 1.0 / 1024 : 1e-6;

@@ -36,9 +36,23 @@ stage_refilled_while_wgmma_runs|/wgmma_wait<1>();/s/wgmma_wait<1>/wgmma_wait<2>/
 no_barrier_in_k_tile|/^    __syncthreads();             \/\/ everyone/s/__syncthreads();/;/
 wait_one_group_short|/cp_async_wait<STAGES - 3>();/s/STAGES - 3/STAGES - 2/
 copies_into_the_wrong_stage|/write_stage = STAGES - 2;/s/STAGES - 2/STAGES - 1/
-no_wgmma_fence|/^    wgmma_fence();/s/wgmma_fence();/;/
+no_wgmma_fence|/^ *wgmma_fence();$/s/wgmma_fence();/;/
 copies_not_swizzled|/((((c >> 3) ^ r) \& 7) << 4)/s/((((c >> 3) ^ r) \& 7) << 4)/((((c >> 3)) \& 7) << 4)/
 accumulator_rows_wrong|/(warp % 4) \* 16;/s/(warp % 4) \* 16/(warp % 4) * 8/'
+
+# The persistent, warp-specialised schedule: its mbarrier protocol, the copying warpgroup's chunk offsets and the
+# staged epilogue.
+ws_mutants='copier_ignores_empty|/mbar_wait(empty(stage), phase ^ 1);/s/mbar_wait(empty(stage), phase ^ 1);/;/
+copier_waits_wrong_parity|/mbar_wait(empty(stage), phase ^ 1);/s/phase ^ 1/phase/
+full_arrival_before_the_copies|/load_stage<false>(loader, stage, kt);/{s/load_stage.*/cp_async_mbar_arrive(full(stage));/;n;s/cp_async_mbar_arrive(full(stage));/load_stage<false>(loader, stage, kt);/;}
+multipliers_ignore_full|/mbar_wait(full(stage), phase);/s/mbar_wait(full(stage), phase);/;/
+full_completes_at_half_the_copiers|/mbar_init(full(s), COPY_THREADS);/s/COPY_THREADS/COPY_THREADS \/ 2/
+empty_completes_at_one_warpgroup|/mbar_init(empty(s), WARPS);/s/WARPS/WARPS \/ 2/
+stage_released_before_its_wgmma_ends|/^      if (in_flight >= 0 \&\& lane == 0)/s/empty(in_flight)/empty(stage)/
+last_stage_of_a_tile_never_released|/^    if (in_flight >= 0 \&\& lane == 0) mbar_arrive(empty(in_flight));$/s/mbar_arrive/(void)/
+phase_never_flips|/if (++stage == STAGES) stage = 0, phase ^= 1;/s/, phase ^= 1//
+chunks_of_a_256_wide_tile_unswizzled|/return panel_offset<ROWS>(row0() + i \* STEP, col0()) - dst0();/s/return .*/return i * STEP * 128;/
+no_syncwarp_before_next_columns|/__syncwarp(); \/\/ read before the next columns/s/__syncwarp();/;/'
 
 split_mutants='sets_take_the_same_k_steps|/const int ks = kk \* WARPS_K + kw;/s/kk \* WARPS_K + kw/kk * WARPS_K/
 sets_share_one_partial_slot|/return partial + ((((set - 1)/s/(set - 1)/0/
@@ -80,6 +94,11 @@ run_mutants gemm_mma_sw.cu ferry_gemm_mma_sw "-DFERRY_BM=128 -DFERRY_BN=256 -DFE
 # gemm_wgmma.cu in its default design, A and B row-major (N-major B) and, for the K-major paths, B column-major.
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "" "$wg_mutants"
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_B_ROW=0" "$(echo "$wg_mutants" | grep -E '^k_major|^b_transpose')"
+# The persistent schedule: its own mutants, and the wgmma ones that apply to it (not the plain schedule's barrier and
+# copy-ahead ones).
+run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_PERSISTENT=1" "$ws_mutants"
+run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_PERSISTENT=1" \
+  "$(echo "$wg_mutants" | grep -vE '^no_barrier_in_k_tile|^wait_one_group_short|^copies_into_the_wrong_stage')"
 # gemm_mma.cu's sets of warps over k, in its 16×32×128 design with 4 sets.
 run_mutants gemm_mma.cu ferry_gemm_mma "-DFERRY_BM=16 -DFERRY_BN=32 -DFERRY_BK=128 -DFERRY_WARPS_M=1 -DFERRY_WARPS_N=2 \
 -DFERRY_WARPS_K=4 -DFERRY_STAGES=6 -DFERRY_VEC=8" "$split_mutants"
