@@ -3,7 +3,8 @@
 # src/ops/gemm_designs.def, in seven problem kinds (all four A/B major pairs, row- and column-major outputs,
 # bf16/fp16/fp32 outputs, fp16 accumulators, three fused epilogues), runs each over edge, batched, alpha/beta and k=0
 # cases, and does the same for gemm_mma.cu in its 128×128 design (a control: its kernels passed on the H200) and its
-# m ≤ 16 designs.
+# m ≤ 16 designs. gemm_wgmma.cu and gemm_mma.cu also run in five 8-bit kinds (FP8 in three pairings, int8 into
+# exact int32 and into bf16, with scales and epilogues), over cases whose k and strides are whole 16-byte chunks.
 # Needs a C++17 compiler; no GPU.
 #
 # usage: tests/kernels/emulate.sh [BUILD_DIR]   (default: a temporary directory; prints a table, exits 1 on failure)
@@ -19,7 +20,11 @@ cxx=${CXX:-c++}
 cases="128,128,128,1,0,1,0 129,127,65,1,8,1,0 127,129,129,3,8,-1.5,0.25 264,392,328,1,8,1,0 392,264,456,1,8,0.5,0
 64,64,0,1,8,1,0.5 1,8,8,1,8,1,0"
 
-# Types by their codes: 1 fp16, 2 bf16, 3 fp32 (ferry_scalar).
+# 8-bit inputs: k and every stride whole 16-byte chunks (what the host requires of them).
+cases8="128,128,128,1,0,1,0 129,127,80,1,16,1,0 127,129,144,3,16,-1.5,0.25 264,392,336,1,16,1,0
+392,264,464,1,16,0.5,0 64,64,0,1,16,1,0.5 1,8,16,1,16,1,0"
+
+# Types by their codes: 1 fp16, 2 bf16, 3 fp32, 4 e4m3, 5 e5m2, 6 int8, 7 int32 (ferry_scalar).
 kinds="bf16_rrr:-DFERRY_A_TYPE=2,-DFERRY_OUT_TYPE=2,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1
 bf16_ccc_f32:-DFERRY_A_TYPE=2,-DFERRY_OUT_TYPE=3,-DFERRY_A_ROW=0,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0
 f16_rcr_acc16:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=1,-DFERRY_ACC_TYPE=1,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=1
@@ -27,6 +32,12 @@ f16_crr_f32:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=3,-DFERRY_A_ROW=0,-DFERRY_B_ROW=1,
 bf16_rrr_row_bias_gelu:-DFERRY_A_TYPE=2,-DFERRY_OUT_TYPE=2,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1,-DFERRY_BIAS=1,-DFERRY_ACTIVATION=2
 f16_rcc_f32_col_bias_silu:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=3,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0,-DFERRY_BIAS=2,-DFERRY_ACTIVATION=3
 f16_rrr_col_bias_relu:-DFERRY_A_TYPE=1,-DFERRY_OUT_TYPE=1,-DFERRY_A_ROW=1,-DFERRY_B_ROW=1,-DFERRY_OUT_ROW=1,-DFERRY_BIAS=2,-DFERRY_ACTIVATION=1"
+# 8-bit operands: A row-major and B column-major only (k contiguous in both).
+kinds8="e4m3_rcr_bf16:-DFERRY_A_TYPE=4,-DFERRY_B_TYPE=4,-DFERRY_OUT_TYPE=2,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=1
+e4m3_e5m2_rcc_f32_scaled:-DFERRY_A_TYPE=4,-DFERRY_B_TYPE=5,-DFERRY_OUT_TYPE=3,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0,-DFERRY_SCALED=1
+e5m2_e4m3_rcr_f16_row_bias_gelu:-DFERRY_A_TYPE=5,-DFERRY_B_TYPE=4,-DFERRY_OUT_TYPE=1,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=1,-DFERRY_BIAS=1,-DFERRY_ACTIVATION=2
+i8_rcr_i32:-DFERRY_A_TYPE=6,-DFERRY_B_TYPE=6,-DFERRY_OUT_TYPE=7,-DFERRY_ACC_TYPE=7,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=1
+i8_rcc_bf16_scaled_col_bias_silu:-DFERRY_A_TYPE=6,-DFERRY_B_TYPE=6,-DFERRY_OUT_TYPE=2,-DFERRY_ACC_TYPE=7,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0,-DFERRY_SCALED=1,-DFERRY_BIAS=2,-DFERRY_ACTIVATION=3"
 
 # The designs of src/ops/gemm_designs.def, one a line: FAMILY BM BN BK WARPS_M WARPS_N WARPS_K STAGES VEC SPEED.
 designs() { sed -n 's/^FERRY_GEMM_DESIGN(\([^)]*\)).*/\1/p' "$root/src/ops/gemm_designs.def" | tr -d ' ' | tr ',' ' '; }
@@ -59,7 +70,7 @@ FAIL  $name (does not build)"
     return
   fi
   # shellcheck disable=SC2086
-  if "$out/$name" $cases ${extra_cases:-} > "$out/$name.log" 2>&1; then
+  if "$out/$name" $run_cases > "$out/$name.log" 2>&1; then
     pass=$((pass + 1))
     table="$table
 ok    $name"
@@ -71,8 +82,16 @@ FAIL  $name (see $out/$name.log)"
   fi
 }
 
+# The cases of a kind (8-bit ones: cases8) and schedule (persistent: also a batch of two with more tiles than blocks,
+# so that blocks cross from one batch to the next).
+cases_for() { # kind name, persistent (0/1)
+  case $1 in e4m3* | e5m2* | i8*) c=$cases8 extra=520,600,208,2,16,1,0.5 ;; *) c=$cases extra=520,600,200,2,8,1,0.5 ;; esac
+  if [ "$2" = 1 ]; then echo "$c $extra"; else echo "$c"; fi
+}
+
 while read -r bm bn bk wm wn st; do
   for kind in $kinds; do
+    run_cases=$(cases_for "${kind%%:*}" 0)
     kname=${kind%%:*}
     flags=$(echo "${kind#*:}" | tr ',' ' ')
     # shellcheck disable=SC2086
@@ -85,10 +104,9 @@ done < "$out/designs"
 # with fp32). The persistent one runs each case with three blocks, each taking several tiles (emulate_gemm.cpp).
 while read -r bm bn bk st persistent; do
   schedule=$([ "$persistent" = 1 ] && echo _persistent || true)
-  # persistent: also a batch of two with more tiles than blocks, so that blocks cross from one batch to the next
-  extra_cases=$([ "$persistent" = 1 ] && echo 520,600,200,2,8,1,0.5 || true)
-  for kind in $kinds; do
+  for kind in $kinds $kinds8; do
     kname=${kind%%:*}
+    run_cases=$(cases_for "$kname" "$persistent")
     flags=$(echo "${kind#*:}" | tr ',' ' ' | sed 's/-DFERRY_ACC_TYPE=1//')
     # shellcheck disable=SC2086
     run "wgmma_${bm}x${bn}x${bk}_s${st}${schedule}_$kname" -DEMU_KERNEL='"gemm_wgmma.cu"' \
@@ -96,12 +114,12 @@ while read -r bm bn bk st persistent; do
       -DFERRY_PERSISTENT="$persistent" $flags
   done
 done < "$out/wgmma_designs"
-extra_cases=
 
 # The padded-tile kernel: its 128×128 design, as it ran on the H200 (a control), and the m ≤ 16 designs.
 while read -r bm bn bk wm wn wk st vec; do
-  for kind in $kinds; do
+  for kind in $kinds $kinds8; do
     kname=${kind%%:*}
+    run_cases=$(cases_for "$kname" 0)
     flags=$(echo "${kind#*:}" | tr ',' ' ')
     # shellcheck disable=SC2086
     run "mma_${bm}x${bn}x${bk}_s${st}_k${wk}_$kname" -DEMU_KERNEL='"gemm_mma_host.cu"' -DEMU_ENTRY=ferry_gemm_mma \

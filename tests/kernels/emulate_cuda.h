@@ -216,6 +216,7 @@ struct warp_slot {
   uint32_t addr[32];
   uint32_t a[32][4], b[32][2], out[32][4];
   float c[32][4];
+  double c8[32][4]; // the 8-bit mma's accumulators (fp32 or int32 values, exact in a double)
 };
 inline warp_slot slots[32];
 
@@ -381,6 +382,24 @@ typedef storage<FERRY_A_TYPE>::type a_t;
 typedef storage<FERRY_B_TYPE>::type b_t;
 typedef storage<FERRY_OUT_TYPE>::type out_t;
 
+// An 8-bit element's value: e4m3 (bias 7, 3 mantissa bits, S.1111.111 NaN, no infinities), e5m2 (bias 15, 2
+// mantissa bits, IEEE infinities and NaNs) or int8.
+inline double narrow_value(unsigned char byte, int type) {
+  if (type == FERRY_SCALAR_I8) return (double)(signed char)byte;
+  const int sign = byte >> 7;
+  double v;
+  if (type == FERRY_SCALAR_E4M3) {
+    const int e = (byte >> 3) & 15, m = byte & 7;
+    if (e == 15 && m == 7) return NAN;
+    v = e ? std::ldexp((double)(8 | m), e - 10) : std::ldexp((double)m, -9);
+  } else {
+    const int e = (byte >> 2) & 31, m = byte & 3;
+    if (e == 31) return m ? NAN : sign ? -INFINITY : INFINITY;
+    v = e ? std::ldexp((double)(4 | m), e - 17) : std::ldexp((double)m, -16);
+  }
+  return sign ? -v : v;
+}
+
 inline u32 smem_addr(const void *p) {
   const unsigned char *c = static_cast<const unsigned char *>(p);
   if (c < emu::smem || c > emu::smem + sizeof smem_raw) emu::fail("smem_addr of a non-shared pointer");
@@ -485,6 +504,51 @@ inline void mma_f16(u32 d[2], const u32 a[4], const u32 b[2]) {
   d[1] = (u32)f32_to_f16(f[2]) | (u32)f32_to_f16(f[3]) << 16;
 }
 
+#if FERRY_NARROW_INPUTS
+#if FERRY_A_TYPE == FERRY_SCALAR_I8
+typedef int narrow_acc;
+#else
+typedef float narrow_acc;
+#endif
+// mma.sync.aligned.m16n8k32.row.col with 8-bit operands: lane l = 4g + t holds bytes A[g][4t..4t+3] (a0, lowest
+// byte first), A[g+8][4t..] (a1), A[g][16+4t..] (a2), A[g+8][16+4t..] (a3); B[4t..4t+3][g] (b0), B[16+4t..][g] (b1);
+// C/D as m16n8k16. int8 sums are exact; FP8 ones are rounded to fp32 once per instruction.
+inline void mma_k32(narrow_acc d[4], const u32 a[4], const u32 b[2]) {
+  const int w = (int)emu::cur->tid.x / 32, lane = (int)emu::cur->tid.x % 32;
+  emu::warp_slot &s = emu::slots[w];
+  for (int i = 0; i < 4; i++) s.a[lane][i] = a[i], s.c8[lane][i] = (double)d[i];
+  s.b[lane][0] = b[0], s.b[lane][1] = b[1];
+  emu::warp_arrive([w] {
+    emu::warp_slot &s = emu::slots[w];
+    auto byte = [](u32 reg, int j) { return (unsigned char)(reg >> (8 * j)); };
+    double A[16][32], B[32][8], C[16][8];
+    for (int l = 0; l < 32; l++) {
+      const int g = l / 4, t = l % 4;
+      for (int j = 0; j < 4; j++) {
+        A[g][4 * t + j] = narrow_value(byte(s.a[l][0], j), FERRY_A_TYPE);
+        A[g + 8][4 * t + j] = narrow_value(byte(s.a[l][1], j), FERRY_A_TYPE);
+        A[g][16 + 4 * t + j] = narrow_value(byte(s.a[l][2], j), FERRY_A_TYPE);
+        A[g + 8][16 + 4 * t + j] = narrow_value(byte(s.a[l][3], j), FERRY_A_TYPE);
+        B[4 * t + j][g] = narrow_value(byte(s.b[l][0], j), FERRY_B_TYPE);
+        B[16 + 4 * t + j][g] = narrow_value(byte(s.b[l][1], j), FERRY_B_TYPE);
+      }
+      C[g][2 * t] = s.c8[l][0], C[g][2 * t + 1] = s.c8[l][1];
+      C[g + 8][2 * t] = s.c8[l][2], C[g + 8][2 * t + 1] = s.c8[l][3];
+    }
+    for (int l = 0; l < 32; l++) {
+      const int g = l / 4, t = l % 4;
+      const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+      for (int e = 0; e < 4; e++) {
+        double acc = C[rows[e]][cols[e]];
+        for (int k = 0; k < 32; k++) acc += A[rows[e]][k] * B[k][cols[e]];
+        s.c8[l][e] = (double)(narrow_acc)acc;
+      }
+    }
+  });
+  for (int i = 0; i < 4; i++) d[i] = (narrow_acc)s.c8[lane][i];
+}
+#endif
+
 // ---- wgmma (gemm_wgmma.cu) ----------------------------------------------------------------------------------
 // Descriptors are decoded from the PTX ISA's definitions, independently of how the kernel builds them: start, LBO
 // and SBO (each stored >> 4), the swizzle mode (only 128-byte is used), the canonical layouts
@@ -497,73 +561,94 @@ inline void mma_f16(u32 d[2], const u32 a[4], const u32 b[2]) {
 namespace wg {
 struct op {
   unsigned long long da, db;
-  int in, ta, tb;
-  float *d[128]; // each thread's accumulators
+  int in_a, in_b, ta, tb; // element types (8-bit ones: k 32 bytes, K-major only)
+  bool int_acc;           // int32 accumulators (int8 inputs); else fp32
+  void *d[128];           // each thread's accumulators
 };
 struct state {
   std::vector<op> open;               // issued since the last commit
   std::deque<std::vector<op>> groups; // committed, not yet waited for
   unsigned long long da[128], db[128];
-  float *d[128];
+  void *d[128];
   bool fenced;                        // wgmma.fence since the last accumulator access by other code
 };
 inline state groups[8];
 
-inline uint32_t element_address(unsigned long long desc, int trans, int mn, int k) {
+// Elements of `bytes` bytes: T = 16 / bytes of them per 16-byte core-matrix row.
+inline uint32_t element_address(unsigned long long desc, int trans, int mn, int k, uint32_t bytes) {
   const uint32_t start = (uint32_t)(desc & 0x3fff) << 4, lbo = (uint32_t)((desc >> 16) & 0x3fff) << 4,
                  sbo = (uint32_t)((desc >> 32) & 0x3fff) << 4;
   if ((desc >> 62) != 1 || ((desc >> 49) & 7)) emu::fail("wgmma descriptor: only 128-byte swizzle, base offset 0");
-  const uint32_t T = 8;
+  const uint32_t T = 16 / bytes;
   uint32_t off; // bytes, before the swizzle
-  if (!trans) off = 2 * ((mn % 8) * 8 * T + (k % T) + (k / T) * T) + (mn / 8) * sbo;
-  else off = 2 * ((mn % T) + (mn / T % 8) * T + (k % 8) * 8 * T) + (mn / (8 * T)) * lbo + (k / 8) * sbo;
+  if (!trans) off = bytes * ((mn % 8) * 8 * T + (k % T) + (k / T) * T) + (mn / 8) * sbo;
+  else off = bytes * ((mn % T) + (mn / T % 8) * T + (k % 8) * 8 * T) + (mn / (8 * T)) * lbo + (k / 8) * sbo;
   const uint32_t byte = start + off;
   return byte ^ (((byte >> 7) & 7) << 4);
 }
 
+inline double element(const op &o, int type, unsigned long long desc, int trans, int mn, int k) {
+  const bool narrow = type >= FERRY_SCALAR_E4M3 && type <= FERRY_SCALAR_I8;
+  const uint32_t a = element_address(desc, trans, mn, k, narrow ? 1 : 2);
+  emu::check_smem(a, narrow ? 1 : 2, "wgmma operand");
+  if (narrow) return narrow_value(emu::smem[a], type);
+  u16 h;
+  memcpy(&h, emu::smem + a, 2);
+  (void)o;
+  return (double)(type == FERRY_SCALAR_BF16 ? bf16_to_f32(h) : f16_to_f32(h));
+}
+
 inline void perform(const op &o) {
-  auto load = [&](unsigned long long desc, int trans, int mn, int k) {
-    const uint32_t a = element_address(desc, trans, mn, k);
-    emu::check_smem(a, 2, "wgmma operand");
-    u16 h;
-    memcpy(&h, emu::smem + a, 2);
-    return (double)(o.in == FERRY_SCALAR_BF16 ? bf16_to_f32(h) : f16_to_f32(h));
-  };
-  static double A[64][16], B[256][16];
+  const bool narrow = o.in_a >= FERRY_SCALAR_E4M3 && o.in_a <= FERRY_SCALAR_I8;
+  const int K = narrow ? 32 : 16;
+  static double A[64][32], B[256][32];
   for (int m = 0; m < 64; m++)
-    for (int k = 0; k < 16; k++) A[m][k] = load(o.da, o.ta, m, k);
+    for (int k = 0; k < K; k++) A[m][k] = element(o, o.in_a, o.da, o.ta, m, k);
   for (int n = 0; n < 256; n++)
-    for (int k = 0; k < 16; k++) B[n][k] = load(o.db, o.tb, n, k);
+    for (int k = 0; k < K; k++) B[n][k] = element(o, o.in_b, o.db, o.tb, n, k);
   for (int t = 0; t < 128; t++) {
     const int w = t / 32, l = t % 32;
     for (int j = 0; j < 32; j++)
       for (int e = 0; e < 4; e++) {
-        const int row = 16 * w + l / 4 + (e >= 2 ? 8 : 0), col = 8 * j + 2 * (l % 4) + (e & 1);
-        double acc = o.d[t][4 * j + e];
-        for (int k = 0; k < 16; k++) acc += A[row][k] * B[col][k];
-        o.d[t][4 * j + e] = (float)acc;
+        const int row = 16 * w + l / 4 + (e >= 2 ? 8 : 0), col = 8 * j + 2 * (l % 4) + (e & 1), i = 4 * j + e;
+        double acc = o.int_acc ? (double)static_cast<int *>(o.d[t])[i] : (double)static_cast<float *>(o.d[t])[i];
+        for (int k = 0; k < K; k++) acc += A[row][k] * B[col][k];
+        if (o.int_acc) static_cast<int *>(o.d[t])[i] = (int)acc;
+        else static_cast<float *>(o.d[t])[i] = (float)acc;
       }
   }
+}
+
+// Issues one wgmma for the calling thread's warpgroup: a collective whose last arrival records the op.
+inline void issue(void *d, unsigned long long desc_a, unsigned long long desc_b, int in_a, int in_b, int ta, int tb,
+                  bool int_acc) {
+  const int g = (int)emu::cur->tid.x / 128, t = (int)emu::cur->tid.x % 128;
+  state &s = groups[g];
+  s.da[t] = desc_a, s.db[t] = desc_b, s.d[t] = d;
+  emu::warpgroup_arrive([=] {
+    state &s = groups[g];
+    if (!s.fenced) emu::fail("wgmma without a wgmma.fence before it");
+    for (int i = 1; i < 128; i++)
+      if (s.da[i] != s.da[0] || s.db[i] != s.db[0]) emu::fail("wgmma descriptors differ across the warpgroup");
+    op o;
+    o.da = s.da[0], o.db = s.db[0], o.in_a = in_a, o.in_b = in_b, o.ta = ta, o.tb = tb, o.int_acc = int_acc;
+    for (int i = 0; i < 128; i++) o.d[i] = s.d[i];
+    if (emu::early_wgmma) perform(o);
+    else s.open.push_back(o);
+  });
 }
 } // namespace wg
 
 template <int IN, int TRANS_A, int TRANS_B>
 inline void wgmma_m64n256k16(float (&d)[128], unsigned long long desc_a, unsigned long long desc_b) {
-  const int g = (int)emu::cur->tid.x / 128, t = (int)emu::cur->tid.x % 128;
-  wg::state &s = wg::groups[g];
-  s.da[t] = desc_a, s.db[t] = desc_b, s.d[t] = d;
-  emu::warpgroup_arrive([g] {
-    wg::state &s = wg::groups[g];
-    if (!s.fenced) emu::fail("wgmma without a wgmma.fence before it");
-    for (int i = 1; i < 128; i++)
-      if (s.da[i] != s.da[0] || s.db[i] != s.db[0]) emu::fail("wgmma descriptors differ across the warpgroup");
-    wg::op o;
-    o.da = s.da[0], o.db = s.db[0], o.in = IN, o.ta = TRANS_A, o.tb = TRANS_B;
-    for (int i = 0; i < 128; i++) o.d[i] = s.d[i];
-    if (emu::early_wgmma) wg::perform(o);
-    else s.open.push_back(o);
-  });
+  wg::issue(d, desc_a, desc_b, IN, IN, TRANS_A, TRANS_B, false);
 }
+#if FERRY_NARROW_INPUTS
+// m64n256k32 with 8-bit operands, both K-major (the only layout the instruction reads).
+inline void wgmma_m64n256k32(narrow_acc (&d)[128], unsigned long long desc_a, unsigned long long desc_b) {
+  wg::issue(d, desc_a, desc_b, FERRY_A_TYPE, FERRY_B_TYPE, 0, 0, FERRY_A_TYPE == FERRY_SCALAR_I8);
+}
+#endif
 inline void wgmma_fence() {
   const int g = (int)emu::cur->tid.x / 128;
   emu::warpgroup_arrive([g] { wg::groups[g].fenced = true; });
@@ -588,6 +673,7 @@ template <int N> inline void wgmma_wait() {
   });
 }
 inline void wgmma_fence_operand(float &) {}
+inline void wgmma_fence_operand(int &) {}
 // Every block must leave no wgmma in flight; the next block starts with a clean state.
 inline const bool wgmma_checked_after_each_block = (emu::after_block = [] {
   for (wg::state &s : wg::groups) {

@@ -28,9 +28,18 @@ using ferry::u32;
 
 constexpr int GUARD = 256; // bytes before and after each matrix
 
-size_t esize(int type) { return type == FERRY_SCALAR_F32 ? 4 : 2; }
+bool narrow(int type) { return type >= FERRY_SCALAR_E4M3 && type <= FERRY_SCALAR_I8; }
+size_t esize(int type) {
+  return type == FERRY_SCALAR_F32 || type == FERRY_SCALAR_I32 ? 4 : narrow(type) ? 1 : 2;
+}
 
 double get(const unsigned char *p, size_t i, int type) {
+  if (narrow(type)) return ferry::narrow_value(p[i], type);
+  if (type == FERRY_SCALAR_I32) {
+    int v;
+    memcpy(&v, p + 4 * i, 4);
+    return v;
+  }
   if (type == FERRY_SCALAR_F32) {
     float f;
     memcpy(&f, p + 4 * i, 4);
@@ -42,6 +51,11 @@ double get(const unsigned char *p, size_t i, int type) {
 }
 
 void put(unsigned char *p, size_t i, int type, double v) {
+  if (type == FERRY_SCALAR_I32) {
+    const int x = (int)v;
+    memcpy(p + 4 * i, &x, 4);
+    return;
+  }
   if (type == FERRY_SCALAR_F32) {
     float f = (float)v;
     memcpy(p + 4 * i, &f, 4);
@@ -108,23 +122,46 @@ double uniform() { // [-1, 1)
   return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
 }
 
+// An operand element: uniform in [-1, 1) for 16- and 32-bit types; for 8-bit ones a random byte, any int8 or a
+// finite FP8 value of magnitude at most 2. Padding, which no kernel may read, gets NaN (FP8: 0x7f in both formats)
+// or, for int8, 127 (not a NaN, but a wrong sum wherever it is read).
+void put_operand(unsigned char *p, size_t i, int type, bool logical) {
+  if (!narrow(type)) {
+    put(p, i, type, logical ? uniform() : NAN);
+    return;
+  }
+  if (!logical) {
+    p[i] = 0x7f;
+    return;
+  }
+  for (;;) {
+    const unsigned char b = (unsigned char)((uniform() + 1.0) * 128.0);
+    const double v = ferry::narrow_value(b, type);
+    if (type == FERRY_SCALAR_I8 || (std::isfinite(v) && std::fabs(v) <= 2.0)) {
+      p[i] = b;
+      return;
+    }
+  }
+}
+
 // Runs one case in one cp.async mode; returns the number of bad elements.
 int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool early, unsigned seed) {
+  if (FERRY_OUT_TYPE == FERRY_SCALAR_I32) alpha = 1, beta = 0; // an exact int32 output takes no epilogue
   mat A = make(FERRY_A_TYPE, !FERRY_A_ROW, l, m, k, pad), B = make(FERRY_B_TYPE, !FERRY_B_ROW, l, k, n, pad);
   mat C = make(FERRY_OUT_TYPE, !FERRY_OUT_ROW, l, m, n, pad);
   unsigned char *a = base_of(A), *b = base_of(B), *c = base_of(C);
   // Everything around and between the elements starts as a pattern that must survive.
   memset(c - GUARD, 0x5a, C.elems * esize(C.type) + 2 * GUARD);
-  for (size_t e = 0; e < A.elems; e++) put(a, e, A.type, A.logical(e) ? uniform() : NAN);
-  for (size_t e = 0; e < B.elems; e++) put(b, e, B.type, B.logical(e) ? uniform() : NAN);
+  for (size_t e = 0; e < A.elems; e++) put_operand(a, e, A.type, A.logical(e));
+  for (size_t e = 0; e < B.elems; e++) put_operand(b, e, B.type, B.logical(e));
   std::vector<double> c0(C.elems, 0.0);
   for (size_t e = 0; e < C.elems; e++)
     if (C.logical(e)) {
       if (beta != 0.0f) {
         put(c, e, C.type, uniform());
         c0[e] = get(c, e, C.type);
-      } else {
-        memset(c + e * esize(C.type), 0xff, esize(C.type)); // NaN: must be overwritten
+      } else { // must be overwritten: NaN, or for int32 0x80808080
+        memset(c + e * esize(C.type), C.type == FERRY_SCALAR_I32 ? 0x80 : 0xff, esize(C.type));
       }
     }
   const std::vector<unsigned char> before(c - GUARD, c + C.elems * esize(C.type) + GUARD);
@@ -132,8 +169,9 @@ int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool 
   const int bias_len = FERRY_BIAS == 1 ? n : FERRY_BIAS == 2 ? m : 0;
   std::vector<unsigned char> bias_mem((size_t)(bias_len > 0 ? bias_len : 1) * esize(C.type));
   for (int i = 0; i < bias_len; i++) put(bias_mem.data(), (size_t)i, C.type, 2 * uniform());
-  for (long long v : {A.ld, B.ld, A.batch, B.batch})
-    if (k > 0 && v * 2 % EMU_ALIGN) { // (k = 0: nothing is loaded, the host accepts any layout)
+  for (long long v : {A.ld * (long long)esize(A.type), B.ld * (long long)esize(B.type),
+                      A.batch * (long long)esize(A.type), B.batch * (long long)esize(B.type)})
+    if (k > 0 && v % EMU_ALIGN) { // (k = 0: nothing is loaded, the host accepts any layout)
       fprintf(stderr, "case %d,%d,%d,%d,%d: operands not 16-byte aligned; the host would not run this design\n", m,
               n, k, l, pad);
       exit(2);
@@ -146,7 +184,11 @@ int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool 
   params.m = m, params.n = n, params.k = k, params.l = l;
   params.alpha = alpha, params.beta = beta;
   params.bias = FERRY_BIAS ? bias_mem.data() : nullptr;
-  emu::globals = {{a, a + A.elems * 2}, {b, b + B.elems * 2}};
+  // Per-tensor scales (FERRY_SCALED): the kernel multiplies alpha by both, read from "device" memory.
+  static float scale_a = 0.5f, scale_b = 3.0f;
+  params.scale_a = &scale_a, params.scale_b = &scale_b;
+  const double alpha_total = FERRY_SCALED ? (double)alpha * scale_a * scale_b : (double)alpha;
+  emu::globals = {{a, a + A.elems * esize(A.type)}, {b, b + B.elems * esize(B.type)}};
   emu::early_copies = early;
   emu::early_wgmma = !early;
 
@@ -168,8 +210,14 @@ int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool 
 #endif
 
   // The reference, and what must not have changed.
-  const double rel_out = C.type == FERRY_SCALAR_BF16 ? 1.0 / 128 : C.type == FERRY_SCALAR_F16 ? 1.0 / 1024 : 1e-6;
-  const double eps_acc = FERRY_ACC_TYPE == FERRY_SCALAR_F16 ? 4e-3 : 1e-6;
+  // int32: exact. Else the output's rounding, and the accumulator's over the sum of |products|.
+  const double rel_out = C.type == FERRY_SCALAR_BF16  ? 1.0 / 128
+                         : C.type == FERRY_SCALAR_F16 ? 1.0 / 1024
+                         : C.type == FERRY_SCALAR_I32 ? 0.0
+                                                      : 1e-6;
+  const double eps_acc = FERRY_ACC_TYPE == FERRY_SCALAR_F16   ? 4e-3
+                         : FERRY_ACC_TYPE == FERRY_SCALAR_I32 ? 0.0
+                                                              : 1e-6;
   int bad = 0;
   double worst = 0;
   std::vector<double> av((size_t)m * k), bv((size_t)k * n);
@@ -188,9 +236,13 @@ int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool 
         }
         const size_t e = C.at(z, i, j);
         const double bias = FERRY_BIAS ? get(bias_mem.data(), (size_t)(FERRY_BIAS == 1 ? j : i), C.type) : 0.0;
-        const double pre = alpha * acc + beta * c0[e] + bias, ref = activate(pre), got = get(c, e, C.type);
-        const double tol = rel_out * std::fabs(ref) +
-                           ACTIVATION_SLOPE * (eps_acc * std::fabs(alpha) * mag + 1e-6 * std::fabs(pre)) + 1e-30;
+        const double pre = alpha_total * acc + beta * c0[e] + bias, ref = activate(pre), got = get(c, e, C.type);
+        const double tol = C.type == FERRY_SCALAR_I32
+                               ? 0.0
+                               : rel_out * std::fabs(ref) +
+                                     ACTIVATION_SLOPE * (eps_acc * std::fabs(alpha_total) * mag +
+                                                         1e-6 * std::fabs(pre)) +
+                                     1e-30;
         const double err = std::fabs(got - ref);
         if (!(err <= tol)) {
           if (bad < 5)
@@ -221,12 +273,12 @@ int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool 
 int main(int argc, char **argv) {
   unsigned seed = 1;
   int failures = 0, cases = 0;
-  printf("%s %dx%dx%d, %d threads, s%d; A %s, B %s, out %s %s, acc %s, bias mode %d, activation %d\n", EMU_KERNEL,
-         FERRY_BM, FERRY_BN, FERRY_BK, ferry::THREADS, FERRY_STAGES, FERRY_A_ROW ? "row" : "col",
-         FERRY_B_ROW ? "row" : "col",
-         FERRY_OUT_TYPE == FERRY_SCALAR_F32 ? "fp32" : FERRY_OUT_TYPE == FERRY_SCALAR_F16 ? "fp16" : "bf16",
-         FERRY_OUT_ROW ? "row" : "col", FERRY_ACC_TYPE == FERRY_SCALAR_F16 ? "fp16" : "fp32", FERRY_BIAS,
-         FERRY_ACTIVATION);
+  static const char *const type_names[] = {"?", "fp16", "bf16", "fp32", "e4m3", "e5m2", "int8", "int32"};
+  printf("%s %dx%dx%d, %d threads, s%d; A %s %s, B %s %s, out %s %s, acc %s, bias mode %d, activation %d%s\n",
+         EMU_KERNEL, FERRY_BM, FERRY_BN, FERRY_BK, ferry::THREADS, FERRY_STAGES, type_names[FERRY_A_TYPE],
+         FERRY_A_ROW ? "row" : "col", type_names[FERRY_B_TYPE], FERRY_B_ROW ? "row" : "col",
+         type_names[FERRY_OUT_TYPE], FERRY_OUT_ROW ? "row" : "col", type_names[FERRY_ACC_TYPE], FERRY_BIAS,
+         FERRY_ACTIVATION, FERRY_SCALED ? ", scaled" : "");
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
       seed = (unsigned)strtoul(argv[++i], nullptr, 10);

@@ -2,10 +2,10 @@
 # mutants.sh — checks that the emulator (emulate_gemm.cpp) would catch the mistakes that matter in the new kernels:
 # each mutant is gemm_mma_sw.cu or gemm_wgmma.cu with one plausible bug (a missing barrier or wait, a copy into a
 # stage still being read, a wrong swizzle or descriptor, an off-by-one at an edge, a full-tile copy past k, a
-# missing __syncwarp or wgmma.fence, a wide store past n, a wrong accumulator row), gemm_mma.cu with its sets of warps
-# over k summed wrongly, or gemm_output.cuh with a wrong epilogue (bias index, order, activation), and each must FAIL
-# the emulated cases. A surviving mutant means the
-# emulation cannot see that kind of bug.
+# missing __syncwarp or wgmma.fence, a wide store past n, a wrong accumulator row, a broken mbarrier protocol in the
+# persistent schedule), gemm_mma.cu with its sets of warps over k summed wrongly, or gemm_output.cuh with a wrong
+# epilogue (bias index, order, activation) or 8-bit handling (pairs along k, scales), and each must FAIL the emulated
+# cases. A surviving mutant means the emulation cannot see that kind of bug.
 #
 # usage: tests/kernels/mutants.sh [BUILD_DIR]
 set -eu
@@ -114,25 +114,38 @@ gelu_cubic_coefficient|/0.044715f/s/0.044715f/0.04f/|-DFERRY_ACTIVATION=2
 silu_sign|/return times_sigmoid(x, x);/s/times_sigmoid(x, x)/times_sigmoid(x, -x)/|-DFERRY_ACTIVATION=3
 sigmoid_sign|/__expf(-t)/s/__expf(-t)/__expf(t)/|-DFERRY_ACTIVATION=2
 relu_at_zero_lets_negatives_through|/return x < 0.0f ? 0.0f : x;/s/x < 0.0f/x < -0.5f/|-DFERRY_ACTIVATION=1'
-echo "$epilogue_mutants" | while IFS='|' read -r name expr flags; do
-  mkdir -p "$out/header_$name"
-  sed "$expr" "$root/src/kernels/gemm_output.cuh" > "$out/header_$name/gemm_output.cuh"
-  if cmp -s "$root/src/kernels/gemm_output.cuh" "$out/header_$name/gemm_output.cuh"; then
-    echo "STALE    gemm_output.cuh $name: the expression no longer matches"
-    echo 1 >> "$out/survivors"
-    continue
-  fi
-  # shellcheck disable=SC2086
-  $cxx -std=c++17 -O2 -Wno-unknown-pragmas -I "$out/header_$name" -I "$root/src/kernels" -I "$here" \
-    -DFERRY_A_TYPE=2 -DFERRY_OUT_TYPE=3 $flags "$here/emulate_gemm.cpp" -o "$out/header_$name/emulate"
-  # shellcheck disable=SC2086
-  if "$out/header_$name/emulate" $cases > "$out/header_$name.log" 2>&1; then
-    echo "SURVIVED gemm_output.cuh $name"
-    echo 1 >> "$out/survivors"
-  else
-    echo "killed   gemm_output.cuh $name: $(grep -m1 -E 'FAIL|FAILURE' "$out/header_$name.log")"
-  fi
-done
+# header mutants: list (name | sed expression | kind flags), the kernel's flags, the cases
+run_header_mutants() {
+  echo "$1" | while IFS='|' read -r name expr flags; do
+    mkdir -p "$out/header_$name"
+    sed "$expr" "$root/src/kernels/gemm_output.cuh" > "$out/header_$name/gemm_output.cuh"
+    if cmp -s "$root/src/kernels/gemm_output.cuh" "$out/header_$name/gemm_output.cuh"; then
+      echo "STALE    gemm_output.cuh $name: the expression no longer matches"
+      echo 1 >> "$out/survivors"
+      continue
+    fi
+    # shellcheck disable=SC2086
+    $cxx -std=c++17 -O2 -Wno-unknown-pragmas -I "$out/header_$name" -I "$root/src/kernels" -I "$here" \
+      $2 $flags "$here/emulate_gemm.cpp" -o "$out/header_$name/emulate"
+    # shellcheck disable=SC2086
+    if "$out/header_$name/emulate" $3 > "$out/header_$name.log" 2>&1; then
+      echo "SURVIVED gemm_output.cuh $name"
+      echo 1 >> "$out/survivors"
+    else
+      echo "killed   gemm_output.cuh $name: $(grep -m1 -E 'FAIL|FAILURE' "$out/header_$name.log")"
+    fi
+  done
+}
+run_header_mutants "$epilogue_mutants" "-DFERRY_A_TYPE=2 -DFERRY_OUT_TYPE=3" "$cases"
+
+# 8-bit inputs: the pairs along k and the per-tensor scales, under the persistent wgmma kernel, over cases whose k
+# and strides are whole 16-byte chunks (a batch among them).
+cases8="129,127,80,1,16,1,0 127,129,144,3,16,-1.5,0.25 392,264,464,1,16,0.5,0"
+narrow_mutants='pairs_keep_a_batch_stride|/p.k \/= 2, p.lda \/= 2/s/p.batch_a \/= 2, //|-DFERRY_A_TYPE=6 -DFERRY_OUT_TYPE=7 -DFERRY_ACC_TYPE=7
+scales_ignored|/p.alpha \* \*p.scale_a \* \*p.scale_b;/s/ \* \*p.scale_a \* \*p.scale_b//|-DFERRY_A_TYPE=4 -DFERRY_OUT_TYPE=3 -DFERRY_SCALED=1
+scale_a_read_twice|/p.alpha \* \*p.scale_a \* \*p.scale_b;/s/\*p.scale_b;/*p.scale_a;/|-DFERRY_A_TYPE=6 -DFERRY_OUT_TYPE=2 -DFERRY_ACC_TYPE=7 -DFERRY_SCALED=1'
+run_header_mutants "$narrow_mutants" "-DEMU_KERNEL=\"gemm_wgmma.cu\" -DEMU_ENTRY=ferry_gemm_wgmma -DFERRY_PERSISTENT=1 \
+-DFERRY_A_ROW=1 -DFERRY_B_ROW=0" "$cases8"
 
 if [ -s "$out/survivors" ]; then
   echo "some mutants survived: the emulation misses those bugs"
