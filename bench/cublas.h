@@ -7,6 +7,7 @@
 #ifndef FERRY_BENCH_CUBLAS_H
 #define FERRY_BENCH_CUBLAS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct bench_cublas {
@@ -27,9 +28,12 @@ typedef struct bench_cublas {
                  int ldc, int compute_type, int algo);
 } bench_cublas;
 
-/* cudaDataType_t and cublasComputeType_t values used with gemm_ex. */
-enum { BENCH_CUDA_R_32F = 0, BENCH_CUDA_R_16F = 2, BENCH_CUDA_R_16BF = 14 };
-enum { BENCH_CUBLAS_COMPUTE_32F = 68, BENCH_CUBLAS_COMPUTE_16F = 64 };
+/* cudaDataType_t and cublasComputeType_t values used with gemm_ex and cuBLASLt. */
+enum {
+  BENCH_CUDA_R_32F = 0, BENCH_CUDA_R_16F = 2, BENCH_CUDA_R_8I = 3, BENCH_CUDA_R_32I = 10, BENCH_CUDA_R_16BF = 14,
+  BENCH_CUDA_R_8F_E4M3 = 28, BENCH_CUDA_R_8F_E5M2 = 29
+};
+enum { BENCH_CUBLAS_COMPUTE_32F = 68, BENCH_CUBLAS_COMPUTE_16F = 64, BENCH_CUBLAS_COMPUTE_32I = 72 };
 enum { BENCH_CUBLAS_GEMM_DEFAULT = -1 };
 
 /* Opens cuBLAS ($FERRY_CUBLAS, else libcublas.so.13, .12, then the toolkit's lib64) and creates a handle in the
@@ -38,5 +42,34 @@ int bench_cublas_open(bench_cublas *cb, char *why, int why_size);
 
 /* Destroys the handle. The library stays loaded (cuBLAS keeps process-wide state). */
 void bench_cublas_close(bench_cublas *cb);
+
+/* cuBLASLt, for the one GEMM cublasGemmEx does not offer: FP8 inputs with per-tensor scales (what torch._scaled_mm
+ * runs). One prepared matmul: D (n×m column-major, a row-major m×n output) = scale_a·scale_b · Aᵀ·B of column-major
+ * A (k×n) and B (k×m), the "TN" layout cuBLASLt's FP8 kernels take. */
+typedef struct bench_cublaslt {
+  void *lib, *handle, *desc, *a_layout, *b_layout, *d_layout, *pref;
+  uint64_t algo[8];  /* cublasLtMatmulAlgo_t, from the heuristic */
+  size_t workspace_bytes;
+  int (*matmul)(void *handle, void *desc, const void *alpha, const void *a, void *a_layout, const void *b,
+                void *b_layout, const void *beta, const void *c, void *c_layout, void *d, void *d_layout,
+                const void *algo, void *workspace, size_t workspace_bytes, void *stream);
+  int (*desc_destroy)(void *desc);
+  int (*layout_destroy)(void *layout);
+  int (*pref_destroy)(void *pref);
+  int (*destroy)(void *handle);
+} bench_cublaslt;
+
+/* Prepares the FP8 matmul above (a_type and b_type BENCH_CUDA_R_8F_*, d_type the output's; scales: device pointers
+ * to one float each, applied to A and B) for at most `workspace_bytes` of workspace. Returns 0, or -1 with a sentence
+ * in `why` (no cuBLASLt, no kernel for these types on this GPU). */
+int bench_cublaslt_fp8_open(bench_cublaslt *lt, int m, int n, int k, int a_type, int b_type, int d_type,
+                            const void *scale_a, const void *scale_b, size_t workspace_bytes, char *why,
+                            int why_size);
+
+/* Runs it: d = the output (device), a and b the operands as above. 0 on success (a cublasStatus_t otherwise). */
+int bench_cublaslt_run(const bench_cublaslt *lt, const void *a, const void *b, void *d, void *workspace,
+                       void *stream);
+
+void bench_cublaslt_close(bench_cublaslt *lt);
 
 #endif

@@ -42,6 +42,12 @@ if(FERRY_BUILD_TOOLS)
       --shape 16 8192)
     time_gemm_test(bad_shape 2 stderr "^ferry_time_gemm: bad --size or --shape" --shape 0 8192 8192)
     time_gemm_test(without_a_gpu_says_so 0 stdout "^ferry_time_gemm: no GPU here" --shape 16 8192 8192)
+    time_gemm_test(help_names_the_8bit_kinds 0 stdout "--int8 \\| --fp8.*cuBLASLt" --help)
+    time_gemm_test(int8_takes_no_epilogue 2 stderr "^ferry_time_gemm: --epilogues does not go with --int8" --int8
+      --epilogues)
+    time_gemm_test(fp8_needs_k_in_16s 2 stderr "^ferry_time_gemm: 8-bit operands need K a multiple of 16" --fp8
+      --shape 16 8192 8190)
+    time_gemm_test(fp8_without_a_gpu_says_so 0 stdout "^ferry_time_gemm: no GPU here" --fp8)
   endif()
 endif()
 

@@ -78,13 +78,15 @@ def bandwidth64 24 - "ferry bench bandwidth at 64 MiB in 1 to 4096 tensors, 51 r
 --output $RESULTS/bandwidth64.csv"
 def latency 45 all "ferry bench latency: operator host latency and GEMM device time" \
   "$build/ferry bench latency --output $RESULTS/latency.csv"
-def gemm 30 all "device time of every tensor-core design beside cuBLAS, bf16 and fp16 (ferry_time_gemm)" \
-  "$build/ferry_time_gemm && $build/ferry_time_gemm --fp16"
+def gemm 40 all "device time of every tensor-core design beside cuBLAS(Lt): bf16, fp16, int8, FP8 (ferry_time_gemm)" \
+  "$build/ferry_time_gemm && $build/ferry_time_gemm --fp16 && $build/ferry_time_gemm --int8 \
+&& $build/ferry_time_gemm --fp8"
 def wgmma 30 all "the same and the operator tests (--quick) with the wgmma design forced on" \
   "FERRY_WGMMA=1 $build/ferry_time_gemm && FERRY_WGMMA=1 $build/ferry_test_ops_gpu --quick $ops_tests"
 def persistent 30 all "the same with the persistent wgmma designs added (FERRY_WGMMA_PERSISTENT=1)" \
   "export FERRY_WGMMA_PERSISTENT=1 && $build/ferry_time_gemm && $build/ferry_time_gemm --size 8192 \
-&& $build/ferry_time_gemm --epilogues && $build/ferry_test_ops_gpu --quick $ops_tests"
+&& $build/ferry_time_gemm --epilogues && $build/ferry_time_gemm --fp8 && $build/ferry_time_gemm --int8 \
+&& $build/ferry_test_ops_gpu --quick $ops_tests"
 def ranks 8 all "ferry bench ranks and overlap under torchrun; a LOCAL_RANK past the devices must fail" \
   "torchrun --nproc-per-node 1 --no-python $build/ferry bench ranks --output $RESULTS/ranks.csv \
 && torchrun --nproc-per-node 1 --no-python $build/ferry bench overlap --num-runs 10 --num-tensors 1 256 \
