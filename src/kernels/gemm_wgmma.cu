@@ -387,9 +387,10 @@ __device__ __forceinline__ void store_accumulators(const ferry_gemm_params &p, c
 }
 
 // Registers per thread after the hand-over: 128 copying threads at COPY_REGS and the multiplying ones at
-// MMA_REGS fill the 64K register file (the launch's share, 65536 / THREADS, lies between).
+// MMA_REGS, within what the block was launched with: its whole share of the 64K register file (168 a thread for
+// 384 threads; the host refuses a kernel given fewer, since setmaxnreg.inc would then wait forever).
 constexpr int COPY_REGS = 56, MMA_REGS = 224;
-static_assert(128 * COPY_REGS + WARPS * 32 * MMA_REGS <= 65536, "the register file");
+static_assert(128 * COPY_REGS + WARPS * 32 * MMA_REGS <= THREADS * (65536 / THREADS / 8 * 8), "the register file");
 static_assert(WGS == 2, "the register split assumes one copying and two multiplying warpgroups");
 
 // The grid is at most one block per SM; block b takes tiles b, b + gridDim.x, ... of all batches (tile index
@@ -447,7 +448,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
         if (++stage == STAGES) stage = 0, phase ^= 1;
       }
     }
-    return; // the copies still in flight end in arrivals the multiplying warps wait for
+    // Not gone before the last copies have landed and been read: every stage's last fill released.
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_wait(empty(stage), phase ^ 1);
+      if (++stage == STAGES) stage = 0, phase ^= 1;
+    }
+    return;
   }
 
   setmaxnreg_inc<MMA_REGS>();

@@ -111,6 +111,21 @@ static int runs_on(int cubin_sm, int device_sm) {
   return cubin_sm / 10 == device_sm / 10 && device_sm % 10 >= cubin_sm % 10;
 }
 
+/* A persistent kernel hands registers between its warpgroups (setmaxnreg), which assumes the block was launched
+ * with its whole share of the register file; given fewer, setmaxnreg.inc would wait forever. */
+static ferry_status check_register_share(const ferry_artifact *art, CUfunction f, int device) {
+  ferry_status st = FERRY_OK;
+  int regs = 0, share = 65536 / (int)art->threads / 8 * 8;
+  FERRY_TRY_CU(("reading operator %s's register count on cuda:%d", art->op->info.name, device), cuFuncGetAttribute,
+               &regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f);
+  if (regs < share)
+    st = FERRY_ERR(FERRY_COMPILE_FAILED, "operator %s's kernel was compiled with %d registers a thread; its "
+                   "warpgroups' register hand-over needs the block's whole share, %d", art->op->info.name, regs,
+                   share);
+cleanup:
+  return st;
+}
+
 ferry_status ferry__artifact_function(ferry_artifact *art, int device, CUfunction *out) {
   ferry_status st = FERRY_OK;
   int entered = 0, sm = 0;
@@ -132,6 +147,7 @@ ferry_status ferry__artifact_function(ferry_artifact *art, int device, CUfunctio
   entered = 1;
   FERRY_TRY_CU(("getting operator %s's kernel on cuda:%d", art->op->info.name, device), cuKernelGetFunction, &f,
                art->kernel);
+  if (art->persistent) FERRY_TRY(check_register_share(art, f, device));
   if (art->smem > 48u * 1024u)
     FERRY_TRY_CU(("allowing operator %s %u bytes of shared memory on cuda:%d", art->op->info.name, art->smem,
                   device), cuFuncSetAttribute, f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)art->smem);

@@ -194,7 +194,12 @@ static CUresult f_lib_unload(CUlibrary l) { free(l); fake_live_libraries--; retu
 static CUresult f_lib_kernel(CUkernel *k, CUlibrary l, const char *name) { (void)name; *k = (CUkernel)l; return CUDA_SUCCESS; }
 static CUresult f_kernel_fn(CUfunction *f, CUkernel k) { (void)k; *f = (CUfunction)&fake_gemm_function; return CUDA_SUCCESS; }
 static CUresult f_fn_set(CUfunction f, CUfunction_attribute a, int v) { (void)f; (void)a; (void)v; return CUDA_SUCCESS; }
-static CUresult f_fn_get(int *v, CUfunction_attribute a, CUfunction f) { (void)a; (void)f; *v = 0; return CUDA_SUCCESS; }
+int fake_kernel_registers = 168; /* what every fake kernel reports as CU_FUNC_ATTRIBUTE_NUM_REGS */
+static CUresult f_fn_get(int *v, CUfunction_attribute a, CUfunction f) {
+  (void)f;
+  *v = a == CU_FUNC_ATTRIBUTE_NUM_REGS ? fake_kernel_registers : 0;
+  return CUDA_SUCCESS;
+}
 static CUresult f_launch_any(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                              unsigned sh, CUstream s, void **params, void **extra) {
   if (f != (CUfunction)&fake_gemm_function) return f_launch(f, gx, gy, gz, bx, by, bz, sh, s, params, extra);

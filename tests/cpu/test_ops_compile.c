@@ -704,6 +704,17 @@ TEST(run_persistent_design_launches_a_block_per_multiprocessor) {
   ASSERT_EQ(fake_last_launch.grid_x, 9);
   ASSERT_EQ(fake_last_launch.grid_z, 1);
   ferry_artifact_release(art);
+  /* a kernel given less than the block's share of registers would hang in its hand-over: refused before launch */
+  ferry_ops_clear_memo();
+  fake_kernel_registers = 160;
+  const int launches = fake_launches;
+  ASSERT_OK(ferry_op_compile(op, &args, &art));
+  ASSERT_STATUS(ferry_op_run(op, &args, (void *)0x5100, art, 0), FERRY_COMPILE_FAILED);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "compiled with 160 registers a thread; its warpgroups' register "
+                      "hand-over needs the block's whole share, 168");
+  ASSERT_EQ(fake_launches, launches);
+  fake_kernel_registers = 168;
+  ferry_artifact_release(art);
   ferry_ops_clear_memo();
   test_rm_rf(home);
 }
