@@ -163,9 +163,12 @@ static void gemm_on_cpu(const ferry_gemm_params *p) {
 
 /* ---- the entry points --------------------------------------------------------------------------------------- */
 
+/* An sm_90 with an H200's 132 multiprocessors, whose kernels report their whole share of registers for 384 threads
+ * (what a persistent kernel's launch reads); every other attribute as the transfer simulation answers it. */
 static CUresult s_attribute(int *v, CUdevice_attribute a, CUdevice d) {
   if (a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) return *v = 9, CUDA_SUCCESS;
   if (a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) return *v = 0, CUDA_SUCCESS;
+  if (a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) return *v = 132, CUDA_SUCCESS;
   return base_attribute(v, a, d);
 }
 static CUresult s_ctx_current(CUcontext *c) { *c = NULL; return CUDA_SUCCESS; }
@@ -180,7 +183,10 @@ static CUresult s_lib_unload(CUlibrary l) { free(l); live_libraries--; return CU
 static CUresult s_lib_kernel(CUkernel *k, CUlibrary l, const char *name) { *k = (CUkernel)l; return CUDA_SUCCESS; }
 static CUresult s_kernel_fn(CUfunction *f, CUkernel k) { *f = (CUfunction)&gemm_function; return CUDA_SUCCESS; }
 static CUresult s_fn_set(CUfunction f, CUfunction_attribute a, int v) { return CUDA_SUCCESS; }
-static CUresult s_fn_get(int *v, CUfunction_attribute a, CUfunction f) { *v = 0; return CUDA_SUCCESS; }
+static CUresult s_fn_get(int *v, CUfunction_attribute a, CUfunction f) {
+  *v = a == CU_FUNC_ATTRIBUTE_NUM_REGS ? 168 : 0;
+  return CUDA_SUCCESS;
+}
 
 static CUresult s_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                          unsigned smem, CUstream s, void **params, void **extra) {

@@ -270,6 +270,50 @@ def test_launcher_alignment_check_picks_the_operator_requirement():
 # ---- ferry graphs -------------------------------------------------------------------------------------------------
 
 
+PERSISTENT_CHILD = """
+import os, sys
+import numpy as np
+os.environ["FERRY_WGMMA_PERSISTENT"] = "1"   # read when the registry first fills: in this process, below
+from ferry import _ferry
+_ferry._sim_install()
+_ferry._ops_sim_install()
+import ferry.ops as ops
+EX = _ferry._SimExchangeTensor
+rng = np.random.default_rng(5)
+for l, (m, n, k) in ((1, (300, 600, 520)), (3, (40, 600, 64))):
+    a = rng.uniform(-1, 1, (l, m, k)).astype(np.float16).squeeze(0 if l == 1 else None)
+    b = rng.uniform(-1, 1, (k, n)).astype(np.float16)
+    c = np.full(a.shape[:-1] + (n,), np.nan, np.float16)
+    args = ops.GemmArguments(EX(a), EX(b), EX(c), "float32")
+    found = [o for o in ops.get_operators(args) if o.name == "gemm_wgmma_f16_128x256x64_s4_persistent"]
+    assert found, [o.name for o in ops.get_operators(args)]
+    op = found[0]
+    op.run(args)
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    err = np.linalg.norm(c.astype(np.float64) - ref) / np.linalg.norm(ref)
+    assert err < 5e-3, err
+    st = _ferry._ops_sim_state()
+    tiles = -(-m // 128) * -(-n // 256) * l
+    assert st["last_grid"] == (min(tiles, 132), 1, 1), (st["last_grid"], tiles)
+    assert st["last_block"] == 384, st["last_block"]
+print("ok")
+"""
+
+
+def test_the_persistent_wgmma_design_launches_a_block_per_multiprocessor_over_every_batch(tmp_path):
+    """FERRY_WGMMA_PERSISTENT=1 (read at the registry's first use, so in a process of its own): the persistent
+    design is found on the sm_90 simulation, its grid is min(tiles × batches, 132 multiprocessors) in one row of
+    384-thread blocks, and the GEMM its parameters describe is right."""
+    import os
+    import subprocess
+
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    env.pop("FERRY_ARCH", None)
+    done = subprocess.run([sys.executable, "-c", PERSISTENT_CHILD], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
 def test_graph_capture_replay_and_update():
     case = (48, 40, 24, 1, np.float16, np.float32, "C", "C", "C", 0)
     sets = [operands(case, seed=10 * i) for i in range(4)]
