@@ -48,6 +48,7 @@ if(FERRY_BUILD_TOOLS)
     time_gemm_test(fp8_needs_k_in_16s 2 stderr "^ferry_time_gemm: 8-bit operands need K a multiple of 16" --fp8
       --shape 16 8192 8190)
     time_gemm_test(fp8_without_a_gpu_says_so 0 stdout "^ferry_time_gemm: no GPU here" --fp8)
+    time_gemm_test(one_type_at_most 2 stderr "^ferry_time_gemm: one of --fp16, --int8, --fp8 at most" --int8 --fp16)
   endif()
 endif()
 
