@@ -90,7 +90,7 @@ endif()
 # ferry_check_kernels`. The same sources NVRTC compiles at run time, with the defaults of their macros varied.
 if(FERRY_NVCC)
   # The designs: src/ops/gemm_designs.def, one FERRY_GEMM_DESIGN(FAMILY, BM, BN, BK, WARPS_M, WARPS_N, WARPS_K,
-  # STAGES, VEC, SPEED) a line.
+  # STAGES, VEC, SPEED, EXPERIMENTAL) a line.
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/ops/gemm_designs.def)
   file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/src/ops/gemm_designs.def design_lines REGEX "^FERRY_GEMM_DESIGN\\(")
   set(check_cmds)

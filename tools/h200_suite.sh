@@ -83,10 +83,12 @@ def gemm 40 all "device time of every tensor-core design beside cuBLAS(Lt): bf16
 && $build/ferry_time_gemm --fp8"
 def wgmma 30 all "the same and the operator tests (--quick) with the wgmma design forced on" \
   "FERRY_WGMMA=1 $build/ferry_time_gemm && FERRY_WGMMA=1 $build/ferry_test_ops_gpu --quick $ops_tests"
-def persistent 30 all "the same with the persistent wgmma designs added (FERRY_WGMMA_PERSISTENT=1)" \
-  "export FERRY_WGMMA_PERSISTENT=1 && $build/ferry_time_gemm && $build/ferry_time_gemm --size 8192 \
-&& $build/ferry_time_gemm --epilogues && $build/ferry_time_gemm --fp8 && $build/ferry_time_gemm --int8 \
-&& $build/ferry_test_ops_gpu --quick $ops_tests"
+def experimental 40 all "every design and the designs not yet measured (FERRY_EXPERIMENTAL_DESIGNS=1): ferry_time_gemm \
+at 4096³, 8192³ and decode shapes, epilogues, FP8, int8, then the operator tests; each command at most 150 s (a hang)" \
+  "export FERRY_EXPERIMENTAL_DESIGNS=1; rc=0; for args in '' '--size 8192' '--shape 16 8192 8192' \
+'--shape 16 8192 8192 --b-col' '--shape 16 8192 8192 --fp8' '--shape 16 4096 4096' '--epilogues' '--fp8' '--int8'; \
+do timeout 150 $build/ferry_time_gemm \$args || rc=1; done; \
+timeout 300 $build/ferry_test_ops_gpu --quick $ops_tests || rc=1; exit \$rc"
 def ranks 8 all "ferry bench ranks and overlap under torchrun; a LOCAL_RANK past the devices must fail" \
   "torchrun --nproc-per-node 1 --no-python $build/ferry bench ranks --output $RESULTS/ranks.csv \
 && torchrun --nproc-per-node 1 --no-python $build/ferry bench overlap --num-runs 10 --num-tensors 1 256 \

@@ -172,9 +172,17 @@ __device__ __forceinline__ void mma_k32(narrow_acc d[4], const u32 a[4], const u
                  C(d[118]), C(d[119]), C(d[120]), C(d[121]), C(d[122]), C(d[123]), C(d[124]), C(d[125]), C(d[126]), \
                  C(d[127])\
                : "l"(desc_a), "l"(desc_b) __VA_ARGS__)
+// The same for a 64×64 D (32 registers a thread): the m ≤ 64 design, whose tile is one warpgroup's.
+#define FERRY_WGMMA_M64N64(INSTR, TAIL, C, ...)                                                                      \
+  asm volatile(INSTR " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, " TAIL ";" \
+               : C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]), C(d[10]), \
+                 C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), C(d[18]), C(d[19]), C(d[20]), \
+                 C(d[21]), C(d[22]), C(d[23]), C(d[24]), C(d[25]), C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]), \
+                 C(d[31]) \
+               : "l"(desc_a), "l"(desc_b) __VA_ARGS__)
+// One k-step of a warpgroup's 64×N tile, N given by the accumulators' count (128: N 256, 32: N 64).
 template <int IN, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long long desc_a,
-                                                 unsigned long long desc_b) {
+__device__ __forceinline__ void wgmma_k16(float (&d)[128], unsigned long long desc_a, unsigned long long desc_b) {
   if (IN == FERRY_SCALAR_BF16)
     FERRY_WGMMA_M64N256("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", "1, 1, 1, %130, %131", "+f",
                         , "n"(TRANS_A), "n"(TRANS_B));
@@ -182,26 +190,42 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long 
     FERRY_WGMMA_M64N256("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", "1, 1, 1, %130, %131", "+f",
                         , "n"(TRANS_A), "n"(TRANS_B));
 }
-#if FERRY_NARROW_INPUTS
-#if FERRY_A_TYPE == FERRY_SCALAR_I8
-#define FERRY_WGMMA_K32 "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8", "1", "+r"
-#elif FERRY_A_TYPE == FERRY_SCALAR_E4M3 && FERRY_B_TYPE == FERRY_SCALAR_E4M3
-#define FERRY_WGMMA_K32 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3", "1, 1, 1", "+f"
-#elif FERRY_A_TYPE == FERRY_SCALAR_E4M3
-#define FERRY_WGMMA_K32 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e5m2", "1, 1, 1", "+f"
-#elif FERRY_B_TYPE == FERRY_SCALAR_E4M3
-#define FERRY_WGMMA_K32 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e5m2.e4m3", "1, 1, 1", "+f"
-#else
-#define FERRY_WGMMA_K32 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e5m2.e5m2", "1, 1, 1", "+f"
-#endif
-#define FERRY_WGMMA_EXPAND(...) FERRY_WGMMA_M64N256(__VA_ARGS__)
-__device__ __forceinline__ void wgmma_m64n256k32(narrow_acc (&d)[128], unsigned long long desc_a,
-                                                 unsigned long long desc_b) {
-  FERRY_WGMMA_EXPAND(FERRY_WGMMA_K32, );
+template <int IN, int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_k16(float (&d)[32], unsigned long long desc_a, unsigned long long desc_b) {
+  if (IN == FERRY_SCALAR_BF16)
+    FERRY_WGMMA_M64N64("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", "1, 1, 1, %34, %35", "+f",
+                       , "n"(TRANS_A), "n"(TRANS_B));
+  else
+    FERRY_WGMMA_M64N64("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", "1, 1, 1, %34, %35", "+f",
+                       , "n"(TRANS_A), "n"(TRANS_B));
 }
-#undef FERRY_WGMMA_EXPAND
+#if FERRY_NARROW_INPUTS
+// The k32 instruction's types, its operands after the descriptors, and its accumulators' constraint.
+#if FERRY_A_TYPE == FERRY_SCALAR_I8
+#define FERRY_WGMMA_K32(N) "wgmma.mma_async.sync.aligned.m64n" #N "k32.s32.s8.s8", "1", "+r"
+#elif FERRY_A_TYPE == FERRY_SCALAR_E4M3 && FERRY_B_TYPE == FERRY_SCALAR_E4M3
+#define FERRY_WGMMA_K32(N) "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3", "1, 1, 1", "+f"
+#elif FERRY_A_TYPE == FERRY_SCALAR_E4M3
+#define FERRY_WGMMA_K32(N) "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e5m2", "1, 1, 1", "+f"
+#elif FERRY_B_TYPE == FERRY_SCALAR_E4M3
+#define FERRY_WGMMA_K32(N) "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e5m2.e4m3", "1, 1, 1", "+f"
+#else
+#define FERRY_WGMMA_K32(N) "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e5m2.e5m2", "1, 1, 1", "+f"
+#endif
+#define FERRY_WGMMA_EXPAND_256(...) FERRY_WGMMA_M64N256(__VA_ARGS__)
+#define FERRY_WGMMA_EXPAND_64(...) FERRY_WGMMA_M64N64(__VA_ARGS__)
+__device__ __forceinline__ void wgmma_k32(narrow_acc (&d)[128], unsigned long long desc_a,
+                                          unsigned long long desc_b) {
+  FERRY_WGMMA_EXPAND_256(FERRY_WGMMA_K32(256), );
+}
+__device__ __forceinline__ void wgmma_k32(narrow_acc (&d)[32], unsigned long long desc_a, unsigned long long desc_b) {
+  FERRY_WGMMA_EXPAND_64(FERRY_WGMMA_K32(64), );
+}
+#undef FERRY_WGMMA_EXPAND_256
+#undef FERRY_WGMMA_EXPAND_64
 #endif
 #undef FERRY_WGMMA_M64N256
+#undef FERRY_WGMMA_M64N64
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait() {

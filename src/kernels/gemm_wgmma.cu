@@ -1,9 +1,10 @@
 // gemm_wgmma.cu — ferry's Hopper GEMM: fp16/bf16 operands, fp32 accumulators, wgmma.mma_async (sm_90a only) with
 // both operands read by the tensor cores straight from shared memory, fed by a cp.async pipeline.
 //
-// A block of WGS warpgroups computes a BM×BN tile (BM = 64·WGS, BN ≤ 256); warpgroup g owns rows 64g..64g+63 and
-// issues one m64nBNk16 wgmma per k16 step, so its 64×BN fp32 accumulators (BN/2 registers a thread) never leave
-// registers until the epilogue. K advances BK = 64 at a time through STAGES shared buffers.
+// A block of WGS warpgroups computes a BM×BN tile (BM = 64·WGS, BN 256, or 64 for m ≤ 64: a decode step's skinny
+// GEMM, one warpgroup streaming 64 columns of B); warpgroup g owns rows 64g..64g+63 and issues one m64nBNk16 wgmma
+// per k16 step, so its 64×BN fp32 accumulators (BN/2 registers a thread) never leave registers until the epilogue.
+// K advances BK = 64 at a time through STAGES shared buffers.
 //
 // Shared layout (the canonical 128-byte-swizzle layouts of the PTX ISA's "Shared Memory Matrix Layout"): each
 // operand tile is stored as it lies in memory, rows of its contiguous dimension, cut into 64-element panels; a
@@ -89,7 +90,7 @@ static_assert(FERRY_ACC_TYPE == FERRY_SCALAR_F32, "wgmma accumulates in fp32 her
 typedef float acc_t;
 #endif
 static_assert(BK == 64, "one 128-byte swizzle row of K per row of a K-major tile");
-static_assert(BM % 64 == 0 && BN == 256, "warpgroups of 64 rows, one m64n256k16 each");
+static_assert(BM % 64 == 0 && (BN == 256 || BN == 64), "warpgroups of 64 rows, one m64nBNk16 each (BN 256 or 64)");
 static_assert(STAGES >= 3, "copies run STAGES-2 k-tiles ahead of the wgmma");
 static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "every tile starts on a 1024-byte swizzle boundary");
 
@@ -164,7 +165,7 @@ struct mainloop {
   int m0, n0, ktiles, wg;
   bool inside_mn;
   int read_stage, write_stage;
-  acc_t acc[128]; // this thread's part of the warpgroup's 64×256 accumulators
+  acc_t acc[BN / 2]; // this thread's part of the warpgroup's 64×BN accumulators
 
   __device__ __forceinline__ mainloop(const ferry_gemm_params &p_, const elem *A_, const elem *B_, u32 smem_, int m0_,
                                       int n0_)
@@ -181,7 +182,7 @@ struct mainloop {
     read_stage = 0;
     write_stage = STAGES - 2;
 #pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0;
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
   }
 
   // k-tile kt. FULL: the k-tile it copies (kt+STAGES-2) exists and lies inside the operands.
@@ -195,20 +196,20 @@ struct mainloop {
 
     const u32 sa = smem + read_stage * STAGE_BYTES, sb = sa + A_BYTES;
 #pragma unroll
-    for (int i = 0; i < 128; ++i) wgmma_fence_operand(acc[i]);
+    for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
 #if FERRY_NARROW_INPUTS
-      wgmma_m64n256k32(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
+      wgmma_k32(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
 #else
-      wgmma_m64n256k16<FERRY_A_TYPE, A_ROW ? 0 : 1, B_ROW ? 1 : 0>(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
+      wgmma_k16<FERRY_A_TYPE, A_ROW ? 0 : 1, B_ROW ? 1 : 0>(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
 #endif
     }
     wgmma_commit();
     wgmma_wait<1>(); // k-tile kt-1's group is done: its stage may be refilled after the next barrier
 #pragma unroll
-    for (int i = 0; i < 128; ++i) wgmma_fence_operand(acc[i]);
+    for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
     read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
   }
 
@@ -224,7 +225,7 @@ struct mainloop {
     for (; kt < ktiles; ++kt) k_tile<false>(kt);
     wgmma_wait<0>();
 #pragma unroll
-    for (int i = 0; i < 128; ++i) wgmma_fence_operand(acc[i]);
+    for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
   }
 };
 
@@ -324,16 +325,16 @@ struct tile_loader {
 };
 
 // Warpgroup wg's four k16 steps over the stage whose tiles start at sa, sb, issued as one wgmma group.
-__device__ __forceinline__ void mma_stage(acc_t (&acc)[128], u32 sa, u32 sb, int wg) {
+__device__ __forceinline__ void mma_stage(acc_t (&acc)[BN / 2], u32 sa, u32 sb, int wg) {
 #pragma unroll
-  for (int i = 0; i < 128; ++i) wgmma_fence_operand(acc[i]);
+  for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
   wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks) {
 #if FERRY_NARROW_INPUTS
-    wgmma_m64n256k32(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
+    wgmma_k32(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
 #else
-    wgmma_m64n256k16<FERRY_A_TYPE, A_ROW ? 0 : 1, B_ROW ? 1 : 0>(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
+    wgmma_k16<FERRY_A_TYPE, A_ROW ? 0 : 1, B_ROW ? 1 : 0>(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
 #endif
   }
   wgmma_commit();
@@ -342,7 +343,7 @@ __device__ __forceinline__ void mma_stage(acc_t (&acc)[128], u32 sa, u32 sb, int
 // The output tile (m0, n0) of batch z from warp `warp`'s accumulators, laid out as in the plain schedule's epilogue.
 // Row-major outputs go through `staging` (the warp's 16 × EPI_PITCH fp32), EPI_COLS columns at a time, and leave it
 // 4 elements a store where aligned and in range.
-__device__ __forceinline__ void store_accumulators(const ferry_gemm_params &p, const acc_t (&accs)[128], int z,
+__device__ __forceinline__ void store_accumulators(const ferry_gemm_params &p, const acc_t (&accs)[BN / 2], int z,
                                                    int m0, int n0, int warp, sum_t *staging) {
   out_t *C = static_cast<out_t *>(p.out) + z * p.batch_c;
   const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
@@ -391,7 +392,7 @@ __device__ __forceinline__ void store_accumulators(const ferry_gemm_params &p, c
 // 384 threads; the host refuses a kernel given fewer, since setmaxnreg.inc would then wait forever).
 constexpr int COPY_REGS = 56, MMA_REGS = 224;
 static_assert(128 * COPY_REGS + WARPS * 32 * MMA_REGS <= THREADS * (65536 / THREADS / 8 * 8), "the register file");
-static_assert(WGS == 2, "the register split assumes one copying and two multiplying warpgroups");
+static_assert(WGS == 2 && BN == 256, "the register split assumes one copying and two multiplying warpgroups");
 
 // The grid is at most one block per SM; block b takes tiles b, b + gridDim.x, ... of all batches (tile index
 // t: batch t / tiles, then tile_of_index's order within it). Both sides walk the same sequence.
@@ -459,10 +460,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
   setmaxnreg_inc<MMA_REGS>();
   const int warp = threadIdx.x / 32 - COPY_THREADS / 32, wg = warp / 4, lane = threadIdx.x % 32;
   sum_t *staging = reinterpret_cast<sum_t *>(smem_aligned + PIPE_BYTES) + warp * 16 * EPI_PITCH;
-  acc_t acc[128];
+  acc_t acc[BN / 2];
   while (walk.next(p, z, m0, n0)) {
 #pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0;
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
     int in_flight = -1; // the stage the last wgmma group reads
     for (int kt = 0; kt < ktiles; ++kt) {
       mbar_wait(full(stage), phase);
@@ -471,14 +472,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
       mma_stage(acc, sa, sa + A_BYTES, wg);
       wgmma_wait<1>(); // the group before this one is done with its stage
 #pragma unroll
-      for (int i = 0; i < 128; ++i) wgmma_fence_operand(acc[i]);
+      for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
       if (in_flight >= 0 && lane == 0) mbar_arrive(empty(in_flight));
       in_flight = stage;
       if (++stage == STAGES) stage = 0, phase ^= 1;
     }
     wgmma_wait<0>();
 #pragma unroll
-    for (int i = 0; i < 128; ++i) wgmma_fence_operand(acc[i]);
+    for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
     if (in_flight >= 0 && lane == 0) mbar_arrive(empty(in_flight));
     store_accumulators(p, acc, z, m0, n0, warp, staging);
   }

@@ -135,8 +135,9 @@ static void add_mma(ferry__family family, builtin_inputs inputs, int bm, int bn,
   op->design = (ferry__design){bm, bn, bk, warps_m, warps_n, warps_k, stages, vec, speed};
   op->info.name = strdup(name);
   op->defines = strdup(defines);
-  if (narrow) op->info.instruction = wgmma ? "wgmma.m64n256k32" : "mma.sync.m16n8k32";
-  else op->info.instruction = wgmma ? "wgmma.m64n256k16" : "mma.sync.m16n8k16";
+  if (wgmma && narrow) op->info.instruction = bn == 64 ? "wgmma.m64n64k32" : "wgmma.m64n256k32";
+  else if (wgmma) op->info.instruction = bn == 64 ? "wgmma.m64n64k16" : "wgmma.m64n256k16";
+  else op->info.instruction = narrow ? "mma.sync.m16n8k32" : "mma.sync.m16n8k16";
   op->info.tile_m = bm;
   op->info.tile_n = bn;
   op->info.tile_k = tile_k;
@@ -233,9 +234,10 @@ static const struct builtin_design {
   ferry__family family;
   int bm, bn, bk, warps_m, warps_n, warps_k, stages, vec;
   double speed;
+  int experimental;
 } builtin_designs[] = {
-#define FERRY_GEMM_DESIGN(family, bm, bn, bk, warps_m, warps_n, warps_k, stages, vec, speed) \
-  {FERRY__##family, bm, bn, bk, warps_m, warps_n, warps_k, stages, vec, speed},
+#define FERRY_GEMM_DESIGN(family, bm, bn, bk, warps_m, warps_n, warps_k, stages, vec, speed, experimental) \
+  {FERRY__##family, bm, bn, bk, warps_m, warps_n, warps_k, stages, vec, speed, experimental},
 #include "gemm_designs.def"
 #undef FERRY_GEMM_DESIGN
 };
@@ -244,10 +246,10 @@ static void register_builtins(void) {
   pthread_mutex_lock(&registry_lock);
   ferry__builtin_headers_digest(builtin_headers);
   /* FERRY_WGMMA=0 leaves the wgmma designs out (for comparing, or for a driver that cannot load sm_90a code);
-   * FERRY_WGMMA_PERSISTENT=1 brings in the persistent ones (experimental: off by default). */
-  const char *env = getenv("FERRY_WGMMA"), *env_persistent = getenv("FERRY_WGMMA_PERSISTENT");
+   * FERRY_EXPERIMENTAL_DESIGNS=1 brings in the designs not yet measured on a GPU. */
+  const char *env = getenv("FERRY_WGMMA"), *env_experimental = getenv("FERRY_EXPERIMENTAL_DESIGNS");
   int wgmma = !env || strcmp(env, "0") != 0;
-  int persistent = wgmma && env_persistent && strcmp(env_persistent, "1") == 0;
+  int experimental = env_experimental && strcmp(env_experimental, "1") == 0;
   const size_t n_designs = sizeof builtin_designs / sizeof builtin_designs[0];
   /* pass 0: every fp16/bf16 design but wgmma; pass 1: wgmma; pass 2: the 8-bit ones (gemm_mma.cu's 16-byte-load
    * designs and wgmma: what the pairs along k serve unchanged) */
@@ -256,7 +258,7 @@ static void register_builtins(void) {
       for (size_t k = 0; k < n_designs; k++) {
         const struct builtin_design *d = &builtin_designs[k];
         const int is_wgmma = ferry__family_is_wgmma(d->family);
-        if ((is_wgmma && !wgmma) || (d->family == FERRY__WGMMA_PERSISTENT && !persistent)) continue;
+        if ((is_wgmma && !wgmma) || (d->experimental && !experimental)) continue;
         if (pass < 2 && is_wgmma != pass) continue;
         if (pass == 2 && !is_wgmma && (d->family != FERRY__MMA || d->vec != 8)) continue;
         builtin_inputs inputs = pass < 2 ? (i ? INPUTS_BF16 : INPUTS_F16) : (i ? INPUTS_I8 : INPUTS_FP8);

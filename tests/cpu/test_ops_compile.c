@@ -438,7 +438,7 @@ TEST(compile_swizzled_designs_in_every_layout_for_sm90) { compile_every_builtin(
  * source branches on. */
 TEST(wgmma_design_by_default_for_sm90a_only) {
   unsetenv("FERRY_WGMMA");
-  unsetenv("FERRY_WGMMA_PERSISTENT");
+  unsetenv("FERRY_EXPERIMENTAL_DESIGNS");
   const ferry_op *op = ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4");
   ASSERT(op != NULL);
   ASSERT(ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_persistent") == NULL); /* only when asked for */
@@ -492,13 +492,13 @@ TEST(wgmma_design_by_default_for_sm90a_only) {
   test_rm_rf(home);
 }
 
-/* gemm_wgmma.cu's persistent schedule: absent unless FERRY_WGMMA_PERSISTENT=1 (read when the registry first fills:
+/* gemm_wgmma.cu's persistent schedule: absent unless FERRY_EXPERIMENTAL_DESIGNS=1 (read when the registry first fills:
  * in this test's own process, now), then found for sm_90 alone and first at 4096³ (its speed is a prediction), with
  * its copying warpgroup's threads and its shared memory (stages, the epilogue's own space, the mbarriers, the
  * alignment slack); compiled by NVRTC for sm_90a in the layouts and input types its source branches on. */
 TEST(wgmma_persistent_design_only_when_asked) {
   unsetenv("FERRY_WGMMA");
-  setenv("FERRY_WGMMA_PERSISTENT", "1", 1);
+  setenv("FERRY_EXPERIMENTAL_DESIGNS", "1", 1);
   const ferry_op *op = ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_persistent");
   ASSERT(op != NULL);
   const ferry_op_info *info = ferry_op_info_get(op);
@@ -512,7 +512,7 @@ TEST(wgmma_persistent_design_only_when_asked) {
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
-  ASSERT_EQ(n, 14);
+  ASSERT_EQ(n, 15); /* the default 13, this one and the m <= 64 one */
   ASSERT(ops[0] == op);
   ASSERT(ops[1] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4"));
   ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n));
@@ -544,9 +544,52 @@ TEST(wgmma_persistent_design_only_when_asked) {
   test_rm_rf(home);
 }
 
+/* The m <= 64 wgmma design (one warpgroup, 64×64 tiles, 8 stages): experimental too, then first for a decode step
+ * on sm_90 (16×8192×8192: 128 tiles), behind the 128×256 designs at 4096³; compiled for sm_90a in the layouts and
+ * input types its source branches on (m64n64k16, and k32 for 8-bit inputs). */
+TEST(wgmma_decode_design_only_when_asked) {
+  unsetenv("FERRY_WGMMA");
+  setenv("FERRY_EXPERIMENTAL_DESIGNS", "1", 1);
+  const ferry_op *op = ferry_op_by_name("gemm_wgmma_bf16_64x64x64_s8");
+  ASSERT(op != NULL);
+  const ferry_op_info *info = ferry_op_info_get(op);
+  ASSERT(!strcmp(info->instruction, "wgmma.m64n64k16"));
+  ASSERT_EQ(info->threads, 128);
+  ASSERT_EQ(info->smem_bytes, 8 * (64 + 64) * 64 * 2 + 1024);
+  ferry_gemm_args args;
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 16, 8192, 8192);
+  const ferry_op *ops[32];
+  size_t n = 0;
+  ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
+  ASSERT(n > 1 && ops[0] == op);
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 4096, 4096, 4096);
+  ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
+  ASSERT(ops[0] != op && ops[1] != op);
+  const ferry_op *fp8 = ferry_op_by_name("gemm_wgmma_fp8_64x64x128_s8");
+  const ferry_op *i8 = ferry_op_by_name("gemm_wgmma_i8_64x64x128_s8");
+  const ferry_op *f16 = ferry_op_by_name("gemm_wgmma_f16_64x64x64_s8");
+  ASSERT(fp8 != NULL && i8 != NULL && f16 != NULL);
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "wgmma_decode");
+  n_build_jobs = 0;
+  atomic_store(&next_build_job, 0);
+  add_build_job(op, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 0, 1, 0);
+  add_build_job(op, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 0, 1);
+  add_build_job(f16, 90, FERRY_SCALAR_F16, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 0, 0, 0);
+  add_build_job(fp8, 90, FERRY_SCALAR_E4M3, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 0, 1, 0);
+  add_build_job(i8, 90, FERRY_SCALAR_I8, FERRY_SCALAR_I32, FERRY_SCALAR_I32, 0, 1, 0);
+  build_worker(NULL);
+  for (int j = 0; j < n_build_jobs; j++) {
+    if (build_jobs[j].st != FERRY_OK) fprintf(stderr, "  job %d: %s\n", j, build_jobs[j].why);
+    ASSERT_OK(build_jobs[j].st);
+  }
+  test_rm_rf(home);
+}
+
 TEST(wgmma_design_absent_when_turned_off) {
   setenv("FERRY_WGMMA", "0", 1);
-  setenv("FERRY_WGMMA_PERSISTENT", "1", 1); /* no wgmma at all, in either schedule */
+  setenv("FERRY_EXPERIMENTAL_DESIGNS", "1", 1); /* no wgmma at all, in either schedule */
   ASSERT(ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_persistent") == NULL);
   ASSERT(ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4") == NULL);
   ASSERT(ferry_op_by_name("gemm_mma_bf16_128x256x64_s4_swz") != NULL);
@@ -686,7 +729,7 @@ TEST(run_persistent_design_launches_a_block_per_multiprocessor) {
   test_cache_home(home, sizeof home, "runpersistent");
   unsetenv("FERRY_ARCH");
   unsetenv("FERRY_WGMMA");
-  setenv("FERRY_WGMMA_PERSISTENT", "1", 1);
+  setenv("FERRY_EXPERIMENTAL_DESIGNS", "1", 1);
   fake_driver_use();
   const ferry_op *op = ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_persistent");
   ASSERT(op != NULL);

@@ -39,7 +39,8 @@ e5m2_e4m3_rcr_f16_row_bias_gelu:-DFERRY_A_TYPE=5,-DFERRY_B_TYPE=4,-DFERRY_OUT_TY
 i8_rcr_i32:-DFERRY_A_TYPE=6,-DFERRY_B_TYPE=6,-DFERRY_OUT_TYPE=7,-DFERRY_ACC_TYPE=7,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=1
 i8_rcc_bf16_scaled_col_bias_silu:-DFERRY_A_TYPE=6,-DFERRY_B_TYPE=6,-DFERRY_OUT_TYPE=2,-DFERRY_ACC_TYPE=7,-DFERRY_A_ROW=1,-DFERRY_B_ROW=0,-DFERRY_OUT_ROW=0,-DFERRY_SCALED=1,-DFERRY_BIAS=2,-DFERRY_ACTIVATION=3"
 
-# The designs of src/ops/gemm_designs.def, one a line: FAMILY BM BN BK WARPS_M WARPS_N WARPS_K STAGES VEC SPEED.
+# The designs of src/ops/gemm_designs.def, one a line: FAMILY BM BN BK WARPS_M WARPS_N WARPS_K STAGES VEC SPEED
+# EXPERIMENTAL (experimental ones too: the emulation needs no GPU).
 designs() { sed -n 's/^FERRY_GEMM_DESIGN(\([^)]*\)).*/\1/p' "$root/src/ops/gemm_designs.def" | tr -d ' ' | tr ',' ' '; }
 designs | awk '$1 == "MMA_SW" { print $2, $3, $4, $5, $6, $8 }' > "$out/designs"
 designs | awk '$1 == "WGMMA" { print $2, $3, $4, $8, 0 } $1 == "WGMMA_PERSISTENT" { print $2, $3, $4, $8, 1 }' \

@@ -561,6 +561,7 @@ inline void mma_k32(narrow_acc d[4], const u32 a[4], const u32 b[2]) {
 namespace wg {
 struct op {
   unsigned long long da, db;
+  int n;                  // columns of D: 256 or 64
   int in_a, in_b, ta, tb; // element types (8-bit ones: k 32 bytes, K-major only)
   bool int_acc;           // int32 accumulators (int8 inputs); else fp32
   void *d[128];           // each thread's accumulators
@@ -604,11 +605,11 @@ inline void perform(const op &o) {
   static double A[64][32], B[256][32];
   for (int m = 0; m < 64; m++)
     for (int k = 0; k < K; k++) A[m][k] = element(o, o.in_a, o.da, o.ta, m, k);
-  for (int n = 0; n < 256; n++)
+  for (int n = 0; n < o.n; n++)
     for (int k = 0; k < K; k++) B[n][k] = element(o, o.in_b, o.db, o.tb, n, k);
   for (int t = 0; t < 128; t++) {
     const int w = t / 32, l = t % 32;
-    for (int j = 0; j < 32; j++)
+    for (int j = 0; j < o.n / 8; j++)
       for (int e = 0; e < 4; e++) {
         const int row = 16 * w + l / 4 + (e >= 2 ? 8 : 0), col = 8 * j + 2 * (l % 4) + (e & 1), i = 4 * j + e;
         double acc = o.int_acc ? (double)static_cast<int *>(o.d[t])[i] : (double)static_cast<float *>(o.d[t])[i];
@@ -620,8 +621,8 @@ inline void perform(const op &o) {
 }
 
 // Issues one wgmma for the calling thread's warpgroup: a collective whose last arrival records the op.
-inline void issue(void *d, unsigned long long desc_a, unsigned long long desc_b, int in_a, int in_b, int ta, int tb,
-                  bool int_acc) {
+inline void issue(void *d, int n, unsigned long long desc_a, unsigned long long desc_b, int in_a, int in_b, int ta,
+                  int tb, bool int_acc) {
   const int g = (int)emu::cur->tid.x / 128, t = (int)emu::cur->tid.x % 128;
   state &s = groups[g];
   s.da[t] = desc_a, s.db[t] = desc_b, s.d[t] = d;
@@ -631,7 +632,7 @@ inline void issue(void *d, unsigned long long desc_a, unsigned long long desc_b,
     for (int i = 1; i < 128; i++)
       if (s.da[i] != s.da[0] || s.db[i] != s.db[0]) emu::fail("wgmma descriptors differ across the warpgroup");
     op o;
-    o.da = s.da[0], o.db = s.db[0], o.in_a = in_a, o.in_b = in_b, o.ta = ta, o.tb = tb, o.int_acc = int_acc;
+    o.da = s.da[0], o.db = s.db[0], o.n = n, o.in_a = in_a, o.in_b = in_b, o.ta = ta, o.tb = tb, o.int_acc = int_acc;
     for (int i = 0; i < 128; i++) o.d[i] = s.d[i];
     if (emu::early_wgmma) perform(o);
     else s.open.push_back(o);
@@ -639,14 +640,17 @@ inline void issue(void *d, unsigned long long desc_a, unsigned long long desc_b,
 }
 } // namespace wg
 
-template <int IN, int TRANS_A, int TRANS_B>
-inline void wgmma_m64n256k16(float (&d)[128], unsigned long long desc_a, unsigned long long desc_b) {
-  wg::issue(d, desc_a, desc_b, IN, IN, TRANS_A, TRANS_B, false);
+// m64nNk16, N from the accumulators' count (4 registers a thread per 8 columns).
+template <int IN, int TRANS_A, int TRANS_B, int R>
+inline void wgmma_k16(float (&d)[R], unsigned long long desc_a, unsigned long long desc_b) {
+  static_assert(R == 128 || R == 32, "m64n256 or m64n64");
+  wg::issue(d, 2 * R, desc_a, desc_b, IN, IN, TRANS_A, TRANS_B, false);
 }
 #if FERRY_NARROW_INPUTS
-// m64n256k32 with 8-bit operands, both K-major (the only layout the instruction reads).
-inline void wgmma_m64n256k32(narrow_acc (&d)[128], unsigned long long desc_a, unsigned long long desc_b) {
-  wg::issue(d, desc_a, desc_b, FERRY_A_TYPE, FERRY_B_TYPE, 0, 0, FERRY_A_TYPE == FERRY_SCALAR_I8);
+// m64nNk32 with 8-bit operands, both K-major (the only layout the instruction reads).
+template <int R> inline void wgmma_k32(narrow_acc (&d)[R], unsigned long long desc_a, unsigned long long desc_b) {
+  static_assert(R == 128 || R == 32, "m64n256 or m64n64");
+  wg::issue(d, 2 * R, desc_a, desc_b, FERRY_A_TYPE, FERRY_B_TYPE, 0, 0, FERRY_A_TYPE == FERRY_SCALAR_I8);
 }
 #endif
 inline void wgmma_fence() {

@@ -273,7 +273,7 @@ def test_launcher_alignment_check_picks_the_operator_requirement():
 PERSISTENT_CHILD = """
 import os, sys
 import numpy as np
-os.environ["FERRY_WGMMA_PERSISTENT"] = "1"   # read when the registry first fills: in this process, below
+os.environ["FERRY_EXPERIMENTAL_DESIGNS"] = "1"   # read when the registry first fills: in this process, below
 from ferry import _ferry
 _ferry._sim_install()
 _ferry._ops_sim_install()
@@ -301,7 +301,7 @@ print("ok")
 
 
 def test_the_persistent_wgmma_design_launches_a_block_per_multiprocessor_over_every_batch(tmp_path):
-    """FERRY_WGMMA_PERSISTENT=1 (read at the registry's first use, so in a process of its own): the persistent
+    """FERRY_EXPERIMENTAL_DESIGNS=1 (read at the registry's first use, so in a process of its own): the persistent
     design is found on the sm_90 simulation, its grid is min(tiles × batches, 132 multiprocessors) in one row of
     384-thread blocks, and the GEMM its parameters describe is right."""
     import os
