@@ -148,6 +148,22 @@ __device__ __forceinline__ unsigned long long desc_b(u32 sb, int ks) {
   return smem_desc(sb + ks * 16 * 128, BK * 128, 1024);
 }
 
+// Warpgroup wg's four k16 steps over the stage whose tiles start at sa, sb, issued as one wgmma group.
+__device__ __forceinline__ void mma_stage(acc_t (&acc)[BN / 2], u32 sa, u32 sb, int wg) {
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) {
+#if FERRY_NARROW_INPUTS
+    wgmma_k32(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
+#else
+    wgmma_k16<FERRY_A_TYPE, A_ROW ? 0 : 1, B_ROW ? 1 : 0>(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
+#endif
+  }
+  wgmma_commit();
+}
+
 #if !FERRY_PERSISTENT
 
 struct mainloop {
@@ -195,18 +211,7 @@ struct mainloop {
     write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
 
     const u32 sa = smem + read_stage * STAGE_BYTES, sb = sa + A_BYTES;
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks) {
-#if FERRY_NARROW_INPUTS
-      wgmma_k32(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
-#else
-      wgmma_k16<FERRY_A_TYPE, A_ROW ? 0 : 1, B_ROW ? 1 : 0>(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
-#endif
-    }
-    wgmma_commit();
+    mma_stage(acc, sa, sb, wg);
     wgmma_wait<1>(); // k-tile kt-1's group is done: its stage may be refilled after the next barrier
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
@@ -291,7 +296,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
 #else // FERRY_PERSISTENT
 
 // The copying warpgroup's state: where the next k-tile of A and B comes from and goes to (what load_stage,
-// gemm_common.cuh, reads), for the output tile begun last.
+// gemm_common.cuh, reads), for the output tile begun last. The plain schedule's mainloop sets up the same in its
+// constructor; sharing this with it reorders the plain kernel's machine code, measured as it is.
 struct tile_loader {
   typedef tile_copy<A_ROW ? BM : BK, A_ROW ? BK : BM> copy_a;
   typedef tile_copy<B_ROW ? BK : BN, B_ROW ? BN : BK> copy_b;
@@ -323,22 +329,6 @@ struct tile_loader {
     inside_mn = m0 + BM <= p.m && n0 + BN <= p.n;
   }
 };
-
-// Warpgroup wg's four k16 steps over the stage whose tiles start at sa, sb, issued as one wgmma group.
-__device__ __forceinline__ void mma_stage(acc_t (&acc)[BN / 2], u32 sa, u32 sb, int wg) {
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
-  wgmma_fence();
-#pragma unroll
-  for (int ks = 0; ks < KS; ++ks) {
-#if FERRY_NARROW_INPUTS
-    wgmma_k32(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
-#else
-    wgmma_k16<FERRY_A_TYPE, A_ROW ? 0 : 1, B_ROW ? 1 : 0>(acc, desc_a(sa, wg, ks), desc_b(sb, ks));
-#endif
-  }
-  wgmma_commit();
-}
 
 // The output tile (m0, n0) of batch z from warp `warp`'s accumulators, laid out as in the plain schedule's epilogue.
 // Row-major outputs go through `staging` (the warp's 16 × EPI_PITCH fp32), EPI_COLS columns at a time, and leave it

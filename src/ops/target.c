@@ -40,22 +40,33 @@ int ferry__driver_quiet(void) {
   return 0;
 }
 
+/* Attribute `attr` of `device`; `what` names it in an error. */
+static ferry_status read_attribute(int device, CUdevice_attribute attr, const char *what, int *out) {
+  ferry_status st = FERRY_OK;
+  CUdevice dev;
+  FERRY_TRY_CU(("reading the %s of cuda:%d", what, device), cuDeviceGet, &dev, device);
+  FERRY_TRY_CU(("reading the %s of cuda:%d", what, device), cuDeviceGetAttribute, out, attr, dev);
+cleanup:
+  return st;
+}
+
+/* A per-device cache's value (0: not read yet), and its filling; devices past the table are not cached. */
+static int cached(const _Atomic int *cache, int device) {
+  return device >= 0 && device < FERRY_MAX_DEVICES ? cache[device] : 0;
+}
+static void cache_put(_Atomic int *cache, int device, int value) {
+  if (device >= 0 && device < FERRY_MAX_DEVICES) cache[device] = value;
+}
+
 ferry_status ferry__device_sm(int device, int *out_sm) {
   ferry_status st = FERRY_OK;
-  int sm = device >= 0 && device < FERRY_MAX_DEVICES ? ferry__device_sm_cache[device] : 0;
-  if (sm) {
-    *out_sm = sm;
-    return FERRY_OK;
+  int sm = cached(ferry__device_sm_cache, device), major = 0, minor = 0;
+  if (!sm) {
+    FERRY_TRY(read_attribute(device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "compute capability", &major));
+    FERRY_TRY(read_attribute(device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "compute capability", &minor));
+    sm = major * 10 + minor;
+    cache_put(ferry__device_sm_cache, device, sm);
   }
-  CUdevice dev;
-  int major = 0, minor = 0;
-  FERRY_TRY_CU(("reading the compute capability of cuda:%d", device), cuDeviceGet, &dev, device);
-  FERRY_TRY_CU(("reading the compute capability of cuda:%d", device), cuDeviceGetAttribute, &major,
-               CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-  FERRY_TRY_CU(("reading the compute capability of cuda:%d", device), cuDeviceGetAttribute, &minor,
-               CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
-  sm = major * 10 + minor;
-  ferry__device_sm_cache[device] = sm;
   *out_sm = sm;
 cleanup:
   return st;
@@ -63,17 +74,12 @@ cleanup:
 
 ferry_status ferry__device_sms(int device, int *out_sms) {
   ferry_status st = FERRY_OK;
-  int sms = device >= 0 && device < FERRY_MAX_DEVICES ? ferry__device_sms_cache[device] : 0;
-  if (sms) {
-    *out_sms = sms;
-    return FERRY_OK;
+  int sms = cached(ferry__device_sms_cache, device);
+  if (!sms) {
+    FERRY_TRY(read_attribute(device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "multiprocessor count", &sms));
+    if (sms < 1) return FERRY_ERR(FERRY_INTERNAL, "cuda:%d reports %d multiprocessors", device, sms);
+    cache_put(ferry__device_sms_cache, device, sms);
   }
-  CUdevice dev;
-  FERRY_TRY_CU(("reading the multiprocessor count of cuda:%d", device), cuDeviceGet, &dev, device);
-  FERRY_TRY_CU(("reading the multiprocessor count of cuda:%d", device), cuDeviceGetAttribute, &sms,
-               CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
-  if (sms < 1) return FERRY_ERR(FERRY_INTERNAL, "cuda:%d reports %d multiprocessors", device, sms);
-  ferry__device_sms_cache[device] = sms;
   *out_sms = sms;
 cleanup:
   return st;

@@ -368,6 +368,21 @@ static void add_build_job(const ferry_op *op, int sm, int in, int out, int acc, 
   ASSERT_OK(ferry_op_supports(op, &job->args, NULL, 0));
 }
 
+/* Starts a list of build jobs. */
+static void build_jobs_reset(void) {
+  n_build_jobs = 0;
+  atomic_store(&next_build_job, 0);
+}
+
+/* Compiles the listed jobs on this thread; each must succeed (its NVRTC log printed if not). */
+static void build_jobs_run_all(void) {
+  build_worker(NULL);
+  for (int j = 0; j < n_build_jobs; j++) {
+    if (build_jobs[j].st != FERRY_OK) fprintf(stderr, "  job %d: %s\n", j, build_jobs[j].why);
+    ASSERT_OK(build_jobs[j].st);
+  }
+}
+
 /* Every built-in operator compiles for `sm` in the all-row-major kind of its own type; or (`layouts`) the swizzled
  * designs in the other kinds their source branches on: column-major throughout with an fp32 output (.trans
  * fragments, element epilogue), A row-major with B column-major, and fp16 accumulators. Fresh cache: every one
@@ -376,8 +391,7 @@ static void compile_every_builtin(int sm, int layouts) {
   if (!test_have_nvrtc()) return;
   char home[300];
   test_cache_home(home, sizeof home, layouts ? "layouts" : sm == 80 ? "every80" : "every90");
-  n_build_jobs = 0;
-  atomic_store(&next_build_job, 0);
+  build_jobs_reset();
   int designs = 0;
   for (size_t i = 0; i < ferry_ops_count(); i++) {
     const ferry_op *op = ferry_ops_get(i);
@@ -464,19 +478,14 @@ TEST(wgmma_design_by_default_for_sm90a_only) {
   if (!test_have_nvrtc()) return;
   char home[300];
   test_cache_home(home, sizeof home, "wgmma");
-  n_build_jobs = 0;
-  atomic_store(&next_build_job, 0);
+  build_jobs_reset();
   const ferry_op *f16 = ferry_op_by_name("gemm_wgmma_f16_128x256x64_s4");
   ASSERT(f16 != NULL);
   add_build_job(op, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 0, 0, 0);
   add_build_job(op, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 1, 1);
   add_build_job(f16, 90, FERRY_SCALAR_F16, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 0, 1, 0);
   add_build_job(f16, 90, FERRY_SCALAR_F16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 0, 0);
-  build_worker(NULL);
-  for (int j = 0; j < n_build_jobs; j++) {
-    if (build_jobs[j].st != FERRY_OK) fprintf(stderr, "  job %d: %s\n", j, build_jobs[j].why);
-    ASSERT_OK(build_jobs[j].st);
-  }
+  build_jobs_run_all();
   /* the options name the "a" target */
   char arch[32];
   const char *opts[8];
@@ -524,19 +533,14 @@ TEST(wgmma_persistent_design_only_when_asked) {
   if (!test_have_nvrtc()) return;
   char home[300];
   test_cache_home(home, sizeof home, "wgmma_persistent");
-  n_build_jobs = 0;
-  atomic_store(&next_build_job, 0);
+  build_jobs_reset();
   add_build_job(op, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 0, 0, 0);
   add_build_job(op, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 1, 1);
   add_build_job(f16, 90, FERRY_SCALAR_F16, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 0, 1, 0);
   add_build_job(f16, 90, FERRY_SCALAR_F16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 0, 0);
   add_build_job(fp8, 90, FERRY_SCALAR_E4M3, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 0, 1, 0);
   add_build_job(i8, 90, FERRY_SCALAR_I8, FERRY_SCALAR_I32, FERRY_SCALAR_I32, 0, 1, 0);
-  build_worker(NULL);
-  for (int j = 0; j < n_build_jobs; j++) {
-    if (build_jobs[j].st != FERRY_OK) fprintf(stderr, "  job %d: %s\n", j, build_jobs[j].why);
-    ASSERT_OK(build_jobs[j].st);
-  }
+  build_jobs_run_all();
   char arch[32];
   const char *opts[8];
   ferry__op_options(op, 90, arch, opts);
@@ -572,18 +576,13 @@ TEST(wgmma_decode_design_only_when_asked) {
   if (!test_have_nvrtc()) return;
   char home[300];
   test_cache_home(home, sizeof home, "wgmma_decode");
-  n_build_jobs = 0;
-  atomic_store(&next_build_job, 0);
+  build_jobs_reset();
   add_build_job(op, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 0, 1, 0);
   add_build_job(op, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 0, 1);
   add_build_job(f16, 90, FERRY_SCALAR_F16, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 0, 0, 0);
   add_build_job(fp8, 90, FERRY_SCALAR_E4M3, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 0, 1, 0);
   add_build_job(i8, 90, FERRY_SCALAR_I8, FERRY_SCALAR_I32, FERRY_SCALAR_I32, 0, 1, 0);
-  build_worker(NULL);
-  for (int j = 0; j < n_build_jobs; j++) {
-    if (build_jobs[j].st != FERRY_OK) fprintf(stderr, "  job %d: %s\n", j, build_jobs[j].why);
-    ASSERT_OK(build_jobs[j].st);
-  }
+  build_jobs_run_all();
   test_rm_rf(home);
 }
 
