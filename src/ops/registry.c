@@ -323,6 +323,14 @@ static int sms_of(int sm) {
   }
 }
 
+static uint32_t smem_limit_of(int sm) {
+  switch (sm) {
+  case 80: case 87: return 163u * 1024u;
+  case 90: case 100: case 103: return 227u * 1024u;
+  default: return 99u * 1024u; /* sm_86, sm_89, sm_120 and what is not known here */
+  }
+}
+
 /* Waves of blocks × the time of one wave, which grows with the blocks sharing a multiprocessor and with each
  * block's tile (its multiply-adds plus the loads of its A and B panels). */
 static double cost_of(const ferry_op *op, const ferry_gemm_problem *p, int sm) {
@@ -331,6 +339,9 @@ static double cost_of(const ferry_op *op, const ferry_gemm_problem *p, int sm) {
   double tiles = (double)((p->m + op->info.tile_m - 1) / op->info.tile_m) *
                  (double)((p->n + op->info.tile_n - 1) / op->info.tile_n) * (double)p->l;
   int per_sm = mma ? (op->info.threads >= 256 ? 1 : op->info.tile_m >= 128 ? 2 : 4) : 1;
+  /* no more blocks share a multiprocessor than its shared memory holds */
+  if (op->info.smem_bytes && (uint32_t)per_sm * op->info.smem_bytes > smem_limit_of(sm))
+    per_sm = (int)(smem_limit_of(sm) / op->info.smem_bytes) > 0 ? (int)(smem_limit_of(sm) / op->info.smem_bytes) : 1;
   double slots = (double)sms_of(sm) * per_sm;
   double waves = tiles > 0 ? (double)(long long)((tiles + slots - 1) / slots) : 0;
   double sharing = tiles / sms_of(sm) < per_sm ? (tiles / sms_of(sm) < 1 ? 1 : tiles / sms_of(sm)) : per_sm;
@@ -339,13 +350,6 @@ static double cost_of(const ferry_op *op, const ferry_gemm_problem *p, int sm) {
 }
 
 /* Dynamic shared memory one block may have on the usual chip of a target: designs above it cannot launch there. */
-static uint32_t smem_limit_of(int sm) {
-  switch (sm) {
-  case 80: case 87: return 163u * 1024u;
-  case 90: case 100: case 103: return 227u * 1024u;
-  default: return 99u * 1024u; /* sm_86, sm_89, sm_120 and what is not known here */
-  }
-}
 
 static int rank_of(const ferry_op *op) {
   if (ferry__family_is_mma(op->family))
