@@ -241,7 +241,7 @@ static const char usage[] =
     "--fp8: e4m3 operands with per-tensor scales into bf16, against cuBLASLt (both with B column-major,\n"
     "K a multiple of 16). --epilogues: then ferry's first design with each fused epilogue (bias row or\n"
     "column, ReLU, GELU-tanh, SiLU) against itself without one (not with --int8: an int32 output takes\n"
-    "none). FERRY_WGMMA=0 leaves the wgmma designs out, FERRY_EXPERIMENTAL_DESIGNS=1 adds those not yet measured.\n"
+    "none). FERRY_WGMMA=0 leaves the wgmma designs out, FERRY_EXPERIMENTAL_DESIGNS=1 adds those off by default.\n"
     "Defaults: --launches 20 --repeats 5. Exit status: 0 done (or no GPU here), 1 a design disagrees with\n"
     "cuBLAS or an output was not written, 2 a bad command line.\n";
 

@@ -83,7 +83,7 @@ def gemm 40 all "device time of every tensor-core design beside cuBLAS(Lt): bf16
 && $build/ferry_time_gemm --fp8"
 def wgmma 30 all "the same and the operator tests (--quick) with the wgmma design forced on" \
   "FERRY_WGMMA=1 $build/ferry_time_gemm && FERRY_WGMMA=1 $build/ferry_test_ops_gpu --quick $ops_tests"
-def experimental 40 all "every design and the designs not yet measured (FERRY_EXPERIMENTAL_DESIGNS=1): ferry_time_gemm \
+def experimental 40 all "every design and those off by default (FERRY_EXPERIMENTAL_DESIGNS=1): ferry_time_gemm \
 at 4096³, 8192³ and decode shapes, epilogues, FP8, int8, then the operator tests; each command at most 150 s (a hang)" \
   "export FERRY_EXPERIMENTAL_DESIGNS=1; rc=0; for args in '' '--size 8192' '--shape 16 8192 8192' \
 '--shape 16 8192 8192 --b-col' '--shape 16 8192 8192 --fp8' '--shape 16 4096 4096' '--epilogues' '--fp8' '--int8'; \

@@ -246,7 +246,7 @@ static void register_builtins(void) {
   pthread_mutex_lock(&registry_lock);
   ferry__builtin_headers_digest(builtin_headers);
   /* FERRY_WGMMA=0 leaves the wgmma designs out (for comparing, or for a driver that cannot load sm_90a code);
-   * FERRY_EXPERIMENTAL_DESIGNS=1 brings in the designs not yet measured on a GPU. */
+   * FERRY_EXPERIMENTAL_DESIGNS=1 brings in the designs that are off by default (gemm_designs.def says which). */
   const char *env = getenv("FERRY_WGMMA"), *env_experimental = getenv("FERRY_EXPERIMENTAL_DESIGNS");
   int wgmma = !env || strcmp(env, "0") != 0;
   int experimental = env_experimental && strcmp(env_experimental, "1") == 0;

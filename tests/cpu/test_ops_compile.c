@@ -502,9 +502,10 @@ TEST(wgmma_design_by_default_for_sm90a_only) {
 }
 
 /* gemm_wgmma.cu's persistent schedule: absent unless FERRY_EXPERIMENTAL_DESIGNS=1 (read when the registry first fills:
- * in this test's own process, now), then found for sm_90 alone and first at 4096³ (its speed is a prediction), with
- * its copying warpgroup's threads and its shared memory (stages, the epilogue's own space, the mbarriers, the
- * alignment slack); compiled by NVRTC for sm_90a in the layouts and input types its source branches on. */
+ * in this test's own process, now), then found for sm_90 alone, right behind the plain schedule at 4096³ (203.0
+ * against 199.3 µs on the H200), with its copying warpgroup's threads and its shared memory (stages, the epilogue's
+ * own space, the mbarriers, the alignment slack); compiled by NVRTC for sm_90a in the layouts and input types its
+ * source branches on. */
 TEST(wgmma_persistent_design_only_when_asked) {
   unsetenv("FERRY_WGMMA");
   setenv("FERRY_EXPERIMENTAL_DESIGNS", "1", 1);
@@ -522,8 +523,8 @@ TEST(wgmma_persistent_design_only_when_asked) {
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
   ASSERT_EQ(n, 15); /* the default 14 and this one */
-  ASSERT(ops[0] == op);
-  ASSERT(ops[1] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4"));
+  ASSERT(ops[0] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4"));
+  ASSERT(ops[1] == op);
   ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n));
   for (size_t i = 0; i < n; i++) ASSERT(ops[i] != op);
   const ferry_op *fp8 = ferry_op_by_name("gemm_wgmma_fp8_128x256x128_s4_persistent");
