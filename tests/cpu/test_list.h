@@ -52,6 +52,7 @@
   X(parts_d2h_a_bad_later_part_kills_the_transfer_cleanly) \
   X(parts_h2d_a_bad_later_part_kills_the_transfer_cleanly) \
   X(parts_a_driver_fault_in_a_later_part_kills_the_transfer_cleanly) \
+  X(parts_one_call_of_many_tensors_goes_in_parts) \
   X(parts_without_a_driver_pass_through) \
   X(chunks_a_large_d2h_on_a_fresh_pool_is_pinned_chunk_by_chunk_while_it_copies) \
   X(chunks_the_same_batch_again_reuses_the_chunks_and_pins_nothing) \

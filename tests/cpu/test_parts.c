@@ -217,6 +217,61 @@ TEST(parts_a_driver_fault_in_a_later_part_kills_the_transfer_cleanly) {
   ASSERT_EQ(fake_live_devmem, 0);
 }
 
+/* The one-call form adds a batch of many tensors in parts of 1024 (so that copies start while the rest is
+ * planned): 2500 tiny tensors come back exact, in three slabs; a driver fault in the third part's gather fails the
+ * call with no ticket handed back, nothing leaked, and the next call is exact. */
+enum { MANY = 2500 };
+static unsigned char many_src[MANY][8];
+static int64_t many_shape[1] = {8};
+
+static void make_many(ferry_tensor *t, unsigned seed) {
+  for (int i = 0; i < MANY; i++) {
+    for (int k = 0; k < 8; k++) many_src[i][k] = (unsigned char)(i * 13 + k + seed);
+    t[i] = (ferry_tensor){many_src[i], {FERRY_DEVICE_CUDA, 0}, 1, {FERRY_DTYPE_UINT, 8, 1}, many_shape, NULL, 0};
+  }
+}
+
+static void check_many(ferry_transfer *tr) {
+  ASSERT_EQ(ferry_transfer_count(tr), MANY);
+  const ferry_tensor *o = ferry_transfer_outputs(tr);
+  for (int i = 0; i < MANY; i++)
+    if (memcmp(o[i].data, many_src[i], 8) != 0) FAIL_AT("tensor %d differs", i);
+}
+
+TEST(parts_one_call_of_many_tensors_goes_in_parts) {
+  fake_driver_use();
+  ASSERT_OK(ferry_init());
+  static ferry_tensor t[MANY];
+  make_many(t, 1);
+  ferry_transfer_options o = options(FERRY_TRANSFER_BLOCKING);
+  ferry_transfer *tr = NULL;
+  ASSERT_OK(ferry_transfer_d2h(t, MANY, &o, &tr));
+  check_many(tr);
+  ASSERT_EQ(ferry_transfer_slab_count(tr), 3);
+  ASSERT(ferry_transfer_output_slab(tr, 1023) == ferry_transfer_slab_at(tr, 0));
+  ASSERT(ferry_transfer_output_slab(tr, 1024) == ferry_transfer_slab_at(tr, 1));
+  ASSERT(ferry_transfer_output_slab(tr, MANY - 1) == ferry_transfer_slab_at(tr, 2));
+  ferry_transfer_release(tr);
+
+  ferry__fault_arm("cuLaunchKernel", 3, CUDA_ERROR_LAUNCH_FAILED);
+  tr = NULL;
+  ferry_status st = ferry_transfer_d2h(t, MANY, &o, &tr);
+  int hits = ferry__fault_hits();
+  ferry__fault_disarm();
+  ASSERT_EQ(hits, 3); /* one gather a part: the third part's failed, and no later part was added */
+  ASSERT_STATUS(st, FERRY_DRIVER_ERROR);
+  ASSERT_STR_CONTAINS(ferry_last_error()->call, "cuLaunchKernel");
+  ASSERT(tr == NULL);
+  ASSERT_EQ(pool_in_use(), 0);
+  ASSERT_EQ(fake_live_devmem, 0);
+
+  make_many(t, 2);
+  ASSERT_OK(ferry_transfer_d2h(t, MANY, &o, &tr));
+  check_many(tr);
+  ferry_transfer_release(tr);
+  ASSERT_EQ(pool_in_use(), 0);
+}
+
 /* Without a driver, a transfer in parts passes every tensor through, as the one-call form does. */
 TEST(parts_without_a_driver_pass_through) {
   if (ferry_init() == FERRY_OK) return; /* a driver is present here: nothing to observe */
