@@ -309,10 +309,11 @@ FERRY_API int ferry_transfer_device(const ferry_transfer *transfer);
 
 /** The slabs the copied outputs view, one per part that copied something: ferry_transfer_slab_count of them
  *  (0 when nothing was copied), the one at `index` (NULL past the end), and ferry_transfer_slab, the first. A
- *  one-call transfer has one part, except a D2H batch the pool cannot hold as it is (larger than 256 MiB, or one
- *  the pool would grow by more than that for, or one only a range pinned for a larger tensor holds): it is cut into
- *  parts of about 256 MiB (at tensor boundaries) that fill the pool's free ranges or regions pinned one part ahead
- *  of the copies, so that pinning a fresh pool overlaps them (docs/guide.md, the pinned pool, has the rules).
+ *  one-call transfer has a part for each 1024 tensors (so that the first part copies while the rest is planned),
+ *  and a D2H part the pool cannot hold as it is (larger than 256 MiB, or one the pool would grow by more than that
+ *  for, or one only a range pinned for a larger tensor holds) is cut into parts of about 256 MiB (at tensor
+ *  boundaries) that fill the pool's free ranges or regions pinned one part ahead of the copies, so that pinning a
+ *  fresh pool overlaps them (docs/guide.md, the pinned pool, has the rules).
  *  Borrowed from the ticket: call ferry_slab_retain to keep the memory beyond ferry_transfer_release. */
 FERRY_API size_t ferry_transfer_slab_count(const ferry_transfer *transfer);
 FERRY_API ferry_slab *ferry_transfer_slab_at(const ferry_transfer *transfer, size_t index);

@@ -451,8 +451,9 @@ static int sim_exchange_from_object(void *obj, DLTensor *out) {
     return -1;
   }
   int delay = atomic_load(&read_delay_us);
-  for (int64_t until = sim_now_ns() + (int64_t)delay * 1000; delay && sim_now_ns() < until;) {
-  }
+  if (delay)
+    for (int64_t until = sim_now_ns() + (int64_t)delay * 1000; sim_now_ns() < until;) {
+    }
   SimExchangeTensor *t = obj;
   *out = t->managed->dl_tensor;
   out->device.device_type = (DLDeviceType)t->device_type;
