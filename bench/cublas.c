@@ -132,27 +132,37 @@ int bench_cublaslt_fp8_open(bench_cublaslt *lt, int m, int n, int k, int a_type,
   LT_TRY(pref_create(&lt->pref), "cublasLtMatmulPreferenceCreate");
   LT_TRY(pref_set(lt->pref, LT_PREF_MAX_WORKSPACE, &workspace_bytes, sizeof workspace_bytes),
          "setting the workspace limit");
-  lt_heuristic h;
+  lt_heuristic h[8];
   int found = 0;
-  memset(&h, 0, sizeof h);
-  LT_TRY(heuristic(lt->handle, lt->desc, lt->a_layout, lt->b_layout, lt->d_layout, lt->d_layout, lt->pref, 1, &h,
+  memset(h, 0, sizeof h);
+  LT_TRY(heuristic(lt->handle, lt->desc, lt->a_layout, lt->b_layout, lt->d_layout, lt->d_layout, lt->pref, 8, h,
                    &found),
          "cublasLtMatmulAlgoGetHeuristic");
-  if (found < 1 || h.state != 0) {
+  for (int i = 0; i < found && i < 8; i++) {
+    if (h[i].state != 0) continue;
+    memcpy(lt->algos[lt->n_algos], h[i].algo, sizeof lt->algos[0]);
+    lt->workspace_bytes[lt->n_algos++] = h[i].workspace_bytes;
+  }
+  if (lt->n_algos == 0) {
     snprintf(why, (size_t)why_size, "cuBLASLt has no FP8 kernel for %d×%d×%d here", m, n, k);
     bench_cublaslt_close(lt);
     return -1;
   }
-  memcpy(lt->algo, h.algo, sizeof lt->algo);
-  lt->workspace_bytes = h.workspace_bytes;
   return 0;
 }
 
-int bench_cublaslt_run(const bench_cublaslt *lt, const void *a, const void *b, void *d, void *workspace,
-                       void *stream) {
+int bench_cublaslt_run(bench_cublaslt *lt, const void *a, const void *b, void *d, void *workspace, void *stream) {
   const float one = 1.0f, zero = 0.0f;
-  return lt->matmul(lt->handle, lt->desc, &one, a, lt->a_layout, b, lt->b_layout, &zero, d, lt->d_layout, d,
-                    lt->d_layout, lt->algo, workspace, lt->workspace_bytes, stream);
+  for (;;) {
+    int i = lt->chosen;
+    int rc = lt->matmul(lt->handle, lt->desc, &one, a, lt->a_layout, b, lt->b_layout, &zero, d, lt->d_layout, d,
+                        lt->d_layout, lt->algos[i], workspace, lt->workspace_bytes[i], stream);
+    if (rc != BENCH_CUBLAS_STATUS_NOT_SUPPORTED || lt->ran || i + 1 >= lt->n_algos) {
+      lt->ran |= rc == 0;
+      return rc;
+    }
+    lt->chosen = i + 1;
+  }
 }
 
 void bench_cublaslt_close(bench_cublaslt *lt) {

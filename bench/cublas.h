@@ -7,6 +7,7 @@
 #ifndef FERRY_BENCH_CUBLAS_H
 #define FERRY_BENCH_CUBLAS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,6 +35,7 @@ enum {
   BENCH_CUDA_R_8F_E4M3 = 28, BENCH_CUDA_R_8F_E5M2 = 29
 };
 enum { BENCH_CUBLAS_COMPUTE_32F = 68, BENCH_CUBLAS_COMPUTE_16F = 64, BENCH_CUBLAS_COMPUTE_32I = 72 };
+enum { BENCH_CUBLAS_STATUS_NOT_SUPPORTED = 15 };
 enum { BENCH_CUBLAS_GEMM_DEFAULT = -1 };
 
 /* Opens cuBLAS ($FERRY_CUBLAS, else libcublas.so.13, .12, then the toolkit's lib64) and creates a handle in the
@@ -48,8 +50,10 @@ void bench_cublas_close(bench_cublas *cb);
  * A (k×n) and B (k×m), the "TN" layout cuBLASLt's FP8 kernels take. */
 typedef struct bench_cublaslt {
   void *lib, *handle, *desc, *a_layout, *b_layout, *d_layout, *pref;
-  uint64_t algo[8];  /* cublasLtMatmulAlgo_t, from the heuristic */
-  size_t workspace_bytes;
+  uint64_t algos[8][8];      /* cublasLtMatmulAlgo_t each: the heuristic's candidates, best first */
+  size_t workspace_bytes[8]; /* what each needs */
+  int n_algos, chosen;       /* the candidates found; the one runs use */
+  bool ran;                  /* `chosen` has run: from then on its failures are reported, not worked around */
   int (*matmul)(void *handle, void *desc, const void *alpha, const void *a, void *a_layout, const void *b,
                 void *b_layout, const void *beta, const void *c, void *c_layout, void *d, void *d_layout,
                 const void *algo, void *workspace, size_t workspace_bytes, void *stream);
@@ -66,8 +70,10 @@ int bench_cublaslt_fp8_open(bench_cublaslt *lt, int m, int n, int k, int a_type,
                             const void *scale_a, const void *scale_b, size_t workspace_bytes, char *why,
                             int why_size);
 
-/* Runs it: d = the output (device), a and b the operands as above. 0 on success (a cublasStatus_t otherwise). */
-int bench_cublaslt_run(const bench_cublaslt *lt, const void *a, const void *b, void *d, void *workspace,
+/* Runs it: d = the output (device), a and b the operands as above. 0 on success (a cublasStatus_t otherwise). Until
+ * one has run, a candidate that cuBLASLt refuses at run time (the heuristic cannot see the pointers) gives way to
+ * the next. */
+int bench_cublaslt_run(bench_cublaslt *lt, const void *a, const void *b, void *d, void *workspace,
                        void *stream);
 
 void bench_cublaslt_close(bench_cublaslt *lt);
