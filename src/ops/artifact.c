@@ -178,6 +178,9 @@ static uint64_t get64(const unsigned char *p) {
   return v;
 }
 
+/* A cubin is an ELF64 file: anything shorter than its header is not one (and must not be read as one). */
+#define ELF64_HEADER_BYTES 64u
+
 /* Offsets in the header and in the meta record. */
 enum { H_MAGIC = 0, H_VERSION = 8, H_HEADER = 12, H_KEY = 16, H_PAYLOAD = 48, H_CHECK = 56, H_END = 64 };
 enum { M_NAME = 0, M_DIGEST = 64, M_KIND = 96, M_SM = 100, M_CUBIN = 104, M_END = 112 };
@@ -252,8 +255,9 @@ int ferry__art_verify(const unsigned char *file, size_t size, const uint8_t *exp
              (unsigned long long)payload, size - FERRY__ART_HEADER);
     return 0;
   }
-  if (payload <= FERRY__ART_META) {
-    snprintf(why, why_size, "no cubin: payload of %llu bytes", (unsigned long long)payload);
+  if (payload < FERRY__ART_META + ELF64_HEADER_BYTES) {
+    snprintf(why, why_size, "no cubin: a payload of %llu bytes has no room for an ELF header",
+             (unsigned long long)payload);
     return 0;
   }
   const unsigned char *m = file + FERRY__ART_HEADER;

@@ -74,6 +74,7 @@
   X(import_rejects_bad_files)                             \
   X(import_never_replaces_what_compile_returns)           \
   X(checksum_covers_the_header)                           \
+  X(verify_refuses_a_cubin_shorter_than_an_elf_header)    \
   X(cache_hit_costs_microseconds)                         \
   X(fault_at_every_compile_call_is_clean)                 \
   X(fault_at_every_load_and_run_call_is_clean)            \

@@ -469,6 +469,29 @@ TEST(checksum_covers_the_header) {
   test_rm_rf(home);
 }
 
+/* A file whose checksum and lengths agree but whose cubin is shorter than an ELF header: refused before any of
+ * its cubin is read (the verifier once compared the ELF magic past the end of a one-byte cubin). The buffer is
+ * exactly the file's size, so a sanitizer or valgrind build sees any read beyond it. */
+TEST(verify_refuses_a_cubin_shorter_than_an_elf_header) {
+  const ferry_op *op = tiny_op("tiny_short_cubin");
+  static const unsigned char elf[64] = {0x7f, 'E', 'L', 'F', 2, 1, 1};
+  ferry_artifact art = {.op = op, .kind = 0, .sm = 90, .cubin = (unsigned char *)elf};
+  for (size_t cubin_size = 0; cubin_size <= sizeof elf; cubin_size += 1) {
+    art.cubin_size = cubin_size;
+    unsigned char *file = NULL;
+    size_t size = 0;
+    ASSERT_OK(ferry__art_encode(&art, &file, &size));
+    ferry__art_meta meta;
+    uint8_t key[32];
+    size_t offset = 0;
+    char why[200] = "";
+    ASSERT(!ferry__art_verify(file, size, NULL, &meta, key, &offset, why, sizeof why));
+    /* a full-sized header gets past the length check, to the record's kind (0 is not a valid kind) */
+    ASSERT_STR_CONTAINS(why, cubin_size < sizeof elf ? "no room for an ELF header" : "malformed operator record");
+    free(file);
+  }
+}
+
 static double now_us(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
