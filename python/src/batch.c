@@ -64,36 +64,129 @@ static int64_t addrmap_next(const ferry_py_addrmap *m, uintptr_t key, size_t *cu
   }
 }
 
-static int addrmap_add(ferry_py_addrmap **mp, uintptr_t key, size_t value) {
+/* Makes room for `used` entries in all (at most half full), rehashing into a larger table. Raw allocator, no
+ * exception, GIL not needed: 0, or -1 when out of memory (the map is unchanged). */
+static int addrmap_reserve(ferry_py_addrmap **mp, size_t used) {
   ferry_py_addrmap *m = *mp;
+  size_t cap = m ? m->cap : 0;
+  if (used <= cap / 2) return 0;
+  if (!cap) cap = 256;
+  while (used > cap / 2) cap *= 2;
+  ferry_py_addrmap *t = PyMem_RawCalloc(1, sizeof *t + cap * sizeof t->slots[0]);
+  if (!t) return -1;
+  t->cap = cap;
+  for (size_t i = 0; m && i < m->cap; i++) {
+    if (!m->slots[i].key) continue;
+    size_t j = addr_hash(m->slots[i].key, cap);
+    while (t->slots[j].key) j = (j + 1) & (cap - 1);
+    t->slots[j] = m->slots[i];
+  }
+  t->used = m ? m->used : 0;
+  PyMem_RawFree(m);
+  *mp = t;
+  return 0;
+}
+
+static size_t addrmap_used(const ferry_py_addrmap *m) { return m ? m->used : 0; }
+
+static int addrmap_add(ferry_py_addrmap **mp, uintptr_t key, size_t value) {
   if (value > UINT32_MAX - 1) {
     PyErr_SetString(PyExc_OverflowError, "the batch has more than 2^32 containers or tensors");
     return -1;
   }
-  if (!m || 2 * (m->used + 1) > m->cap) {
-    size_t cap = m ? 2 * m->cap : 256;
-    ferry_py_addrmap *t = PyMem_Calloc(1, sizeof *t + cap * sizeof t->slots[0]);
-    if (!t) {
-      PyErr_NoMemory();
-      return -1;
-    }
-    t->cap = cap;
-    for (size_t i = 0; m && i < m->cap; i++) {
-      if (!m->slots[i].key) continue;
-      size_t j = addr_hash(m->slots[i].key, cap);
-      while (t->slots[j].key) j = (j + 1) & (cap - 1);
-      t->slots[j] = m->slots[i];
-    }
-    t->used = m ? m->used : 0;
-    PyMem_Free(m);
-    *mp = m = t;
+  if (addrmap_reserve(mp, addrmap_used(*mp) + 1) < 0) {
+    PyErr_NoMemory();
+    return -1;
   }
+  ferry_py_addrmap *m = *mp;
   size_t i = addr_hash(key, m->cap);
   while (m->slots[i].key) i = (i + 1) & (m->cap - 1);
   m->slots[i].key = key;
   m->slots[i].value = (uint32_t)value;
   m->used++;
   return 0;
+}
+
+/* ---- room in the tape ------------------------------------------------------------------------------------------
+ *
+ * The tape's arrays and maps grow by doubling, and a doubling of a tape of thousands of tensors moves and faults
+ * in a megabyte (~0.2 ms). So the walk keeps room for AHEAD more items and makes it between items, where it may
+ * release the GIL (tick); an item that finds no room (a chain of containers nested deeper than AHEAD) grows the
+ * tape where it stands, with the GIL held. One function grows everything, with the raw allocator, which needs no
+ * GIL. */
+
+#define AHEAD 256
+#define AHEAD_DIMS (AHEAD * 2 * 4) /* shapes and strides of AHEAD tensors of rank 4 */
+
+typedef struct room {
+  size_t nodes, leaves, dims, seen, views; /* entries wanted in all */
+} room;
+
+static bool fits(const ferry_py_batch *b, const room *r) {
+  return r->nodes <= b->cap_nodes && r->leaves <= b->cap_leaves && r->dims <= b->cap_dims &&
+         r->seen <= (b->seen ? b->seen->cap / 2 : 0) && r->views <= (b->views ? b->views->cap / 2 : 0);
+}
+
+/* Doubles `*cap` until it holds `need` elements. No exception: 0, or -1 with the array unchanged. */
+static int grow_raw(void **array, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t cap2 = *cap ? *cap * 2 : 64;
+  while (cap2 < need) cap2 *= 2;
+  void *p = PyMem_RawRealloc(*array, cap2 * elem);
+  if (!p) return -1;
+  *array = p;
+  *cap = cap2;
+  return 0;
+}
+
+/* Grows the tape to room `r`. The GIL is not needed (nothing Python is touched). 0, or -1 when out of memory
+ * (what did grow stays grown; the tape stays consistent). */
+static int make_room(ferry_py_batch *b, const room *r) {
+  if (grow_raw((void **)&b->nodes, &b->cap_nodes, r->nodes, sizeof *b->nodes) < 0 ||
+      grow_raw((void **)&b->dims, &b->cap_dims, r->dims, sizeof *b->dims) < 0 ||
+      addrmap_reserve(&b->seen, r->seen) < 0 || addrmap_reserve(&b->views, r->views) < 0)
+    return -1;
+  if (r->leaves <= b->cap_leaves) return 0;
+  /* leaves and tensors are parallel arrays of one capacity: both grow before it is raised */
+  size_t cap = b->cap_leaves, cap2 = b->cap_leaves;
+  if (grow_raw((void **)&b->leaves, &cap, r->leaves, sizeof *b->leaves) < 0 ||
+      grow_raw((void **)&b->tensors, &cap2, r->leaves, sizeof *b->tensors) < 0)
+    return -1;
+  b->cap_leaves = cap;
+  return 0;
+}
+
+/* Room `r` now, GIL held: 0, or -1 with MemoryError. */
+static int room_now(ferry_py_batch *b, const room *r) {
+  if (fits(b, r)) return 0;
+  b->grown_holding++;
+  if (make_room(b, r) == 0) return 0;
+  PyErr_NoMemory();
+  return -1;
+}
+
+/* The room the tape has in use, plus `more` of every kind. */
+static room in_use_plus(const ferry_py_batch *b, size_t more, size_t more_dims) {
+  return (room){b->n_nodes + more, b->n_leaves + more, b->n_dims + more_dims, addrmap_used(b->seen) + more,
+                addrmap_used(b->views) + more};
+}
+
+/* Before the first item and between items: room for AHEAD more when less than a quarter of that is left, made
+ * with the GIL released when the pace wants release points. 0 or -1 with MemoryError. */
+static int keep_room(ferry_py_batch *b, ferry_py_pace *pace) {
+  room ahead = in_use_plus(b, AHEAD / 4, AHEAD_DIMS / 4);
+  if (fits(b, &ahead)) return 0;
+  ahead = in_use_plus(b, AHEAD, AHEAD_DIMS);
+  if (!pace || !pace->slice_ns) return room_now(b, &ahead);
+  PyThreadState *ts = ferry_py_pace_unlock(pace);
+  int rc = make_room(b, &ahead);
+  ferry_py_pace_relock(pace, ts);
+  if (rc < 0) PyErr_NoMemory();
+  return rc;
+}
+
+static int tick(ferry_py_batch *b, ferry_py_pace *pace) {
+  return keep_room(b, pace) < 0 ? -1 : ferry_py_pace_tick(pace);
 }
 
 /* ---- the walk -------------------------------------------------------------------------------------------------- */
@@ -107,23 +200,9 @@ typedef struct walker {
   int depth;
 } walker;
 
-static int grow(void **array, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return 0;
-  size_t cap2 = *cap ? *cap * 2 : 64;
-  while (cap2 < need) cap2 *= 2;
-  void *p = PyMem_Realloc(*array, cap2 * elem);
-  if (!p) {
-    PyErr_NoMemory();
-    return -1;
-  }
-  *array = p;
-  *cap = cap2;
-  return 0;
-}
-
 /* Appends a node; returns its index or -1. */
 static Py_ssize_t push_node(ferry_py_batch *b, PyObject *obj, PyObject *key, uint8_t kind, int32_t leaf) {
-  if (grow((void **)&b->nodes, &b->cap_nodes, b->n_nodes + 1, sizeof *b->nodes) < 0) return -1;
+  if (b->n_nodes == b->cap_nodes && room_now(b, &(room){.nodes = b->n_nodes + 1}) < 0) return -1;
   ferry_py_node *n = &b->nodes[b->n_nodes];
   n->obj = Py_NewRef(obj);
   n->key = Py_XNewRef(key);
@@ -169,7 +248,7 @@ static int walk_child(walker *w, PyObject *child, PyObject *key) {
   int rc = walk(w, child, key);
   Py_XDECREF(key);
   Py_DECREF(child);
-  if (rc == 0) rc = ferry_py_pace_tick(w->pace);
+  if (rc == 0) rc = tick(w->b, w->pace);
   return rc;
 }
 
@@ -299,7 +378,7 @@ static int copy_dims(ferry_py_batch *b, ferry_py_leaf *leaf, ferry_tensor *t) {
     PyErr_SetString(PyExc_OverflowError, "the batch's tensors have more than 2^32 dimensions in all");
     return -1;
   }
-  if (grow((void **)&b->dims, &b->cap_dims, b->n_dims + 2 * nd, sizeof *b->dims) < 0) return -1;
+  if (b->n_dims + 2 * nd > b->cap_dims && room_now(b, &(room){.dims = b->n_dims + 2 * nd}) < 0) return -1;
   uint64_t bytes = leaf_bytes(t);
   b->pending_bytes = bytes > UINT64_MAX - b->pending_bytes ? UINT64_MAX : b->pending_bytes + bytes;
   int64_t *d = b->dims + b->n_dims;
@@ -357,17 +436,7 @@ static int64_t repeated_leaf(const ferry_py_batch *b, const ferry_tensor *t, con
 static int walk_tensor(walker *w, PyObject *obj, PyObject *key, const ferry_py_typeinfo *ti) {
   ferry_py_batch *b = w->b;
   if (w->ctx->pass_all) return push_node(b, obj, key, FERRY_PY_OTHER, -1) < 0 ? -1 : 0;
-  size_t old_cap = b->cap_leaves;
-  if (grow((void **)&b->leaves, &b->cap_leaves, b->n_leaves + 1, sizeof *b->leaves) < 0) return -1;
-  if (b->cap_leaves != old_cap) { /* the tensors array grows in step with leaves (same capacity) */
-    void *p = PyMem_Realloc(b->tensors, b->cap_leaves * sizeof *b->tensors);
-    if (!p) {
-      b->cap_leaves = old_cap; /* keep the two arrays' capacity in step */
-      PyErr_NoMemory();
-      return -1;
-    }
-    b->tensors = p;
-  }
+  if (b->n_leaves == b->cap_leaves && room_now(b, &(room){.leaves = b->n_leaves + 1}) < 0) return -1;
   ferry_py_leaf *leaf = &b->leaves[b->n_leaves];
   ferry_tensor *t = &b->tensors[b->n_leaves];
   int rc = ferry_py_read_tensor(w->ctx, obj, ti, t, leaf);
@@ -419,7 +488,7 @@ static int walk(walker *w, PyObject *obj, PyObject *key) {
 int ferry_py_batch_walk(ferry_py_batch *b, PyObject *root, ferry_py_read_ctx *ctx, ferry_py_pace *pace,
                         int (*leaf_walked)(void *arg), void *arg) {
   walker w = {b, ctx, pace, leaf_walked, arg, 0};
-  return walk(&w, root, NULL);
+  return keep_room(b, pace) < 0 ? -1 : walk(&w, root, NULL);
 }
 
 const ferry_tensor *ferry_py_batch_take_pending(ferry_py_batch *b, size_t *first, size_t *count) {
@@ -438,22 +507,29 @@ const ferry_tensor *ferry_py_batch_take_pending(ferry_py_batch *b, size_t *first
   return b->tensors + *first;
 }
 
-void ferry_py_batch_clear(ferry_py_batch *b) {
+void ferry_py_batch_clear(ferry_py_batch *b, ferry_py_pace *pace) {
   for (size_t i = 0; i < b->n_leaves; i++) {
     ferry_py_leaf_release_input(&b->leaves[i]);
     Py_CLEAR(b->leaves[i].output);
+    ferry_py_pace_tick_quiet(pace);
   }
   for (size_t i = 0; i < b->n_nodes; i++) {
     Py_CLEAR(b->nodes[i].obj);
     Py_CLEAR(b->nodes[i].key);
+    ferry_py_pace_tick_quiet(pace);
   }
-  PyMem_Free(b->nodes);
-  PyMem_Free(b->leaves);
-  PyMem_Free(b->tensors);
-  PyMem_Free(b->dims);
-  PyMem_Free(b->seen);
-  PyMem_Free(b->views);
+  if (pace) pace->tape_grown_holding += b->grown_holding;
+  ferry_py_batch memory = *b;
   memset(b, 0, sizeof *b);
+  /* A large tape's arrays are unmapped when freed (with other threads about, a TLB shootdown each): GIL-free */
+  PyThreadState *ts = pace && pace->slice_ns ? ferry_py_pace_unlock(pace) : NULL;
+  PyMem_RawFree(memory.nodes);
+  PyMem_RawFree(memory.leaves);
+  PyMem_RawFree(memory.tensors);
+  PyMem_RawFree(memory.dims);
+  PyMem_RawFree(memory.seen);
+  PyMem_RawFree(memory.views);
+  if (ts) ferry_py_pace_relock(pace, ts);
 }
 
 /* ---- rebuild -------------------------------------------------------------------------------------------------- */

@@ -183,7 +183,8 @@ void ferry_py_leaf_release_input(ferry_py_leaf *leaf);
  * reference releases the slab, which is when its memory goes back to the pool. */
 
 /* Copies the descriptors of outputs [first, first + count) out of `ticket` and retains the slabs they view. The
- * caller owns one reference. NULL with MemoryError set. */
+ * caller owns one reference. Touches nothing Python's, so it runs with the GIL released (a block of a thousand
+ * outputs faults in ~100 KB). NULL when out of memory, with no exception set. */
 ferry_py_outputs *ferry_py_outputs_new(ferry_transfer *ticket, size_t first, size_t count);
 void ferry_py_outputs_unref(ferry_py_outputs *o); /* any thread, no GIL needed; NULL accepted */
 void ferry_py_outputs_ref(ferry_py_outputs *o);
@@ -249,6 +250,7 @@ typedef struct ferry_py_batch {
   uint64_t pending_bytes;  /* the bytes those leaves hold, from their shapes and dtypes as read */
   ferry_py_addrmap *seen;  /* containers walked, by object, to their first node */
   ferry_py_addrmap *views; /* leaves, by the address of their first byte, to their index */
+  uint32_t grown_holding;  /* times the tape grew with the GIL held (diagnostics: between items it need not) */
 } ferry_py_batch;
 
 #define FERRY_PY_MAX_DEPTH 1000 /* deeper batches raise RecursionError */
@@ -274,8 +276,10 @@ const ferry_tensor *ferry_py_batch_take_pending(ferry_py_batch *b, size_t *first
  * NULL. */
 PyObject *ferry_py_batch_rebuild(ferry_py_batch *b, ferry_py_pace *pace);
 
-/* Drops every reference the tape holds and calls the producers' deleters. */
-void ferry_py_batch_clear(ferry_py_batch *b);
+/* Drops every reference the tape holds and calls the producers' deleters, ticking `pace` (may be NULL) quietly;
+ * then frees the tape's memory, with the GIL released when `pace` has release points, and adds the tape's
+ * statistics to the pace's. */
+void ferry_py_batch_clear(ferry_py_batch *b, ferry_py_pace *pace);
 
 /* ---- pace.c ------------------------------------------------------------------------------------------------ *
  *
@@ -291,6 +295,7 @@ struct ferry_py_pace {
   int64_t max_hold_ns;       /* the longest hold seen */
   uint32_t holds;            /* number of holds ended */
   uint32_t hold_hist[8];     /* holds by length: < 25, 50, 100, 200, 400, 800, 1600 us, and longer */
+  uint32_t tape_grown_holding; /* the cleared tapes' grown_holding */
 };
 
 /* Starts a pace (GIL held): the current hold begins now. `slice_ns` 0 turns release points off. */
@@ -301,6 +306,12 @@ void ferry_py_pace_pause(ferry_py_pace *p);
 /* Starts a new hold after ferry_py_pace_pause, once the GIL is held again. */
 void ferry_py_pace_resume(ferry_py_pace *p);
 
+/* Releases the GIL for work that needs none, ending the current hold; `p` may be NULL. The pair is the one way
+ * ferry's own GIL-free work (driver calls, large allocations and frees) steps out. */
+PyThreadState *ferry_py_pace_unlock(ferry_py_pace *p);
+/* Takes the GIL back after ferry_py_pace_unlock and starts a new hold. */
+void ferry_py_pace_relock(ferry_py_pace *p, PyThreadState *ts);
+
 int ferry_py_pace_check(ferry_py_pace *p);
 
 /* After every item of GIL-holding work: a release point when the slice is over. 0 or -1 with an exception set.
@@ -308,6 +319,13 @@ int ferry_py_pace_check(ferry_py_pace *p);
 static inline int ferry_py_pace_tick(ferry_py_pace *p) {
   if (!p || !p->slice_ns || (++p->ticks & 3)) return 0;
   return ferry_py_pace_check(p);
+}
+
+/* The same in work that must run to its end once begun (dropping what a finished call held): no signal is
+ * checked, so nothing can fail. */
+void ferry_py_pace_check_quiet(ferry_py_pace *p);
+static inline void ferry_py_pace_tick_quiet(ferry_py_pace *p) {
+  if (p && p->slice_ns && !(++p->ticks & 3)) ferry_py_pace_check_quiet(p);
 }
 
 /* While ferry holds the GIL for long work beside other Python threads, CPython's switch interval (5 ms by

@@ -110,7 +110,8 @@ static PyMethodDef methods[] = {
      "returns the previous setting."},
     {"_last_phases", ferry_py_last_phases, METH_NOARGS,
      "_last_phases()\n--\n\nTest hook: the phase stamps (time.perf_counter_ns clock, None when not reached or\n"
-     "not timed), the GIL hold statistics and the number of parts of the last transfer this thread finished."},
+     "not timed), the GIL hold statistics, the number of parts and how often the tape grew with the GIL held\n"
+     "(tape_grown_holding) of the last transfer this thread finished."},
 #endif
     {NULL, NULL, 0, NULL}};
 

@@ -79,10 +79,7 @@ ferry_py_outputs *ferry_py_outputs_new(ferry_transfer *ticket, size_t first, siz
   size_t bytes = sizeof(ferry_py_outputs) + count * (sizeof(DLManagedTensorVersioned) + sizeof(ferry_slab *)) +
                  dims * sizeof(int64_t) + 2 * count;
   char *p = calloc(1, bytes);
-  if (!p) {
-    PyErr_Format(PyExc_MemoryError, "allocating the outputs of %zu tensors", count);
-    return NULL;
-  }
+  if (!p) return NULL;
   ferry_py_outputs *o = (ferry_py_outputs *)p;
   p += sizeof *o;
   o->entries = (DLManagedTensorVersioned *)p;

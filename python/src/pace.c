@@ -48,18 +48,31 @@ static void end_hold(ferry_py_pace *p, int64_t now) {
 void ferry_py_pace_pause(ferry_py_pace *p) { end_hold(p, now_ns()); }
 void ferry_py_pace_resume(ferry_py_pace *p) { p->since = now_ns(); }
 
-/* A release point: 0 or -1 with an exception set (a signal's). */
-static int release(ferry_py_pace *p) {
+PyThreadState *ferry_py_pace_unlock(ferry_py_pace *p) {
+  if (p) ferry_py_pace_pause(p);
+  return PyEval_SaveThread();
+}
+
+void ferry_py_pace_relock(ferry_py_pace *p, PyThreadState *ts) {
+  PyEval_RestoreThread(ts);
+  if (p) ferry_py_pace_resume(p);
+}
+
+static void hand_over(ferry_py_pace *p) {
   end_hold(p, now_ns());
   Py_BEGIN_ALLOW_THREADS Py_END_ALLOW_THREADS
   p->since = now_ns();
-  /* Long work is interruptible: Ctrl-C raises here (on the main thread) instead of after the whole batch. */
-  return PyErr_CheckSignals() < 0 ? -1 : 0;
 }
 
 int ferry_py_pace_check(ferry_py_pace *p) {
   if (now_ns() - p->since < p->slice_ns) return 0;
-  return release(p);
+  hand_over(p);
+  /* Long work is interruptible: Ctrl-C raises here (on the main thread) instead of after the whole batch. */
+  return PyErr_CheckSignals() < 0 ? -1 : 0;
+}
+
+void ferry_py_pace_check_quiet(ferry_py_pace *p) {
+  if (now_ns() - p->since >= p->slice_ns) hand_over(p);
 }
 
 /* ---- the switch interval while sharing -------------------------------------------------------------------- */

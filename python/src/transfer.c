@@ -42,18 +42,6 @@ static inline void stamp(ferry_py_job *job, int phase) {
   if (phase_timing && !job->phases[phase]) job->phases[phase] = now_ns();
 }
 
-/* ---- GIL releases that end and start holds ------------------------------------------------------------------ */
-
-static PyThreadState *unlock(ferry_py_job *job) {
-  ferry_py_pace_pause(&job->pace);
-  return PyEval_SaveThread();
-}
-
-static void relock(ferry_py_job *job, PyThreadState *ts) {
-  PyEval_RestoreThread(ts);
-  ferry_py_pace_resume(&job->pace);
-}
-
 /* ---- parts ------------------------------------------------------------------------------------------------------ */
 
 /* The stream of the framework's current work on the device, for ordering the copies after it. 0 or -1. */
@@ -107,10 +95,10 @@ static int push_block(ferry_py_job *job, ferry_py_outputs *block) {
   return 0;
 }
 
-/* Builds the torch outputs of leaves [first, first + count) while their copies run (step 4). 0 or -1. */
-static int build_exchange_outputs(ferry_py_job *job, size_t first, size_t count) {
-  ferry_py_outputs *block = ferry_py_outputs_new(job->ticket, first, count);
-  if (!block || push_block(job, block) < 0) return -1;
+/* Takes `block`, the outputs of leaves [first, first + count), and builds their torch tensors while their copies
+ * run (step 4). 0 or -1. */
+static int build_exchange_outputs(ferry_py_job *job, ferry_py_outputs *block, size_t first, size_t count) {
+  if (push_block(job, block) < 0) return -1;
   for (size_t i = 0; i < count; i++) {
     ferry_py_leaf *leaf = &job->tape.leaves[first + i];
     leaf->block = block;
@@ -141,21 +129,26 @@ static int submit_walked(ferry_py_job *job) {
   const ferry_tensor *tensors = ferry_py_batch_take_pending(tape, &first, &count);
   ferry_status st = FERRY_OK;
   bool began = false;
-  PyThreadState *ts = unlock(job);
+  PyThreadState *ts = ferry_py_pace_unlock(&job->pace);
   if (!job->ticket) {
     st = job->h2d ? ferry_transfer_begin_h2d(&job->opts, &job->ticket) : ferry_transfer_begin_d2h(&job->opts, &job->ticket);
     began = st == FERRY_OK;
   }
   if (st == FERRY_OK && reorder) st = ferry_transfer_order_after(job->ticket, NULL, order_stream);
   if (st == FERRY_OK) st = ferry_transfer_add(job->ticket, tensors, count);
-  relock(job, ts);
+  ferry_py_outputs *block = st == FERRY_OK ? ferry_py_outputs_new(job->ticket, first, count) : NULL;
+  ferry_py_pace_relock(&job->pace, ts);
   if (began) job->state = FERRY_PY_JOB_SUBMITTED; /* from here on, clearing the job waits for the copies */
   if (st != FERRY_OK) {
     ferry_py_raise(st);
     return -1;
   }
+  if (!block) {
+    PyErr_Format(PyExc_MemoryError, "allocating the outputs of %zu tensors", count);
+    return -1;
+  }
   stamp(job, FERRY_PY_PHASE_FIRST);
-  return build_exchange_outputs(job, first, count);
+  return build_exchange_outputs(job, block, first, count);
 }
 
 /* Parts are cut by tensor count alone, never where a time slice ends, so that every call of one batch is cut at
@@ -179,7 +172,7 @@ static int part_point(void *arg) {
 
 /* Nothing to copy: the job's result is the batch itself. */
 static int finish_as_is(ferry_py_job *job) {
-  ferry_py_batch_clear(&job->tape);
+  ferry_py_batch_clear(&job->tape, NULL);
   job->result = Py_NewRef(job->batch);
   job->state = FERRY_PY_JOB_FINISHED;
   return 0;
@@ -242,9 +235,9 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *
     return finish_as_is(job);
   }
   if (job->tape.pending < job->tape.n_leaves && submit_walked(job) < 0) goto fail; /* the last part */
-  PyThreadState *ts = unlock(job);
+  PyThreadState *ts = ferry_py_pace_unlock(&job->pace);
   st = ferry_transfer_end(job->ticket);
-  relock(job, ts);
+  ferry_py_pace_relock(&job->pace, ts);
   if (st != FERRY_OK) {
     ferry_py_raise(st);
     goto fail;
@@ -263,9 +256,9 @@ fail:
 
 /* Waits for the copies with the GIL released, so other Python threads run meanwhile. */
 static ferry_status wait_copies(ferry_py_job *job) {
-  PyThreadState *ts = unlock(job);
+  PyThreadState *ts = ferry_py_pace_unlock(&job->pace);
   ferry_status st = ferry_transfer_wait(job->ticket);
-  relock(job, ts);
+  ferry_py_pace_relock(&job->pace, ts);
   return st;
 }
 
@@ -298,16 +291,18 @@ int ferry_py_job_finish(ferry_py_job *job) {
     if (ferry_py_pace_tick(&job->pace) < 0) goto fail;
   }
   if (!(job->result = ferry_py_batch_rebuild(tape, &job->pace))) goto fail;
-  /* The outputs hold the slabs now; the ticket, the tape and the blocks' own references can go. */
-  ferry_transfer_release(job->ticket);
-  job->ticket = NULL;
+  /* The outputs hold the slabs now; the blocks' own references, the tape and the ticket can go. */
   size_t parts = job->n_blocks;
   for (size_t k = 0; k < job->n_blocks; k++) ferry_py_outputs_unref(job->blocks[k]);
   job->n_blocks = 0;
-  ferry_py_batch_clear(tape);
+  ferry_py_batch_clear(tape, &job->pace);
+  ferry_transfer *ticket = job->ticket;
+  job->ticket = NULL;
   job->state = FERRY_PY_JOB_FINISHED;
   stamp(job, FERRY_PY_PHASE_FINISHED);
-  ferry_py_pace_pause(&job->pace);
+  PyThreadState *ts = ferry_py_pace_unlock(&job->pace); /* freeing a large plan's memory needs no GIL */
+  ferry_transfer_release(ticket);
+  PyEval_RestoreThread(ts);
   save_last(job, parts);
   ferry_py_gil_share_end(sharing);
   return 0;
@@ -337,7 +332,7 @@ void ferry_py_job_clear(ferry_py_job *job, bool release_gil) {
     ferry_transfer_release(job->ticket);
     job->ticket = NULL;
   }
-  ferry_py_batch_clear(&job->tape); /* drops outputs built so far, then the inputs */
+  ferry_py_batch_clear(&job->tape, NULL); /* drops outputs built so far, then the inputs */
   for (size_t k = 0; k < job->n_blocks; k++) ferry_py_outputs_unref(job->blocks[k]);
   PyMem_Free(job->blocks);
   job->blocks = NULL;
@@ -427,9 +422,10 @@ PyObject *ferry_py_last_phases(PyObject *self, PyObject *unused) {
     if (!v) Py_CLEAR(hist);
     else PyTuple_SET_ITEM(hist, i, v);
   }
-  PyObject *extra = hist ? Py_BuildValue("{s:L,s:I,s:N,s:n}", "max_hold_ns", (long long)last_pace.max_hold_ns,
+  PyObject *extra = hist ? Py_BuildValue("{s:L,s:I,s:N,s:n,s:I}", "max_hold_ns", (long long)last_pace.max_hold_ns,
                                           "holds", (unsigned)last_pace.holds, "hold_hist", hist, "parts",
-                                          (Py_ssize_t)last_parts)
+                                          (Py_ssize_t)last_parts, "tape_grown_holding",
+                                          (unsigned)last_pace.tape_grown_holding)
                          : NULL;
   if (!extra || PyDict_Update(d, extra) < 0) Py_CLEAR(d);
   Py_XDECREF(extra);
