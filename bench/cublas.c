@@ -141,8 +141,9 @@ int bench_cublaslt_fp8_open(bench_cublaslt *lt, int m, int n, int k, int a_type,
   for (int i = 0; i < found && i < 8; i++) {
     if (h[i].state != 0) continue;
     memcpy(lt->algos[lt->n_algos], h[i].algo, sizeof lt->algos[0]);
-    lt->workspace_bytes[lt->n_algos++] = h[i].workspace_bytes;
+    lt->n_algos++;
   }
+  lt->workspace_bytes = workspace_bytes;
   if (lt->n_algos == 0) {
     snprintf(why, (size_t)why_size, "cuBLASLt has no FP8 kernel for %d×%d×%d here", m, n, k);
     bench_cublaslt_close(lt);
@@ -156,7 +157,7 @@ int bench_cublaslt_run(bench_cublaslt *lt, const void *a, const void *b, void *d
   for (;;) {
     int i = lt->chosen;
     int rc = lt->matmul(lt->handle, lt->desc, &one, a, lt->a_layout, b, lt->b_layout, &zero, d, lt->d_layout, d,
-                        lt->d_layout, lt->algos[i], workspace, lt->workspace_bytes[i], stream);
+                        lt->d_layout, lt->algos[i], workspace, lt->workspace_bytes, stream);
     if (rc != BENCH_CUBLAS_STATUS_NOT_SUPPORTED || lt->ran || i + 1 >= lt->n_algos) {
       lt->ran |= rc == 0;
       return rc;

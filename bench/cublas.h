@@ -51,7 +51,7 @@ void bench_cublas_close(bench_cublas *cb);
 typedef struct bench_cublaslt {
   void *lib, *handle, *desc, *a_layout, *b_layout, *d_layout, *pref;
   uint64_t algos[8][8];      /* cublasLtMatmulAlgo_t each: the heuristic's candidates, best first */
-  size_t workspace_bytes[8]; /* what each needs */
+  size_t workspace_bytes;    /* the workspace given to every run (what the candidates were chosen under) */
   int n_algos, chosen;       /* the candidates found; the one runs use */
   bool ran;                  /* `chosen` has run: from then on its failures are reported, not worked around */
   int (*matmul)(void *handle, void *desc, const void *alpha, const void *a, void *a_layout, const void *b,

@@ -30,6 +30,7 @@ static ferry_gemm_args args_[SETS];
 static bench_cublas cb_;
 static bench_cublaslt lt_;        /* FP8: cuBLASLt's matmul, prepared once */
 static CUdeviceptr lt_workspace_, scales_; /* FP8: cuBLASLt's workspace; scale_a and scale_b, one float each */
+enum { SCALE_B_OFFSET = 256 };
 static int have_cublas_;
 
 static float half_to_float(uint16_t h, int type) {
@@ -319,12 +320,16 @@ int main(int argc, char **argv) {
   ferry_tensor scale_a = {0}, scale_b = {0};
   int64_t one_shape[1] = {1};
   if (type_ == FERRY_SCALAR_E4M3) { /* per-tensor scales on the device, as torch._scaled_mm takes them */
-    const float host_scales[2] = {0.5f, 4.0f}; /* a product of 2: a design ignoring the scales disagrees */
-    BENCH_CU(ferry__drv.cuMemAlloc(&scales_, sizeof host_scales));
-    BENCH_CU(ferry__drv.cuMemcpyHtoD(scales_, host_scales, sizeof host_scales));
+    /* A product of 2: a design ignoring the scales disagrees. Each scale aligned as an allocation of its own
+     * would be, as torch._scaled_mm's are: a scale 4 bytes into an allocation is not what cuBLASLt is used with. */
+    const float host_scales[2] = {0.5f, 4.0f};
+    BENCH_CU(ferry__drv.cuMemAlloc(&scales_, SCALE_B_OFFSET + sizeof(float)));
+    BENCH_CU(ferry__drv.cuMemcpyHtoD(scales_, &host_scales[0], sizeof(float)));
+    BENCH_CU(ferry__drv.cuMemcpyHtoD(scales_ + SCALE_B_OFFSET, &host_scales[1], sizeof(float)));
     const ferry_dtype f32 = {FERRY_DTYPE_FLOAT, 32, 1};
     scale_a = (ferry_tensor){(void *)(uintptr_t)scales_, {FERRY_DEVICE_CUDA, dev}, 1, f32, one_shape, NULL, 0};
-    scale_b = (ferry_tensor){(void *)(uintptr_t)(scales_ + 4), {FERRY_DEVICE_CUDA, dev}, 1, f32, one_shape, NULL, 0};
+    scale_b = (ferry_tensor){(void *)(uintptr_t)(scales_ + SCALE_B_OFFSET), {FERRY_DEVICE_CUDA, dev}, 1, f32,
+                             one_shape, NULL, 0};
   }
   for (int s = 0; s < SETS; s++) {
     BENCH_CU(ferry__drv.cuMemAlloc(&a_[s], a_bytes));
@@ -347,9 +352,9 @@ int main(int argc, char **argv) {
   if (have_cublas_ && type_ == FERRY_SCALAR_E4M3) { /* cuBLASLt's A is our B: its scale is scale_b */
     const size_t workspace = 32u << 20;
     BENCH_CU(ferry__drv.cuMemAlloc(&lt_workspace_, workspace));
+    const void *lt_scale_a = (const void *)(uintptr_t)(scales_ + SCALE_B_OFFSET); /* its A is our B */
     if (bench_cublaslt_fp8_open(&lt_, m_, n_, k_, BENCH_CUDA_R_8F_E4M3, BENCH_CUDA_R_8F_E4M3, BENCH_CUDA_R_16BF,
-                                (const void *)(uintptr_t)(scales_ + 4), (const void *)(uintptr_t)scales_, workspace,
-                                why, sizeof why) != 0) {
+                                lt_scale_a, (const void *)(uintptr_t)scales_, workspace, why, sizeof why) != 0) {
       printf("no cuBLASLt FP8 GEMM (%s): times only, no reference\n", why);
       have_cublas_ = 0;
     }
