@@ -1,10 +1,10 @@
 // gemm_wgmma.cu — ferry's Hopper GEMM: fp16/bf16 operands, fp32 accumulators, wgmma.mma_async (sm_90a only) with
 // both operands read by the tensor cores straight from shared memory, fed by a cp.async pipeline.
 //
-// A block of WGS warpgroups computes a BM×BN tile (BM = 64·WGS, BN 256, or 64 for m ≤ 64: a decode step's skinny
-// GEMM, one warpgroup streaming 64 columns of B); warpgroup g owns rows 64g..64g+63 and issues one m64nBNk16 wgmma
-// per k16 step, so its 64×BN fp32 accumulators (BN/2 registers a thread) never leave registers until the epilogue.
-// K advances BK = 64 at a time through STAGES shared buffers.
+// A block of WGS warpgroups computes a BM×BN tile (BM = 64·WGS, BN 256, 128 for FP8, or 64 for m ≤ 64: a decode
+// step's skinny GEMM, one warpgroup streaming 64 columns of B); warpgroup g owns rows 64g..64g+63 and issues one
+// m64nBNk16 wgmma per k16 step, so its 64×BN fp32 accumulators (BN/2 registers a thread) never leave registers
+// until the epilogue. K advances BK = 64 at a time through STAGES shared buffers.
 //
 // Shared layout (the canonical 128-byte-swizzle layouts of the PTX ISA's "Shared Memory Matrix Layout"): each
 // operand tile is stored as it lies in memory, rows of its contiguous dimension, cut into 64-element panels; a
@@ -26,6 +26,10 @@
 // 8-bit operands (FP8, int8; K-major, which is all wgmma reads of them) travel as 16-bit pairs along k, as in
 // gemm_mma.cu: a row of a stage is the same 128 bytes, 128 values of K, and one m64n256k32 wgmma consumes the 32
 // bytes a k16 step of 16-bit operands does, so copies and descriptors are unchanged.
+// FP8 sums are promoted: the tensor cores keep fewer bits of an FP8 running sum than fp32 (off by several per cent
+// from fp32 over k = 4096), so each k-tile's group sums 128 values of k from zero into registers of its own, which
+// are added to the fp32 accumulators when the group is done (as cuBLASLt does unless asked for fast accumulation).
+// That is BN more registers a thread: FP8 tiles are at most 128 wide.
 //
 // Two schedules, chosen by FERRY_PERSISTENT (the design's): the plain one above, one block per output tile, every
 // thread both copying and multiplying; and a persistent, warp-specialised one, one block per SM looping over tiles:
@@ -83,14 +87,21 @@ static_assert(A_ROW && !B_ROW, "wgmma reads 8-bit operands K-major only");
 static_assert(FERRY_ACC_TYPE == (FERRY_A_TYPE == FERRY_SCALAR_I8 ? FERRY_SCALAR_I32 : FERRY_SCALAR_F32),
               "FP8 accumulates in fp32, int8 in int32");
 typedef narrow_acc acc_t;
+// Hopper's FP8 wgmma keeps fewer bits of its running sum than fp32 (int8's int32 sums are exact): each k-tile's
+// group accumulates from zero into a set of its own, added to the fp32 accumulators once the group is done.
+[[maybe_unused]] constexpr bool PROMOTE = FERRY_A_TYPE != FERRY_SCALAR_I8;
+static_assert(!PROMOTE || (BN <= 128 && !FERRY_PERSISTENT),
+              "promoted FP8 sums: BN accumulator registers a thread, in the plain schedule");
 #else
+[[maybe_unused]] constexpr bool PROMOTE = false;
 static_assert(FERRY_A_TYPE == FERRY_B_TYPE && (FERRY_A_TYPE == FERRY_SCALAR_F16 || FERRY_A_TYPE == FERRY_SCALAR_BF16),
               "the tensor-core GEMM takes two fp16 or two bf16 operands, or two 8-bit ones");
 static_assert(FERRY_ACC_TYPE == FERRY_SCALAR_F32, "wgmma accumulates in fp32 here");
 typedef float acc_t;
 #endif
 static_assert(BK == 64, "one 128-byte swizzle row of K per row of a K-major tile");
-static_assert(BM % 64 == 0 && (BN == 256 || BN == 64), "warpgroups of 64 rows, one m64nBNk16 each (BN 256 or 64)");
+static_assert(BM % 64 == 0 && (BN == 256 || BN == 128 || BN == 64),
+              "warpgroups of 64 rows, one m64nBNk16 each (BN 256, 128 or 64)");
 static_assert(STAGES >= 3, "copies run STAGES-2 k-tiles ahead of the wgmma");
 static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "every tile starts on a 1024-byte swizzle boundary");
 
@@ -182,6 +193,7 @@ struct mainloop {
   bool inside_mn;
   int read_stage, write_stage;
   acc_t acc[BN / 2]; // this thread's part of the warpgroup's 64×BN accumulators
+  acc_t part[BN / 2]; // PROMOTE: the sums of the k-tile in flight (otherwise unused, and compiled away)
 
   __device__ __forceinline__ mainloop(const ferry_gemm_params &p_, const elem *A_, const elem *B_, u32 smem_, int m0_,
                                       int n0_)
@@ -199,6 +211,10 @@ struct mainloop {
     write_stage = STAGES - 2;
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
+    if constexpr (PROMOTE) {
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) part[i] = 0;
+    }
   }
 
   // k-tile kt. FULL: the k-tile it copies (kt+STAGES-2) exists and lies inside the operands.
@@ -211,10 +227,23 @@ struct mainloop {
     write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
 
     const u32 sa = smem + read_stage * STAGE_BYTES, sb = sa + A_BYTES;
-    mma_stage(acc, sa, sb, wg);
-    wgmma_wait<1>(); // k-tile kt-1's group is done: its stage may be refilled after the next barrier
+    if constexpr (PROMOTE) {
+      // The group's sums are added once it is done, so it runs alone: the next k-tile's group queues behind the
+      // other warpgroup's instead (a second set of sums to overlap them is more registers than a thread has).
+      mma_stage(part, sa, sb, wg);
+      wgmma_wait<0>();
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
+      for (int i = 0; i < BN / 2; ++i) {
+        wgmma_fence_operand(part[i]);
+        acc[i] += part[i];
+        part[i] = 0;
+      }
+    } else {
+      mma_stage(acc, sa, sb, wg);
+      wgmma_wait<1>(); // k-tile kt-1's group is done: its stage may be refilled after the next barrier
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
+    }
     read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
   }
 

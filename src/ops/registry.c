@@ -135,8 +135,10 @@ static void add_mma(ferry__family family, builtin_inputs inputs, int bm, int bn,
   op->design = (ferry__design){bm, bn, bk, warps_m, warps_n, warps_k, stages, vec, speed};
   op->info.name = strdup(name);
   op->defines = strdup(defines);
-  if (wgmma && narrow) op->info.instruction = bn == 64 ? "wgmma.m64n64k32" : "wgmma.m64n256k32";
-  else if (wgmma) op->info.instruction = bn == 64 ? "wgmma.m64n64k16" : "wgmma.m64n256k16";
+  if (wgmma && narrow)
+    op->info.instruction = bn == 64 ? "wgmma.m64n64k32" : bn == 128 ? "wgmma.m64n128k32" : "wgmma.m64n256k32";
+  else if (wgmma)
+    op->info.instruction = bn == 64 ? "wgmma.m64n64k16" : bn == 128 ? "wgmma.m64n128k16" : "wgmma.m64n256k16";
   else op->info.instruction = narrow ? "mma.sync.m16n8k32" : "mma.sync.m16n8k16";
   op->info.tile_m = bm;
   op->info.tile_n = bn;
@@ -262,6 +264,8 @@ static void register_builtins(void) {
         if (pass < 2 && is_wgmma != pass) continue;
         if (pass == 2 && !is_wgmma && (d->family != FERRY__MMA || d->vec != 8)) continue;
         builtin_inputs inputs = pass < 2 ? (i ? INPUTS_BF16 : INPUTS_F16) : (i ? INPUTS_I8 : INPUTS_FP8);
+        /* FP8 wgmma sums are promoted to fp32 each k-tile, which takes registers a 256-wide tile does not have */
+        if (inputs == INPUTS_FP8 && is_wgmma && d->bn > 128) continue;
         add_mma(d->family, inputs, d->bm, d->bn, d->bk, d->warps_m, d->warps_n, d->warps_k, d->stages, d->vec,
                 d->speed);
       }

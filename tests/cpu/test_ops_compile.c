@@ -417,9 +417,9 @@ static void compile_every_builtin(int sm, int layouts) {
       add_build_job(op, sm, in, in, in == FERRY_SCALAR_F16 ? FERRY_SCALAR_F16 : FERRY_SCALAR_F32, 0, 1, 0);
     }
   }
-  /* 2 × (7 gemm_mma + 4 gemm_mma_sw + 2 gemm_wgmma) for fp16 and bf16, 2 × (6 gemm_mma + 2 gemm_wgmma) for FP8
-   * and int8, SIMT */
-  ASSERT_EQ(designs, 43);
+  /* 2 × (7 gemm_mma + 4 gemm_mma_sw + 3 gemm_wgmma) for fp16 and bf16, 6 gemm_mma + 2 gemm_wgmma for FP8 (no
+   * 256-wide tile), 6 gemm_mma + 3 gemm_wgmma for int8, SIMT */
+  ASSERT_EQ(designs, 46);
   pthread_t threads[4];
   int started = 0;
   for (; started < 4; started++)
@@ -467,7 +467,7 @@ TEST(wgmma_design_by_default_for_sm90a_only) {
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
-  ASSERT_EQ(n, 14);
+  ASSERT_EQ(n, 15);
   /* first (measured fastest at 4096³ on the H200); the any-alignment design and SIMT last */
   ASSERT(ops[0] == op);
   ASSERT(!strcmp(ferry_op_info_get(ops[n - 2])->name, "gemm_mma_bf16_64x64x32_s2_align2"));
@@ -522,15 +522,16 @@ TEST(wgmma_persistent_design_only_when_asked) {
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
-  ASSERT_EQ(n, 15); /* the default 14 and this one */
+  ASSERT_EQ(n, 16); /* the default 15 and this one */
   ASSERT(ops[0] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4"));
   ASSERT(ops[1] == op);
   ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n));
   for (size_t i = 0; i < n; i++) ASSERT(ops[i] != op);
-  const ferry_op *fp8 = ferry_op_by_name("gemm_wgmma_fp8_128x256x128_s4_persistent");
+  /* not for FP8: its sums are promoted to fp32 each k-tile, and a 256-wide tile has no registers for that */
+  ASSERT(ferry_op_by_name("gemm_wgmma_fp8_128x256x128_s4_persistent") == NULL);
   const ferry_op *i8 = ferry_op_by_name("gemm_wgmma_i8_128x256x128_s4_persistent");
   const ferry_op *f16 = ferry_op_by_name("gemm_wgmma_f16_128x256x64_s4_persistent");
-  ASSERT(fp8 != NULL && i8 != NULL && f16 != NULL);
+  ASSERT(i8 != NULL && f16 != NULL);
   if (!test_have_nvrtc()) return;
   char home[300];
   test_cache_home(home, sizeof home, "wgmma_persistent");
@@ -539,7 +540,6 @@ TEST(wgmma_persistent_design_only_when_asked) {
   add_build_job(op, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 1, 1);
   add_build_job(f16, 90, FERRY_SCALAR_F16, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 0, 1, 0);
   add_build_job(f16, 90, FERRY_SCALAR_F16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 0, 0);
-  add_build_job(fp8, 90, FERRY_SCALAR_E4M3, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 0, 1, 0);
   add_build_job(i8, 90, FERRY_SCALAR_I8, FERRY_SCALAR_I32, FERRY_SCALAR_I32, 0, 1, 0);
   build_jobs_run_all();
   char arch[32];

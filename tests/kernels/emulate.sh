@@ -107,6 +107,8 @@ while read -r bm bn bk st persistent; do
   schedule=$([ "$persistent" = 1 ] && echo _persistent || true)
   for kind in $kinds $kinds8; do
     kname=${kind%%:*}
+    # FP8 sums are promoted each k-tile, which a 256-wide tile has no registers for: not registered (registry.c)
+    case $kname in e4m3* | e5m2*) [ "$bn" -gt 128 ] && continue ;; esac
     run_cases=$(cases_for "$kname" "$persistent")
     flags=$(echo "${kind#*:}" | tr ',' ' ' | sed 's/-DFERRY_ACC_TYPE=1//')
     # shellcheck disable=SC2086

@@ -561,7 +561,7 @@ inline void mma_k32(narrow_acc d[4], const u32 a[4], const u32 b[2]) {
 namespace wg {
 struct op {
   unsigned long long da, db;
-  int n;                  // columns of D: 256 or 64
+  int n;                  // columns of D: 256, 128 or 64
   int in_a, in_b, ta, tb; // element types (8-bit ones: k 32 bytes, K-major only)
   bool int_acc;           // int32 accumulators (int8 inputs); else fp32
   void *d[128];           // each thread's accumulators
@@ -643,13 +643,13 @@ inline void issue(void *d, int n, unsigned long long desc_a, unsigned long long 
 // m64nNk16, N from the accumulators' count (4 registers a thread per 8 columns).
 template <int IN, int TRANS_A, int TRANS_B, int R>
 inline void wgmma_k16(float (&d)[R], unsigned long long desc_a, unsigned long long desc_b) {
-  static_assert(R == 128 || R == 32, "m64n256 or m64n64");
+  static_assert(R == 128 || R == 64 || R == 32, "m64n256, m64n128 or m64n64");
   wg::issue(d, 2 * R, desc_a, desc_b, IN, IN, TRANS_A, TRANS_B, false);
 }
 #if FERRY_NARROW_INPUTS
 // m64nNk32 with 8-bit operands, both K-major (the only layout the instruction reads).
 template <int R> inline void wgmma_k32(narrow_acc (&d)[R], unsigned long long desc_a, unsigned long long desc_b) {
-  static_assert(R == 128 || R == 32, "m64n256 or m64n64");
+  static_assert(R == 128 || R == 64 || R == 32, "m64n256, m64n128 or m64n64");
   wg::issue(d, 2 * R, desc_a, desc_b, FERRY_A_TYPE, FERRY_B_TYPE, 0, 0, FERRY_A_TYPE == FERRY_SCALAR_I8);
 }
 #endif
