@@ -3,9 +3,9 @@
 # each mutant is gemm_mma_sw.cu or gemm_wgmma.cu with one plausible bug (a missing barrier or wait, a copy into a
 # stage still being read, a wrong swizzle or descriptor, an off-by-one at an edge, a full-tile copy past k, a
 # missing __syncwarp or wgmma.fence, a wide store past n, a wrong accumulator row, a broken mbarrier protocol in the
-# persistent schedule), gemm_mma.cu with its sets of warps over k summed wrongly, or gemm_output.cuh with a wrong
-# epilogue (bias index, order, activation) or 8-bit handling (pairs along k, scales), and each must FAIL the emulated
-# cases. A surviving mutant means the emulation cannot see that kind of bug.
+# persistent schedule, FP8 sums promoted wrongly), gemm_mma.cu with its sets of warps over k summed wrongly, or
+# gemm_output.cuh with a wrong epilogue (bias index, order, activation) or 8-bit handling (pairs along k, scales), and
+# each must FAIL the emulated cases. A surviving mutant means the emulation cannot see that kind of bug.
 #
 # usage: tests/kernels/mutants.sh [BUILD_DIR]
 set -eu
@@ -65,6 +65,8 @@ run_mutants() {
   entry=$2
   flags=$3
   list=$4
+  types=${5:--DFERRY_A_TYPE=2 -DFERRY_OUT_TYPE=2}
+  run_cases=${6:-$cases}
   echo "$list" | while IFS='|' read -r name expr; do
     # (gemm_mma.cu reads its shared-memory size with inline PTX; the emulation answers instead, as in emulate.sh)
     sed -e "$expr" -e 's/asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));/have = dynamic_smem_size();/' \
@@ -77,10 +79,10 @@ run_mutants() {
     fi
     # shellcheck disable=SC2086
     $cxx -std=c++17 -O2 -Wno-unknown-pragmas -I "$root/src/kernels" -I "$here" -I "$out" \
-      -DEMU_KERNEL="\"${entry}_$name.cu\"" -DEMU_ENTRY="$entry" -DFERRY_A_TYPE=2 -DFERRY_OUT_TYPE=2 \
+      -DEMU_KERNEL="\"${entry}_$name.cu\"" -DEMU_ENTRY="$entry" $types \
       $flags "$here/emulate_gemm.cpp" -o "$out/${entry}_$name"
     # shellcheck disable=SC2086
-    if "$out/${entry}_$name" $cases > "$out/${entry}_$name.log" 2>&1; then
+    if "$out/${entry}_$name" $run_cases > "$out/${entry}_$name.log" 2>&1; then
       echo "SURVIVED $entry $name"
       echo 1 >> "$out/survivors"
     else
@@ -138,14 +140,21 @@ run_header_mutants() {
 }
 run_header_mutants "$epilogue_mutants" "-DFERRY_A_TYPE=2 -DFERRY_OUT_TYPE=3" "$cases"
 
-# 8-bit inputs: the pairs along k and the per-tensor scales, under the persistent wgmma kernel, over cases whose k
-# and strides are whole 16-byte chunks (a batch among them).
+# 8-bit inputs: the pairs along k and the per-tensor scales, under the wgmma kernel's 128×128 design (FP8 has no
+# wider one), over cases whose k and strides are whole 16-byte chunks (a batch among them).
 cases8="129,127,80,1,16,1,0 127,129,144,3,16,-1.5,0.25 392,264,464,1,16,0.5,0"
+wgmma_128="-DFERRY_BM=128 -DFERRY_BN=128 -DFERRY_BK=64 -DFERRY_STAGES=6 -DFERRY_A_ROW=1 -DFERRY_B_ROW=0"
 narrow_mutants='pairs_keep_a_batch_stride|/p.k \/= 2, p.lda \/= 2/s/p.batch_a \/= 2, //|-DFERRY_A_TYPE=6 -DFERRY_OUT_TYPE=7 -DFERRY_ACC_TYPE=7
 scales_ignored|/p.alpha \* \*p.scale_a \* \*p.scale_b;/s/ \* \*p.scale_a \* \*p.scale_b//|-DFERRY_A_TYPE=4 -DFERRY_OUT_TYPE=3 -DFERRY_SCALED=1
 scale_a_read_twice|/p.alpha \* \*p.scale_a \* \*p.scale_b;/s/\*p.scale_b;/*p.scale_a;/|-DFERRY_A_TYPE=6 -DFERRY_OUT_TYPE=2 -DFERRY_ACC_TYPE=7 -DFERRY_SCALED=1'
-run_header_mutants "$narrow_mutants" "-DEMU_KERNEL=\"gemm_wgmma.cu\" -DEMU_ENTRY=ferry_gemm_wgmma -DFERRY_PERSISTENT=1 \
--DFERRY_A_ROW=1 -DFERRY_B_ROW=0" "$cases8"
+run_header_mutants "$narrow_mutants" "-DEMU_KERNEL=\"gemm_wgmma.cu\" -DEMU_ENTRY=ferry_gemm_wgmma $wgmma_128" "$cases8"
+
+# FP8 sums promoted each k-tile (gemm_wgmma.cu): a k-tile's sums kept after they were added (counted again), or
+# added before their group is done (the last group's lost, the others late).
+promote_mutants='sums_not_cleared_after_adding|/^        part\[i\] = 0;$/s/part\[i\] = 0;/;/
+sums_added_before_their_group_ends|/^      wgmma_wait<0>();$/s/wgmma_wait<0>/wgmma_wait<1>/'
+run_mutants gemm_wgmma.cu ferry_gemm_wgmma "$wgmma_128" "$promote_mutants" "-DFERRY_A_TYPE=4 -DFERRY_B_TYPE=4 -DFERRY_OUT_TYPE=3" \
+  "$cases8"
 
 if [ -s "$out/survivors" ]; then
   echo "some mutants survived: the emulation misses those bugs"
