@@ -507,6 +507,18 @@ const ferry_tensor *ferry_py_batch_take_pending(ferry_py_batch *b, size_t *first
   return b->tensors + *first;
 }
 
+/* From a megabyte on, freeing the tape unmaps it (with other threads about, a TLB shootdown each): worth doing
+ * without the GIL. Below, a release would only offer the GIL to another thread at the end of every small call. */
+#define GIL_FREE_BYTES ((size_t)1 << 20)
+
+static size_t map_bytes(const ferry_py_addrmap *m) { return m ? sizeof *m + m->cap * sizeof m->slots[0] : 0; }
+
+bool ferry_py_batch_large(const ferry_py_batch *b) {
+  size_t bytes = b->cap_nodes * sizeof *b->nodes + b->cap_leaves * (sizeof *b->leaves + sizeof *b->tensors) +
+                 b->cap_dims * sizeof *b->dims + map_bytes(b->seen) + map_bytes(b->views);
+  return bytes >= GIL_FREE_BYTES;
+}
+
 void ferry_py_batch_clear(ferry_py_batch *b, ferry_py_pace *pace) {
   for (size_t i = 0; i < b->n_leaves; i++) {
     ferry_py_leaf_release_input(&b->leaves[i]);
@@ -519,10 +531,10 @@ void ferry_py_batch_clear(ferry_py_batch *b, ferry_py_pace *pace) {
     ferry_py_pace_tick_quiet(pace);
   }
   if (pace) pace->tape_grown_holding += b->grown_holding;
+  bool gil_free = pace && pace->slice_ns && ferry_py_batch_large(b);
   ferry_py_batch memory = *b;
   memset(b, 0, sizeof *b);
-  /* A large tape's arrays are unmapped when freed (with other threads about, a TLB shootdown each): GIL-free */
-  PyThreadState *ts = pace && pace->slice_ns ? ferry_py_pace_unlock(pace) : NULL;
+  PyThreadState *ts = gil_free ? ferry_py_pace_unlock(pace) : NULL;
   PyMem_RawFree(memory.nodes);
   PyMem_RawFree(memory.leaves);
   PyMem_RawFree(memory.tensors);

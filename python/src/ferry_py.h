@@ -276,9 +276,13 @@ const ferry_tensor *ferry_py_batch_take_pending(ferry_py_batch *b, size_t *first
  * NULL. */
 PyObject *ferry_py_batch_rebuild(ferry_py_batch *b, ferry_py_pace *pace);
 
+/* Whether the tape's memory is large enough (a megabyte) that freeing it, or a plan of its size, is worth doing
+ * with the GIL released. */
+bool ferry_py_batch_large(const ferry_py_batch *b);
+
 /* Drops every reference the tape holds and calls the producers' deleters, ticking `pace` (may be NULL) quietly;
- * then frees the tape's memory, with the GIL released when `pace` has release points, and adds the tape's
- * statistics to the pace's. */
+ * then frees the tape's memory, with the GIL released when `pace` has release points and the tape is large, and
+ * adds the tape's statistics to the pace's. */
 void ferry_py_batch_clear(ferry_py_batch *b, ferry_py_pace *pace);
 
 /* ---- pace.c ------------------------------------------------------------------------------------------------ *

@@ -295,14 +295,19 @@ int ferry_py_job_finish(ferry_py_job *job) {
   size_t parts = job->n_blocks;
   for (size_t k = 0; k < job->n_blocks; k++) ferry_py_outputs_unref(job->blocks[k]);
   job->n_blocks = 0;
+  bool large = ferry_py_batch_large(tape);
   ferry_py_batch_clear(tape, &job->pace);
   ferry_transfer *ticket = job->ticket;
   job->ticket = NULL;
   job->state = FERRY_PY_JOB_FINISHED;
   stamp(job, FERRY_PY_PHASE_FINISHED);
-  PyThreadState *ts = ferry_py_pace_unlock(&job->pace); /* freeing a large plan's memory needs no GIL */
-  ferry_transfer_release(ticket);
-  PyEval_RestoreThread(ts);
+  ferry_py_pace_pause(&job->pace);
+  if (large) { /* freeing a large plan's memory needs no GIL */
+    Py_BEGIN_ALLOW_THREADS ferry_transfer_release(ticket);
+    Py_END_ALLOW_THREADS
+  } else {
+    ferry_transfer_release(ticket);
+  }
   save_last(job, parts);
   ferry_py_gil_share_end(sharing);
   return 0;
