@@ -90,8 +90,7 @@ typedef narrow_acc acc_t;
 // Hopper's FP8 wgmma keeps fewer bits of its running sum than fp32 (int8's int32 sums are exact): each k-tile's
 // group accumulates from zero into a set of its own, added to the fp32 accumulators once the group is done.
 [[maybe_unused]] constexpr bool PROMOTE = FERRY_A_TYPE != FERRY_SCALAR_I8;
-static_assert(!PROMOTE || (BN <= 128 && !FERRY_PERSISTENT),
-              "promoted FP8 sums: BN accumulator registers a thread, in the plain schedule");
+static_assert(!PROMOTE || BN <= 128, "promoted FP8 sums: BN accumulator registers a thread");
 #else
 [[maybe_unused]] constexpr bool PROMOTE = false;
 static_assert(FERRY_A_TYPE == FERRY_B_TYPE && (FERRY_A_TYPE == FERRY_SCALAR_F16 || FERRY_A_TYPE == FERRY_SCALAR_BF16),
@@ -411,7 +410,8 @@ __device__ __forceinline__ void store_accumulators(const ferry_gemm_params &p, c
 // 384 threads; the host refuses a kernel given fewer, since setmaxnreg.inc would then wait forever).
 constexpr int COPY_REGS = 56, MMA_REGS = 224;
 static_assert(128 * COPY_REGS + WARPS * 32 * MMA_REGS <= THREADS * (65536 / THREADS / 8 * 8), "the register file");
-static_assert(WGS == 2 && BN == 256, "the register split assumes one copying and two multiplying warpgroups");
+static_assert(WGS == 2 && (BN == 256 || BN == 128),
+              "the register split assumes one copying and two multiplying warpgroups");
 
 // The grid is at most one block per SM; block b takes tiles b, b + gridDim.x, ... of all batches (tile index
 // t: batch t / tiles, then tile_of_index's order within it). Both sides walk the same sequence.
@@ -480,20 +480,40 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
   const int warp = threadIdx.x / 32 - COPY_THREADS / 32, wg = warp / 4, lane = threadIdx.x % 32;
   sum_t *staging = reinterpret_cast<sum_t *>(smem_aligned + PIPE_BYTES) + warp * 16 * EPI_PITCH;
   acc_t acc[BN / 2];
+  acc_t part[BN / 2]; // PROMOTE: the sums of the k-tile in flight (otherwise unused, and compiled away)
   while (walk.next(p, z, m0, n0)) {
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
+    if constexpr (PROMOTE) {
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) part[i] = 0;
+    }
     int in_flight = -1; // the stage the last wgmma group reads
     for (int kt = 0; kt < ktiles; ++kt) {
       mbar_wait(full(stage), phase);
       fence_proxy_async_shared(); // the landed copies (generic proxy) before the tensor cores' reads (async proxy)
       const u32 sa = smem + stage * STAGE_BYTES;
-      mma_stage(acc, sa, sa + A_BYTES, wg);
-      wgmma_wait<1>(); // the group before this one is done with its stage
+      if constexpr (PROMOTE) {
+        // The group runs alone and its sums are added once it is done; the other warpgroup, not bound to this
+        // one by any barrier, keeps the tensor cores busy meanwhile (the two settle into taking turns).
+        mma_stage(part, sa, sa + A_BYTES, wg);
+        wgmma_wait<0>();
 #pragma unroll
-      for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
-      if (in_flight >= 0 && lane == 0) mbar_arrive(empty(in_flight));
-      in_flight = stage;
+        for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(part[i]);
+        if (lane == 0) mbar_arrive(empty(stage));
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) {
+          acc[i] += part[i];
+          part[i] = 0;
+        }
+      } else {
+        mma_stage(acc, sa, sa + A_BYTES, wg);
+        wgmma_wait<1>(); // the group before this one is done with its stage
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
+        if (in_flight >= 0 && lane == 0) mbar_arrive(empty(in_flight));
+        in_flight = stage;
+      }
       if (++stage == STAGES) stage = 0, phase ^= 1;
     }
     wgmma_wait<0>();
