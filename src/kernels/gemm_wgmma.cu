@@ -480,46 +480,86 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
   const int warp = threadIdx.x / 32 - COPY_THREADS / 32, wg = warp / 4, lane = threadIdx.x % 32;
   sum_t *staging = reinterpret_cast<sum_t *>(smem_aligned + PIPE_BYTES) + warp * 16 * EPI_PITCH;
   acc_t acc[BN / 2];
-  acc_t part[BN / 2]; // PROMOTE: the sums of the k-tile in flight (otherwise unused, and compiled away)
+  // PROMOTE: two sets of a k-tile's sums, one being summed by the tensor cores while the other, done, is added to
+  // acc (otherwise unused, and compiled away). In flight: the groups reading stages `older` (the earlier) and `newer`.
+  acc_t sums0[BN / 2], sums1[BN / 2];
+  int older = -1, newer = -1;
+  // Issues the next k-tile's group into `set`, once its stage has landed.
+  auto issue = [&](acc_t (&set)[BN / 2]) {
+    mbar_wait(full(stage), phase);
+    fence_proxy_async_shared(); // the landed copies (generic proxy) before the tensor cores' reads (async proxy)
+    const u32 sa = smem + stage * STAGE_BYTES;
+    mma_stage(set, sa, sa + A_BYTES, wg);
+    older = newer, newer = stage;
+    if (++stage == STAGES) stage = 0, phase ^= 1;
+  };
+  // Adds the group before the newest one, whose sums are `set`, once it is done, and frees its stage.
+  auto retire = [&](acc_t (&set)[BN / 2]) {
+    wgmma_wait<1>();
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(set[i]);
+    if (lane == 0) mbar_arrive(empty(older));
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) {
+      acc[i] += set[i];
+      set[i] = 0;
+    }
+  };
+  // Adds the last group, whose sums are `set`, once it is done, and frees its stage.
+  auto finish = [&](acc_t (&set)[BN / 2]) {
+    wgmma_wait<0>();
+    if (lane == 0) mbar_arrive(empty(newer));
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) {
+      wgmma_fence_operand(set[i]);
+      acc[i] += set[i];
+    }
+  };
   while (walk.next(p, z, m0, n0)) {
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
     if constexpr (PROMOTE) {
 #pragma unroll
-      for (int i = 0; i < BN / 2; ++i) part[i] = 0;
-    }
-    int in_flight = -1; // the stage the last wgmma group reads
-    for (int kt = 0; kt < ktiles; ++kt) {
-      mbar_wait(full(stage), phase);
-      fence_proxy_async_shared(); // the landed copies (generic proxy) before the tensor cores' reads (async proxy)
-      const u32 sa = smem + stage * STAGE_BYTES;
-      if constexpr (PROMOTE) {
-        // The group runs alone and its sums are added once it is done; the other warpgroup, not bound to this
-        // one by any barrier, keeps the tensor cores busy meanwhile (the two settle into taking turns).
-        mma_stage(part, sa, sa + A_BYTES, wg);
-        wgmma_wait<0>();
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(part[i]);
-        if (lane == 0) mbar_arrive(empty(stage));
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) {
-          acc[i] += part[i];
-          part[i] = 0;
+      for (int i = 0; i < BN / 2; ++i) sums0[i] = sums1[i] = 0;
+      // Even k-tiles sum into sums0, odd ones into sums1: each set is added while the next group runs. Every trip
+      // of the loop and each tail names its sets statically: where it cannot tell which set is in flight, ptxas
+      // serialises the groups (warning C7514) or moves the sets to the stack.
+      if (ktiles > 0) {
+        issue(sums0);
+        int kt = 1;
+        for (; kt + 1 < ktiles; kt += 2) {
+          issue(sums1);
+          retire(sums0);
+          issue(sums0);
+          retire(sums1);
         }
-      } else {
+        if (kt < ktiles) {
+          issue(sums1);
+          retire(sums0);
+          finish(sums1);
+        } else {
+          finish(sums0);
+        }
+      }
+    } else {
+      int in_flight = -1; // the stage the last wgmma group reads
+      for (int kt = 0; kt < ktiles; ++kt) {
+        mbar_wait(full(stage), phase);
+        fence_proxy_async_shared();
+        const u32 sa = smem + stage * STAGE_BYTES;
         mma_stage(acc, sa, sa + A_BYTES, wg);
         wgmma_wait<1>(); // the group before this one is done with its stage
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
         if (in_flight >= 0 && lane == 0) mbar_arrive(empty(in_flight));
         in_flight = stage;
+        if (++stage == STAGES) stage = 0, phase ^= 1;
       }
-      if (++stage == STAGES) stage = 0, phase ^= 1;
-    }
-    wgmma_wait<0>();
+      wgmma_wait<0>();
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
-    if (in_flight >= 0 && lane == 0) mbar_arrive(empty(in_flight));
+      for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
+      if (in_flight >= 0 && lane == 0) mbar_arrive(empty(in_flight));
+    }
     store_accumulators(p, acc, z, m0, n0, warp, staging);
   }
 }

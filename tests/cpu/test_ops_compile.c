@@ -505,7 +505,7 @@ TEST(wgmma_design_by_default_for_sm90a_only) {
  * in this test's own process, now), then found for sm_90 alone, right behind the plain schedule at 4096³ (203.0
  * against 199.3 µs on the H200), with its copying warpgroup's threads and its shared memory (stages, the epilogue's
  * own space, the mbarriers, the alignment slack); compiled by NVRTC for sm_90a in the layouts and input types its
- * source branches on. */
+ * source branches on, FP8's promoted sums (128-wide tiles only) among them. */
 TEST(wgmma_persistent_design_only_when_asked) {
   unsetenv("FERRY_WGMMA");
   setenv("FERRY_EXPERIMENTAL_DESIGNS", "1", 1);
@@ -522,13 +522,16 @@ TEST(wgmma_persistent_design_only_when_asked) {
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
-  ASSERT_EQ(n, 16); /* the default 15 and this one */
+  ASSERT_EQ(n, 17); /* the default 15, this one and the 128×128 persistent design */
   ASSERT(ops[0] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4"));
   ASSERT(ops[1] == op);
   ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n));
   for (size_t i = 0; i < n; i++) ASSERT(ops[i] != op);
-  /* not for FP8: its sums are promoted to fp32 each k-tile, and a 256-wide tile has no registers for that */
+  /* not for FP8 at 256 wide: its sums are promoted to fp32 each k-tile, and such a tile has no registers for that;
+   * the 128-wide persistent design takes FP8 */
   ASSERT(ferry_op_by_name("gemm_wgmma_fp8_128x256x128_s4_persistent") == NULL);
+  const ferry_op *fp8 = ferry_op_by_name("gemm_wgmma_fp8_128x128x128_s6_persistent");
+  ASSERT(fp8 != NULL);
   const ferry_op *i8 = ferry_op_by_name("gemm_wgmma_i8_128x256x128_s4_persistent");
   const ferry_op *f16 = ferry_op_by_name("gemm_wgmma_f16_128x256x64_s4_persistent");
   ASSERT(i8 != NULL && f16 != NULL);
@@ -541,6 +544,7 @@ TEST(wgmma_persistent_design_only_when_asked) {
   add_build_job(f16, 90, FERRY_SCALAR_F16, FERRY_SCALAR_F16, FERRY_SCALAR_F32, 0, 1, 0);
   add_build_job(f16, 90, FERRY_SCALAR_F16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 0, 0);
   add_build_job(i8, 90, FERRY_SCALAR_I8, FERRY_SCALAR_I32, FERRY_SCALAR_I32, 0, 1, 0);
+  add_build_job(fp8, 90, FERRY_SCALAR_E4M3, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 0, 1, 0);
   build_jobs_run_all();
   char arch[32];
   const char *opts[8];

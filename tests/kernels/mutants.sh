@@ -3,9 +3,10 @@
 # each mutant is gemm_mma_sw.cu or gemm_wgmma.cu with one plausible bug (a missing barrier or wait, a copy into a
 # stage still being read, a wrong swizzle or descriptor, an off-by-one at an edge, a full-tile copy past k, a
 # missing __syncwarp or wgmma.fence, a wide store past n, a wrong accumulator row, a broken mbarrier protocol in the
-# persistent schedule, FP8 sums promoted wrongly), gemm_mma.cu with its sets of warps over k summed wrongly, or
-# gemm_output.cuh with a wrong epilogue (bias index, order, activation) or 8-bit handling (pairs along k, scales), and
-# each must FAIL the emulated cases. A surviving mutant means the emulation cannot see that kind of bug.
+# persistent schedule, FP8 sums promoted wrongly in either schedule), gemm_mma.cu with its sets of warps over k
+# summed wrongly, or gemm_output.cuh with a wrong epilogue (bias index, order, activation) or 8-bit handling (pairs
+# along k, scales), and each must FAIL the emulated cases. A surviving mutant means the emulation cannot see that
+# kind of bug.
 #
 # usage: tests/kernels/mutants.sh [BUILD_DIR]
 set -eu
@@ -48,8 +49,8 @@ full_arrival_before_the_copies|/load_stage<false>(loader, stage, kt);/{s/load_st
 multipliers_ignore_full|/mbar_wait(full(stage), phase);/s/mbar_wait(full(stage), phase);/;/
 full_completes_at_half_the_copiers|/mbar_init(full(s), COPY_THREADS);/s/COPY_THREADS/COPY_THREADS \/ 2/
 empty_completes_at_one_warpgroup|/mbar_init(empty(s), WARPS);/s/WARPS/WARPS \/ 2/
-stage_released_before_its_wgmma_ends|/^      if (in_flight >= 0 \&\& lane == 0)/s/empty(in_flight)/empty(stage)/
-last_stage_of_a_tile_never_released|/^    if (in_flight >= 0 \&\& lane == 0) mbar_arrive(empty(in_flight));$/s/mbar_arrive/(void)/
+stage_released_before_its_wgmma_ends|/^        if (in_flight >= 0 \&\& lane == 0)/s/empty(in_flight)/empty(stage)/
+last_stage_of_a_tile_never_released|/^      if (in_flight >= 0 \&\& lane == 0) mbar_arrive(empty(in_flight));$/s/mbar_arrive/(void)/
 phase_never_flips|/if (++stage == STAGES) stage = 0, phase ^= 1;/s/, phase ^= 1//
 chunks_of_a_256_wide_tile_unswizzled|/return panel_offset<ROWS>(row0() + i \* STEP, col0()) - dst0();/s/return .*/return i * STEP * 128;/
 no_syncwarp_before_next_columns|/__syncwarp(); \/\/ read before the next columns/s/__syncwarp();/;/'
@@ -155,6 +156,16 @@ promote_mutants='sums_not_cleared_after_adding|/^        part\[i\] = 0;$/s/part\
 sums_added_before_their_group_ends|/^      wgmma_wait<0>();$/s/wgmma_wait<0>/wgmma_wait<1>/'
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "$wgmma_128" "$promote_mutants" "-DFERRY_A_TYPE=4 -DFERRY_B_TYPE=4 -DFERRY_OUT_TYPE=3" \
   "$cases8"
+# The persistent schedule's promotion, two sets of sums taking turns: a set kept after it was added, added while its
+# group runs, the stage of the group still running released, the tail adding the wrong set, the last group not
+# waited for. Cases with one to four k-tiles (odd and even tails), blocks taking several tiles.
+persistent_promote_mutants='sets_not_cleared_after_adding|/^      set\[i\] = 0;$/s/set\[i\] = 0;/;/
+set_added_while_its_group_runs|/^    wgmma_wait<1>();$/s/wgmma_wait<1>/wgmma_wait<2>/
+running_groups_stage_released|/mbar_arrive(empty(older));/s/older/newer/
+tail_adds_the_wrong_set|/^          finish(sums1);$/s/sums1/sums0/
+last_group_not_waited_for|/^    wgmma_wait<0>();$/s/wgmma_wait<0>/wgmma_wait<1>/'
+run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_PERSISTENT=1 $wgmma_128" "$persistent_promote_mutants" \
+  "-DFERRY_A_TYPE=4 -DFERRY_B_TYPE=4 -DFERRY_OUT_TYPE=3" "$cases8 264,392,336,1,16,1,0 520,600,208,2,16,1,0.5"
 
 if [ -s "$out/survivors" ]; then
   echo "some mutants survived: the emulation misses those bugs"
