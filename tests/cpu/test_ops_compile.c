@@ -417,9 +417,9 @@ static void compile_every_builtin(int sm, int layouts) {
       add_build_job(op, sm, in, in, in == FERRY_SCALAR_F16 ? FERRY_SCALAR_F16 : FERRY_SCALAR_F32, 0, 1, 0);
     }
   }
-  /* 2 × (7 gemm_mma + 4 gemm_mma_sw + 3 gemm_wgmma) for fp16 and bf16, 6 gemm_mma + 2 gemm_wgmma for FP8 (no
-   * 256-wide tile), 6 gemm_mma + 3 gemm_wgmma for int8, SIMT */
-  ASSERT_EQ(designs, 46);
+  /* 2 × (7 gemm_mma + 4 gemm_mma_sw + 4 gemm_wgmma) for fp16 and bf16, 6 gemm_mma + 3 gemm_wgmma for FP8 (no
+   * 256-wide tile), 6 gemm_mma + 4 gemm_wgmma for int8, SIMT */
+  ASSERT_EQ(designs, 50);
   pthread_t threads[4];
   int started = 0;
   for (; started < 4; started++)
@@ -467,7 +467,7 @@ TEST(wgmma_design_by_default_for_sm90a_only) {
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
-  ASSERT_EQ(n, 15);
+  ASSERT_EQ(n, 16);
   /* first (measured fastest at 4096³ on the H200); the any-alignment design and SIMT last */
   ASSERT(ops[0] == op);
   ASSERT(!strcmp(ferry_op_info_get(ops[n - 2])->name, "gemm_mma_bf16_64x64x32_s2_align2"));
@@ -501,11 +501,11 @@ TEST(wgmma_design_by_default_for_sm90a_only) {
   test_rm_rf(home);
 }
 
-/* gemm_wgmma.cu's persistent schedule: absent unless FERRY_EXPERIMENTAL_DESIGNS=1 (read when the registry first fills:
- * in this test's own process, now), then found for sm_90 alone, right behind the plain schedule at 4096³ (203.0
- * against 199.3 µs on the H200), with its copying warpgroup's threads and its shared memory (stages, the epilogue's
- * own space, the mbarriers, the alignment slack); compiled by NVRTC for sm_90a in the layouts and input types its
- * source branches on, FP8's promoted sums (128-wide tiles only) among them. */
+/* gemm_wgmma.cu's persistent schedule: its 128×256 design absent unless FERRY_EXPERIMENTAL_DESIGNS=1 (read when the
+ * registry first fills: in this test's own process, now), then found for sm_90 alone, right behind the plain schedule
+ * at 4096³ (203.0 against 199.3 µs on the H200), with its copying warpgroup's threads and its shared memory (stages,
+ * the epilogue's own space, the mbarriers, the alignment slack); compiled by NVRTC for sm_90a in the layouts and input
+ * types its source branches on, FP8's promoted sums in the 128×128 design (registered by default) among them. */
 TEST(wgmma_persistent_design_only_when_asked) {
   unsetenv("FERRY_WGMMA");
   setenv("FERRY_EXPERIMENTAL_DESIGNS", "1", 1);
@@ -522,13 +522,13 @@ TEST(wgmma_persistent_design_only_when_asked) {
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
-  ASSERT_EQ(n, 17); /* the default 15, this one and the 128×128 persistent design */
+  ASSERT_EQ(n, 17); /* the default 16 and this one */
   ASSERT(ops[0] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4"));
   ASSERT(ops[1] == op);
   ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n));
   for (size_t i = 0; i < n; i++) ASSERT(ops[i] != op);
   /* not for FP8 at 256 wide: its sums are promoted to fp32 each k-tile, and such a tile has no registers for that;
-   * the 128-wide persistent design takes FP8 */
+   * the 128-wide persistent design (registered by default) takes FP8 */
   ASSERT(ferry_op_by_name("gemm_wgmma_fp8_128x256x128_s4_persistent") == NULL);
   const ferry_op *fp8 = ferry_op_by_name("gemm_wgmma_fp8_128x128x128_s6_persistent");
   ASSERT(fp8 != NULL);
@@ -596,6 +596,7 @@ TEST(wgmma_design_absent_when_turned_off) {
   setenv("FERRY_WGMMA", "0", 1);
   setenv("FERRY_EXPERIMENTAL_DESIGNS", "1", 1); /* no wgmma at all, in either schedule */
   ASSERT(ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_persistent") == NULL);
+  ASSERT(ferry_op_by_name("gemm_wgmma_fp8_128x128x128_s6_persistent") == NULL);
   ASSERT(ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4") == NULL);
   ASSERT(ferry_op_by_name("gemm_mma_bf16_128x256x64_s4_swz") != NULL);
 }
