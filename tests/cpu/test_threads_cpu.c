@@ -224,3 +224,43 @@ TEST(sixteen_threads_random_batches_exact) {
   ASSERT_EQ(fake_registered, 0);
   ASSERT_EQ(fake_live_events, 0);
 }
+
+/* A thread's copy streams are made at the context's highest priority, or at the default one when
+ * FERRY_COPY_STREAM_PRIORITY=normal; each case runs on a new thread, which makes its own stream. */
+typedef struct priority_case {
+  const char *env; /* NULL: unset */
+  ferry_status status;
+  int priority;
+} priority_case;
+
+static void *make_copy_stream(void *arg) {
+  priority_case *c = arg;
+  void *s = NULL;
+  c->status = ferry_copy_stream(0, &s);
+  c->priority = fake_last_stream_priority;
+  return NULL;
+}
+
+TEST(copy_streams_take_the_highest_priority_unless_set_normal) {
+  fake_driver_use();
+  ASSERT_OK(ferry_init());
+  priority_case cases[] = {{NULL, FERRY_OK, FAKE_GREATEST_STREAM_PRIORITY},
+                           {"high", FERRY_OK, FAKE_GREATEST_STREAM_PRIORITY},
+                           {"normal", FERRY_OK, 0},
+                           {"", FERRY_OK, FAKE_GREATEST_STREAM_PRIORITY}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    if (cases[i].env)
+      setenv("FERRY_COPY_STREAM_PRIORITY", cases[i].env, 1);
+    else
+      unsetenv("FERRY_COPY_STREAM_PRIORITY");
+    priority_case got = cases[i];
+    fake_last_stream_priority = 1;
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, make_copy_stream, &got), 0);
+    pthread_join(t, NULL);
+    ASSERT_STATUS(got.status, cases[i].status);
+    ASSERT_EQ(got.priority, cases[i].priority);
+    ASSERT_EQ(fake_live_streams, 0); /* destroyed at the thread's exit */
+  }
+  unsetenv("FERRY_COPY_STREAM_PRIORITY");
+}
