@@ -14,6 +14,7 @@
  *   exporter.c  ferry.SlabTensor, the exporter handed to non-torch frameworks' from_dlpack
  *   batch.c     traversal of a nested batch into a tape, and the rebuild from it
  *   pace.c      bounded GIL holds: release points at most every slice while the GIL is held for long work
+ *   gc_defer.c  the cyclic garbage collector off while a transfer's GIL-holding phase runs
  *   transfer.c  one transfer from arguments to rebuilt batch, pipelined in parts; transfer_tensor_d2h/h2d
  *   handle.c    ferry.Transfer, the asynchronous handle
  *   pool.c      the pinned pool functions
@@ -285,6 +286,15 @@ bool ferry_py_batch_large(const ferry_py_batch *b);
  * adds the tape's statistics to the pace's. */
 void ferry_py_batch_clear(ferry_py_batch *b, ferry_py_pace *pace);
 
+/* ---- gc_defer.c -------------------------------------------------------------------------------------------- */
+
+extern bool ferry_py_gc_deferral; /* test hook _gc_deferral: false leaves the collector alone */
+
+/* Turns the collector off for a phase of a transfer call (nested calls share one deferral). Returns 1 when it
+ * deferred (pass that to the end call), 0 when not. */
+int ferry_py_gc_defer_begin(void);
+void ferry_py_gc_defer_end(int began);
+
 /* ---- pace.c ------------------------------------------------------------------------------------------------ *
  *
  * Long GIL-holding work (walking a batch, building its outputs, rebuilding it) ticks a pace after every item. At
@@ -416,11 +426,13 @@ PyObject *ferry_py_transfer_h2d(PyObject *self, PyObject *const *args, Py_ssize_
 /* Private switches for the benchmarks and tests (underscored in ferry._ferry, test-hook builds only):
  *   _phase_timing(flag)       stamp the phases (and GIL holds) of every job from now on; returns the old flag
  *   _last_phases()            the last job this thread finished: phase stamps (ns or None) and GIL hold stats
- *   _gil_pacing(slice_us=None, switch_us=None)  the pacing settings; returns the previous (slice_us, switch_us) */
+ *   _gil_pacing(slice_us=None, switch_us=None)  the pacing settings; returns the previous (slice_us, switch_us)
+ *   _gc_deferral(flag)        whether transfers turn the collector off while they run (gc_defer.c); the old flag */
 PyObject *ferry_py_phase_timing(PyObject *self, PyObject *flag);
 PyObject *ferry_py_last_phases(PyObject *self, PyObject *unused);
 PyObject *ferry_py_gil_pacing(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *ferry_py_gil_start_yield_us(PyObject *self, PyObject *arg);
+PyObject *ferry_py_gc_deferral_hook(PyObject *self, PyObject *flag);
 
 /* ---- handle.c ---------------------------------------------------------------------------------------------- */
 

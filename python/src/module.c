@@ -105,6 +105,9 @@ static PyMethodDef methods[] = {
     {"_gil_start_yield_us", ferry_py_gil_start_yield_us, METH_O,
      "_gil_start_yield_us(us)\n--\n\nTest hook: how long a transfer steps aside before its first GIL hold when\n"
      "other threads exist (0: not; None keeps it); returns the previous value."},
+    {"_gc_deferral", ferry_py_gc_deferral_hook, METH_O,
+     "_gc_deferral(flag)\n--\n\nTest hook: whether transfers turn the cyclic garbage collector off while they\n"
+     "run (the default); returns the previous setting. See python/src/gc_defer.c."},
     {"_phase_timing", ferry_py_phase_timing, METH_O,
      "_phase_timing(flag)\n--\n\nTest hook: stamp the phases and GIL holds of every transfer from now on;\n"
      "returns the previous setting."},

@@ -202,7 +202,7 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *
   job->batch = Py_NewRef(a.batch);
   job->args = &a;
   job->ctx.h2d = h2d;
-  int sharing = 0;
+  int sharing = 0, deferring_gc = 0;
 
   ferry_status st;
   if (!driver_checked) {
@@ -226,10 +226,12 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *
   job->ctx.producer_event_given = a.producer_event != NULL;
 
   if ((sharing = ferry_py_gil_share_begin()) < 0) goto fail;
+  deferring_gc = ferry_py_gc_defer_begin();
   ferry_py_gil_start_yield(sharing);
   ferry_py_pace_init(&job->pace, ferry_py_gil_slice_ns, phase_timing);
   if (ferry_py_batch_walk(&job->tape, job->batch, &job->ctx, &job->pace, part_point, job) < 0) goto fail;
   if (job->tape.n_leaves == 0) {
+    ferry_py_gc_defer_end(deferring_gc);
     ferry_py_gil_share_end(sharing);
     job->args = NULL;
     return finish_as_is(job);
@@ -242,12 +244,14 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *
     ferry_py_raise(st);
     goto fail;
   }
+  ferry_py_gc_defer_end(deferring_gc);
   ferry_py_gil_share_end(sharing);
   job->args = NULL;
   stamp(job, FERRY_PY_PHASE_WALKED);
   return 0;
 
 fail:
+  ferry_py_gc_defer_end(deferring_gc);
   ferry_py_gil_share_end(sharing);
   job->args = NULL;
   ferry_py_job_clear(job, true); /* waits for submitted copies before anything they touch is released */
@@ -271,8 +275,9 @@ static void save_last(ferry_py_job *job, size_t parts) {
 
 int ferry_py_job_finish(ferry_py_job *job) {
   if (job->state != FERRY_PY_JOB_SUBMITTED) return 0;
-  int sharing = ferry_py_gil_share_begin();
+  int sharing = ferry_py_gil_share_begin(), deferring_gc = 0;
   if (sharing < 0) goto fail;
+  deferring_gc = ferry_py_gc_defer_begin();
   ferry_py_pace_resume(&job->pace);
   ferry_status st = wait_copies(job);
   if (st != FERRY_OK) {
@@ -309,10 +314,12 @@ int ferry_py_job_finish(ferry_py_job *job) {
     ferry_transfer_release(ticket);
   }
   save_last(job, parts);
+  ferry_py_gc_defer_end(deferring_gc);
   ferry_py_gil_share_end(sharing);
   return 0;
 
 fail:
+  ferry_py_gc_defer_end(deferring_gc);
   ferry_py_gil_share_end(sharing);
   ferry_py_job_clear(job, true);
   return -1;

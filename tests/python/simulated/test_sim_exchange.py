@@ -378,6 +378,66 @@ def test_a_switch_interval_changed_during_the_transfer_is_kept(pacing, other_thr
         sys.setswitchinterval(before)
 
 
+@pytest.fixture
+def gc_deferral():
+    """Sets whether transfers turn the collector off, and the collector's threshold; restores both after."""
+    default, threshold = _ferry._gc_deferral(True), gc.get_threshold()
+    yield lambda flag: _ferry._gc_deferral(flag)
+    _ferry._gc_deferral(default)
+    gc.set_threshold(*threshold)
+    gc.enable()
+
+
+def collections_inside(batch):
+    """Transfers `batch` and returns how many garbage collections started inside the call, and its output."""
+    inside, started = [False], []
+
+    def watch(phase, info):
+        if phase == "start" and inside[0]:
+            started.append(info["generation"])
+
+    gc.callbacks.append(watch)
+    try:
+        inside[0] = True  # no allocation between here and the call, nor between its return and the reset
+        out = ferry.transfer_tensor_d2h(batch)
+        inside[0] = False
+    finally:
+        gc.callbacks.remove(watch)
+    return len(started), out
+
+
+def test_no_garbage_collection_runs_inside_a_transfer_and_the_collector_is_on_after_it(gc_deferral):
+    """The rebuild of 2000 one-item lists allocates 2000 tracked objects: with a threshold of 10, 200 young
+    collections would run inside the call. The control (deferral off) sees them, so the count can fail."""
+    batch = [[X(np.full(4, i % 256, np.uint8))] for i in range(2000)]
+    gc.set_threshold(10)
+    n, out = collections_inside(batch)
+    assert n == 0 and gc.isenabled()
+    assert all(o[0].tobytes() == bytes([i % 256]) * 4 for i, o in enumerate(out))
+    gc_deferral(False)
+    n, _ = collections_inside(batch)
+    assert n > 0 and gc.isenabled()
+
+
+def test_a_collector_the_application_turned_off_stays_off(gc_deferral):
+    gc.disable()
+    ferry.transfer_tensor_d2h([[X(np.full(4, i % 256, np.uint8))] for i in range(100)])
+    assert not gc.isenabled()
+
+
+def test_the_collector_is_back_on_after_a_transfer_that_fails(gc_deferral):
+    class Broken:  # a device producer whose export fails mid-walk
+        def __dlpack_device__(self):
+            return (2, 0)
+
+        def __dlpack__(self, **kwargs):
+            raise RuntimeError("export failed")
+
+    with pytest.raises(RuntimeError, match="export failed"):
+        ferry.transfer_tensor_d2h([X(np.arange(4)) for _ in range(10)] + [Broken()])
+    assert gc.isenabled()
+
+
 def test_gil_pacing_setting_is_validated(pacing):
     with pytest.raises(ValueError, match="-1"):
         _ferry._gil_pacing(-1)
