@@ -137,9 +137,8 @@ typedef struct ferry_device_info {
 /** Fills `out` with the device's properties. The caller owns `out`. */
 FERRY_API ferry_status ferry_device_info_get(int device, ferry_device_info *out);
 
-/** The calling thread's dedicated copy stream for `device` (a CUstream, non-blocking, at the context's highest
- *  priority unless FERRY_COPY_STREAM_PRIORITY=normal), created on first use and cached for the thread's life; ferry
- *  destroys it when the thread exits. Do not destroy it yourself. */
+/** The calling thread's dedicated copy stream for `device` (a CUstream, non-blocking), created on first use and
+ *  cached for the thread's life; ferry destroys it when the thread exits. Do not destroy it yourself. */
 FERRY_API ferry_status ferry_copy_stream(int device, void **out_stream);
 
 /* ------------------------------------------------------------------------------------------------------------ */

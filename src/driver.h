@@ -39,8 +39,6 @@ typedef CUresult (*ferry__batch_v13_fn)(CUdeviceptr *, CUdeviceptr *, size_t *, 
   X(cuCtxPopCurrent, (CUcontext *))                                                                           \
   X(cuCtxGetDevice, (CUdevice *))                                                                             \
   X(cuStreamCreate, (CUstream *, unsigned int))                                                               \
-  X(cuStreamCreateWithPriority, (CUstream *, unsigned int, int))                                              \
-  X(cuCtxGetStreamPriorityRange, (int *, int *))                                                              \
   X(cuStreamDestroy, (CUstream))                                                                              \
   X(cuStreamGetCtx, (CUstream, CUcontext *))                                                                  \
   X(cuStreamWaitEvent, (CUstream, CUevent, unsigned int))                                                     \

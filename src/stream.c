@@ -7,7 +7,6 @@
 #include "internal.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 /* ---- per-thread streams ---------------------------------------------------------------------------------- */
 
@@ -35,26 +34,6 @@ static void destroy_thread_streams(void *p) {
 
 static void make_key(void) { (void)pthread_key_create(&streams_key, destroy_thread_streams); }
 
-/* The copy streams' priority: the context's highest by default, so that the CTA scheduler dispatches the gather
- * kernel's blocks before those of foreground kernels waiting at the default priority, and a transfer of many small
- * tensors is not held behind a foreground GEMM's waves (the SM time it takes is the same). The DMAs are not
- * scheduled by priority. FERRY_COPY_STREAM_PRIORITY=normal gives the default priority instead. */
-static ferry_status copy_stream_priority(int *out) {
-  ferry_status st = FERRY_OK;
-  const char *env = getenv("FERRY_COPY_STREAM_PRIORITY");
-  if (env && !strcmp(env, "normal")) {
-    *out = 0;
-    return FERRY_OK;
-  }
-  if (env && *env && strcmp(env, "high"))
-    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "FERRY_COPY_STREAM_PRIORITY is '%s': expected 'high' or 'normal'", env);
-  int least = 0, greatest = 0;
-  FERRY_TRY_CU(("reading the stream priority range"), cuCtxGetStreamPriorityRange, &least, &greatest);
-  *out = greatest;
-cleanup:
-  return st;
-}
-
 /* Stream `which` (0: copy, 1: DMA beside the gather) of this thread for `device`, created on first use. */
 static ferry_status thread_stream(int device, int which, CUstream *out) {
   ferry_status st = FERRY_OK;
@@ -74,10 +53,8 @@ static ferry_status thread_stream(int device, int which, CUstream *out) {
     tls_streams = ts;
   }
   CUstream s = NULL;
-  int priority = 0;
-  FERRY_TRY(copy_stream_priority(&priority));
-  FERRY_TRY_CU(("creating %s stream of cuda:%d", which ? "the second copy" : "the copy", device),
-               cuStreamCreateWithPriority, &s, CU_STREAM_NON_BLOCKING, priority);
+  FERRY_TRY_CU(("creating %s stream of cuda:%d", which ? "the second copy" : "the copy", device), cuStreamCreate,
+               &s, CU_STREAM_NON_BLOCKING);
   ts->stream[device][which] = s;
   *out = s;
 cleanup:
@@ -93,7 +70,7 @@ ferry_status ferry_copy_stream(int device, void **out_stream) {
   if (!out_stream) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_copy_stream: out_stream is NULL");
   FERRY_TRY(ferry_device_resolve(device, &d));
   FERRY_TRY(ferry__ctx_enter(d));
-  CUstream s = NULL;
+  CUstream s;
   st = ferry__thread_stream(d, &s);
   ferry__ctx_leave();
   if (st == FERRY_OK) *out_stream = s;

@@ -67,15 +67,6 @@ static CUresult sim_stream_create(CUstream *s, unsigned f) {
   atomic_fetch_add(&live_streams, 1);
   return CUDA_SUCCESS;
 }
-static CUresult sim_stream_create_prio(CUstream *s, unsigned f, int priority) {
-  (void)priority;
-  return sim_stream_create(s, f);
-}
-static CUresult sim_priority_range(int *least, int *greatest) {
-  *least = 0;
-  *greatest = -5;
-  return CUDA_SUCCESS;
-}
 static CUresult sim_stream_destroy(CUstream s) {
   free(s);
   atomic_fetch_sub(&live_streams, 1);
@@ -211,7 +202,6 @@ static ferry__driver sim_driver = {
     .cuDeviceGetName = sim_name, .cuDeviceGetAttribute = sim_attribute, .cuDeviceTotalMem = sim_total_mem,
     .cuDevicePrimaryCtxRetain = sim_ctx_retain, .cuCtxPushCurrent = sim_ctx_push, .cuCtxPopCurrent = sim_ctx_pop,
     .cuCtxGetDevice = sim_ctx_device, .cuStreamCreate = sim_stream_create, .cuStreamDestroy = sim_stream_destroy,
-    .cuStreamCreateWithPriority = sim_stream_create_prio, .cuCtxGetStreamPriorityRange = sim_priority_range,
     .cuStreamGetCtx = sim_stream_ctx, .cuStreamWaitEvent = sim_stream_wait, .cuStreamSynchronize = sim_stream_sync,
     .cuStreamIsCapturing = sim_is_capturing, .cuThreadExchangeStreamCaptureMode = sim_capture_mode,
     .cuEventCreate = sim_event_create, .cuEventDestroy = sim_event_destroy, .cuEventRecord = sim_event_record,

@@ -27,16 +27,6 @@ static CUresult f_push(CUcontext c) { (void)c; return CUDA_SUCCESS; }
 static CUresult f_pop(CUcontext *c) { *c = (CUcontext)&ctx_token; return CUDA_SUCCESS; }
 static CUresult f_ctxdev(CUdevice *d) { *d = 0; return CUDA_SUCCESS; }
 static CUresult f_screate(CUstream *s, unsigned f) { (void)f; *s = malloc(1); fake_live_streams++; return CUDA_SUCCESS; }
-_Atomic int fake_last_stream_priority = 1; /* no stream made yet: a value the range never gives */
-static CUresult f_screate_prio(CUstream *s, unsigned f, int prio) {
-  fake_last_stream_priority = prio;
-  return f_screate(s, f);
-}
-static CUresult f_prio_range(int *least, int *greatest) {
-  *least = 0;
-  *greatest = FAKE_GREATEST_STREAM_PRIORITY;
-  return CUDA_SUCCESS;
-}
 static CUresult f_sdestroy(CUstream s) { free(s); fake_live_streams--; return CUDA_SUCCESS; }
 static CUresult f_sctx(CUstream s, CUcontext *c) { (void)s; *c = (CUcontext)&ctx_token; return CUDA_SUCCESS; }
 static CUresult f_swait(CUstream s, CUevent e, unsigned f) { (void)s; (void)e; (void)f; return CUDA_SUCCESS; }
@@ -159,7 +149,6 @@ void fake_driver_use(void) {
   d.cuDeviceGetCount = f_count; d.cuDeviceGet = f_get; d.cuDeviceGetName = f_name; d.cuDeviceGetAttribute = f_attr;
   d.cuDeviceTotalMem = f_mem; d.cuDevicePrimaryCtxRetain = f_retain; d.cuCtxPushCurrent = f_push;
   d.cuCtxPopCurrent = f_pop; d.cuCtxGetDevice = f_ctxdev; d.cuStreamCreate = f_screate; d.cuStreamDestroy = f_sdestroy;
-  d.cuStreamCreateWithPriority = f_screate_prio; d.cuCtxGetStreamPriorityRange = f_prio_range;
   d.cuStreamGetCtx = f_sctx; d.cuStreamWaitEvent = f_swait; d.cuStreamSynchronize = f_ssync;
   d.cuEventCreate = f_ecreate; d.cuEventDestroy = f_edestroy; d.cuEventRecord = f_erecord; d.cuEventQuery = f_equery;
   d.cuEventSynchronize = f_esync; d.cuMemHostRegister = f_reg; d.cuMemHostUnregister = f_unreg;

@@ -10,9 +10,6 @@ extern _Atomic int fake_live_events, fake_live_streams, fake_live_devmem, fake_r
 #define FAKE_REGISTER_LOG 64
 extern _Atomic int fake_copy_calls, fake_register_calls;
 extern int fake_copies_before_register[FAKE_REGISTER_LOG];
-/* The stream priority range's greatest (numerically lowest) value, and the priority of the last stream made. */
-#define FAKE_GREATEST_STREAM_PRIORITY (-5)
-extern _Atomic int fake_last_stream_priority;
 /* While positive, each cuEventQuery decrements it and answers CUDA_ERROR_NOT_READY (the copies "still run"). */
 extern _Atomic int fake_queries_not_ready;
 /* Operator runtime (see the end of fake_driver.c): live libraries, graphs and instances; launches of GEMM kernels

@@ -444,11 +444,6 @@ static ferry_status r_copy_stream_past_count(void) {
   void *s;
   return ferry_copy_stream(5, &s);
 }
-static ferry_status r_copy_stream_priority_unknown(void) {
-  void *s;
-  setenv("FERRY_COPY_STREAM_PRIORITY", "fast", 1); /* each row runs in a process of its own */
-  return ferry_copy_stream(0, &s);
-}
 static ferry_status r_reserve_size_max(void) { return ferry_pool_reserve(SIZE_MAX); }
 static ferry_status r_reserve_more_than_memory(void) { return ferry_pool_reserve((size_t)1 << 50); }
 
@@ -548,8 +543,6 @@ static const bad_row rows[] = {
     {"ferry_copy_stream", "out_stream NULL", INVALID, "out_stream is NULL", r_copy_stream_null, 0},
     {"ferry_copy_stream", "device 5 on a 1-device machine", FERRY_DEVICE_UNAVAILABLE, "cuda:5",
      r_copy_stream_past_count, 0},
-    {"ferry_copy_stream", "FERRY_COPY_STREAM_PRIORITY=fast", INVALID, "FERRY_COPY_STREAM_PRIORITY is 'fast'",
-     r_copy_stream_priority_unknown, 0},
     {"ferry_pool_reserve", "SIZE_MAX bytes", FERRY_OUT_OF_HOST_MEMORY, "18446744073709551615", r_reserve_size_max,
      0},
     {"ferry_pool_reserve", "2^50 bytes (more than the machine's memory)", FERRY_OUT_OF_HOST_MEMORY,

@@ -12,7 +12,6 @@
   X(fork_while_threads_use_the_operator_runtime_never_hangs)     \
   X(fork_after_nvrtc_refuses_compiles_in_the_child)              \
   X(sixteen_threads_random_batches_exact)                        \
-  X(copy_streams_take_the_highest_priority_unless_set_normal)    \
   X(cache_dir_owned_by_another_user_is_refused)                  \
   X(cache_file_owned_by_another_user_is_not_loaded)              \
   X(cache_file_that_is_a_symlink_is_not_loaded)                  \

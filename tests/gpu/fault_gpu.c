@@ -320,7 +320,7 @@ static void print_row(const char *path, const char *call, const char *where, con
   const char *verdict = res->failed ? "FAIL" : res->cases ? "ok" : expect_reached ? "FAIL (never called)" : "-";
   if (!res->cases && expect_reached) (*failures)++;
   *failures += res->failed;
-  printf("  %-7s %-27s %-9s %5d %6d  %s%s%s\n", path, call, where, res->cases, res->clean, verdict,
+  printf("  %-7s %-26s %-9s %5d %6d  %s%s%s\n", path, call, where, res->cases, res->clean, verdict,
          res->failed ? ": " : "", res->failed ? res->first_failure : "");
 }
 
@@ -332,8 +332,7 @@ int stress_faults(int dev, int verbose) {
                                              "cuEventRecord", "cuStreamWaitEvent", "cuMemHostRegister",
                                              "cuMemAllocFromPoolAsync", "cuMemcpyHtoDAsync", "cuLaunchKernel",
                                              "cuMemcpyAsync", "cuMemFreeAsync", "BATCH", "cuEventSynchronize"};
-  static const char *const once[] = {"cuDevicePrimaryCtxRetain", "cuCtxGetStreamPriorityRange",
-                                     "cuStreamCreateWithPriority", "cuMemPoolCreate",
+  static const char *const once[] = {"cuDevicePrimaryCtxRetain", "cuStreamCreate", "cuMemPoolCreate",
                                      "cuMemPoolSetAttribute", "cuModuleLoadData", "cuModuleGetFunction"};
   rig r;
   if (!rig_setup(&r, dev)) {
@@ -354,7 +353,7 @@ int stress_faults(int dev, int verbose) {
   }
   printf("transfer faults on cuda:%d%s: each call fails at each of its uses (%s injected)\n", dev,
          stress_simulated ? " [simulated driver]" : "", ferry__cu_name(INJECTED));
-  printf("  %-7s %-27s %-9s %5s %6s  %s\n", "path", "call", "process", "cases", "clean", "verdict");
+  printf("  %-7s %-26s %-9s %5s %6s  %s\n", "path", "call", "process", "cases", "clean", "verdict");
   int failures = 0;
   char why[600];
   static const char *const paths[2] = {"d2h", "h2d"};
