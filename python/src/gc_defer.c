@@ -15,9 +15,13 @@ static int deferring;     /* nested phases (threads transferring at once); guard
 static bool disabled_it;  /* the first of them turned the collector off (it was on) */
 
 int ferry_py_gc_defer_begin(void) {
+#ifdef Py_GIL_DISABLED
+  return 0; /* no GIL to guard the count; the free-threaded collector stops the world anyway */
+#else
   if (!ferry_py_gc_deferral) return 0;
   if (deferring++ == 0) disabled_it = PyGC_Disable() == 1;
   return 1;
+#endif
 }
 
 void ferry_py_gc_defer_end(int began) {
