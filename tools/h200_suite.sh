@@ -119,6 +119,8 @@ def pylatency 30 all "ferry.ops host latency from Python, with its plot" \
 def probepin 40 - "tools/probe_pinning.c at 256 and 2048 MiB: where pinning time goes (THP, threads, register)" \
   "cc -O2 -pthread tools/probe_pinning.c -I/usr/local/cuda/include -lcuda -o $build/probe_pinning \
 && $build/probe_pinning 256 2048"
+def probecalls 30 - "tools/probe_python_calls.py at 4096 and 16384 tensors: a Python call's time by thread and setting" \
+  "$PYTHON tools/probe_python_calls.py 4096 16384"
 def pycheckpoint 30 - "staging state dicts (ferry, Stager, torch, DCP stagers; GB-scale, minutes)" \
   "$PYTHON -m ferry.bench.checkpoint --output $RESULTS/py_checkpoint.csv"
 def plots 6 all "plots of every CSV in \$RESULTS" \

@@ -768,3 +768,14 @@ def test_plot_draws_the_c_and_python_bandwidth_tables_together(tmp_path, capsys)
         plt.Figure.legend = real_legend
     assert "limit (1 raw copy) [bandwidth]" in labels and "limit (1 raw copy) [py_bandwidth]" in labels
     assert "ferry" in labels and "ferry python" in labels and "torch to(cpu) loop" in labels
+
+
+def test_the_python_call_probe_has_help_and_says_so_without_a_gpu():
+    """tools/probe_python_calls.py: --help, and without a GPU (or torch) a line saying so and exit status 0."""
+    import subprocess
+    probe = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "probe_python_calls.py")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    shown = subprocess.run([sys.executable, probe, "--help"], capture_output=True, text=True, timeout=120, env=env)
+    assert shown.returncode == 0 and "usage: probe_python_calls.py" in shown.stdout
+    ran = subprocess.run([sys.executable, probe, "64"], capture_output=True, text=True, timeout=300, env=env)
+    assert ran.returncode == 0 and "nothing to measure" in ran.stdout
