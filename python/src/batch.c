@@ -288,7 +288,7 @@ static int walk_children(walker *w, PyObject *obj, uint8_t kind, PyObject *field
   case FERRY_PY_MAPPING:
     if (PyDict_Check(obj)) return walk_dict(w, obj, count);
     {
-      PyObject *items = PyMapping_Items(obj); /* a snapshot: safe whatever the mapping does meanwhile */
+      PyObject *items = FERRY_PY_GC_LENT(PyMapping_Items(obj)); /* a snapshot: safe whatever the mapping does */
       if (!items) return -1;
       for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
         PyObject *kv = PyList_GET_ITEM(items, i);
@@ -309,7 +309,7 @@ static int walk_children(walker *w, PyObject *obj, uint8_t kind, PyObject *field
   case FERRY_PY_DATACLASS:
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
       PyObject *name = PyTuple_GET_ITEM(fields, i);
-      PyObject *v = PyObject_GetAttr(obj, name);
+      PyObject *v = FERRY_PY_GC_LENT(PyObject_GetAttr(obj, name));
       if (!v) {
         /* An init=False field never assigned: nothing to carry over. */
         if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
@@ -650,16 +650,16 @@ static PyObject *rebuild_container(rebuilder *r, ferry_py_node *n, size_t *pos, 
   case FERRY_PY_DICT:
     return draft;
   case FERRY_PY_NAMEDTUPLE:
-    result = PyObject_Call(cls, draft, NULL); /* cls(*items) */
+    result = FERRY_PY_GC_LENT(PyObject_Call(cls, draft, NULL)); /* cls(*items) */
     break;
   case FERRY_PY_LIST_SUB:
   case FERRY_PY_TUPLE_SUB:
   case FERRY_PY_MAPPING:
-    result = PyObject_CallOneArg(cls, draft);
+    result = FERRY_PY_GC_LENT(PyObject_CallOneArg(cls, draft));
     break;
   case FERRY_PY_DEFAULTDICT: {
     PyObject *factory = PyObject_GetAttrString(orig, "default_factory");
-    if (factory) result = PyObject_CallFunctionObjArgs(cls, factory, draft, NULL);
+    if (factory) result = FERRY_PY_GC_LENT(PyObject_CallFunctionObjArgs(cls, factory, draft, NULL));
     Py_XDECREF(factory);
     break;
   }

@@ -290,10 +290,23 @@ void ferry_py_batch_clear(ferry_py_batch *b, ferry_py_pace *pace);
 
 extern bool ferry_py_gc_deferral; /* test hook _gc_deferral: false leaves the collector alone */
 
-/* Turns the collector off for a phase of a transfer call (nested calls share one deferral). Returns 1 when it
- * deferred (pass that to the end call), 0 when not. */
+/* Turns the collector off for a phase of a transfer call, GIL held (nested phases of a thread share one
+ * deferral). Returns 1 when it deferred (pass that to the end call), 0 when not. */
 int ferry_py_gc_defer_begin(void);
 void ferry_py_gc_defer_end(int began);
+/* Around every release of the GIL inside a phase (pace.c's unlock/relock and release points): the collector back
+ * as the application had it while other threads run, and off again once the GIL is back. No-ops outside a phase. */
+void ferry_py_gc_lend(void);
+void ferry_py_gc_reclaim(void);
+/* A call into Python code (a producer's __dlpack__, a consumer's from_dlpack, a container's constructor) made
+ * inside a phase: such code may release the GIL, so the collector is lent for its duration. */
+#define FERRY_PY_GC_LENT(call)                                                                                      \
+  __extension__({                                                                                                   \
+    ferry_py_gc_lend();                                                                                             \
+    PyObject *lent_result_ = (call);                                                                                \
+    ferry_py_gc_reclaim();                                                                                          \
+    lent_result_;                                                                                                   \
+  })
 
 /* ---- pace.c ------------------------------------------------------------------------------------------------ *
  *
@@ -320,8 +333,8 @@ void ferry_py_pace_pause(ferry_py_pace *p);
 /* Starts a new hold after ferry_py_pace_pause, once the GIL is held again. */
 void ferry_py_pace_resume(ferry_py_pace *p);
 
-/* Releases the GIL for work that needs none, ending the current hold; `p` may be NULL. The pair is the one way
- * ferry's own GIL-free work (driver calls, large allocations and frees) steps out. */
+/* Releases the GIL for work that needs none, ending the current hold (and lending the collector, gc_defer.c); `p`
+ * may be NULL. The pair is the one way ferry's own GIL-free work (driver calls, waits, large frees) steps out. */
 PyThreadState *ferry_py_pace_unlock(ferry_py_pace *p);
 /* Takes the GIL back after ferry_py_pace_unlock and starts a new hold. */
 void ferry_py_pace_relock(ferry_py_pace *p, PyThreadState *ts);
@@ -348,6 +361,8 @@ static inline void ferry_py_pace_tick_quiet(ferry_py_pace *p) {
  * when it did not (no other Python thread, or turned off), -1 with an exception set. */
 int ferry_py_gil_share_begin(void);
 void ferry_py_gil_share_end(int began);
+/* At import: a child forked while a thread shared the GIL gets the application's switch interval back. */
+int ferry_py_pace_module_init(void);
 /* With sharing on, steps aside for ferry_py_gil_start_yield_ns before the first hold of a call (0: not). */
 void ferry_py_gil_start_yield(int sharing);
 

@@ -1,35 +1,46 @@
-/* gc_defer.c — no cyclic garbage collection inside a transfer call.
+/* gc_defer.c — no cyclic garbage collection while a transfer call holds the GIL.
  *
  * A call that makes thousands of output tensors triggers CPython's collector every 700 allocations: at 16384
  * tensors about 23 young collections a call, every tenth of them an older one, and now and then a full pass over
  * every object of the process (tens of ms), all with the GIL held inside ferry's call, past its slice. The
- * outputs are all reachable, so collecting while they are made finds nothing of theirs. While a call's GIL-holding
- * phase runs, the collector is off; at its end it is back on and the next allocation runs one young collection
- * over everything the call made, so the older passes come about twenty times less often.
+ * outputs are all reachable, so collecting while they are made finds nothing of theirs. So the collector is off
+ * while the calling thread holds the GIL inside a transfer's phase, and back as the application had it whenever
+ * the thread lets the GIL go (release points, driver calls, waits) and at the phase's end: other threads never see
+ * it off, a fork() from another thread happens with it on, and a gc.disable() made meanwhile is kept (the state
+ * is read again at every re-acquisition). After the call the next allocation runs one young collection over what
+ * it made, so the older passes come about twenty times less often.
  */
 #include "ferry_py.h"
 
 bool ferry_py_gc_deferral = true;
 
-static int deferring;     /* nested phases (threads transferring at once); guarded by the GIL */
-static bool disabled_it;  /* the first of them turned the collector off (it was on) */
+/* Per thread, since only the GIL holder touches the collector: its nested phases, and whether it turned the
+ * collector off for the hold it is in (it was on, as the application had it). */
+static _Thread_local int depth;
+static _Thread_local bool turned_off;
 
 int ferry_py_gc_defer_begin(void) {
 #ifdef Py_GIL_DISABLED
-  return 0; /* no GIL to guard the count; the free-threaded collector stops the world anyway */
+  return 0; /* no GIL holds to keep collections out of; the free-threaded collector stops the world anyway */
 #else
   if (!ferry_py_gc_deferral) return 0;
-  if (deferring++ == 0) disabled_it = PyGC_Disable() == 1;
+  if (depth++ == 0) turned_off = PyGC_Disable() == 1;
   return 1;
 #endif
 }
 
 void ferry_py_gc_defer_end(int began) {
-  if (began <= 0 || --deferring > 0) return;
-  /* Back on if ferry turned it off. A gc.disable() by another thread during the phase is undone too: the two
-   * cannot be told apart, and leaving the collector off for good would be the worse mistake. */
-  if (disabled_it) PyGC_Enable();
-  disabled_it = false;
+  if (began <= 0 || --depth > 0) return;
+  if (turned_off) PyGC_Enable();
+  turned_off = false;
+}
+
+void ferry_py_gc_lend(void) {
+  if (depth > 0 && turned_off) PyGC_Enable();
+}
+
+void ferry_py_gc_reclaim(void) {
+  if (depth > 0 && turned_off) turned_off = PyGC_Disable() == 1; /* off meanwhile: the application's, kept */
 }
 
 #ifdef FERRY_PYTHON_TEST_HOOKS

@@ -94,7 +94,8 @@ static PyObject *outcome(Transfer *self) {
 /* Another thread is finishing the job: sleeps until it is done, the GIL released, waking to honour Ctrl-C. */
 static int await_finisher(Transfer *self) {
   while (atomic_load(&self->finisher) != 0) {
-    Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->lock);
+    PyThreadState *ts = ferry_py_pace_unlock(NULL);
+    pthread_mutex_lock(&self->lock);
     if (atomic_load(&self->finisher) != 0) {
       struct timespec until;
       clock_gettime(CLOCK_REALTIME, &until);
@@ -103,7 +104,8 @@ static int await_finisher(Transfer *self) {
       (void)pthread_cond_timedwait(&self->done, &self->lock, &until);
     }
     pthread_mutex_unlock(&self->lock);
-    Py_END_ALLOW_THREADS if (PyErr_CheckSignals() < 0) return -1;
+    ferry_py_pace_relock(NULL, ts);
+    if (PyErr_CheckSignals() < 0) return -1;
   }
   return 0;
 }

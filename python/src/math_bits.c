@@ -20,7 +20,7 @@ static int intern_names(void) {
 
 /* obj.<name>() as 0 or 1; -1 with an exception set. */
 static int ask(PyObject *obj, PyObject *name) {
-  PyObject *answer = PyObject_VectorcallMethod(name, &obj, 1, NULL);
+  PyObject *answer = FERRY_PY_GC_LENT(PyObject_VectorcallMethod(name, &obj, 1, NULL));
   if (!answer) return -1;
   int set = answer == Py_True ? 1 : answer == Py_False ? 0 : PyObject_IsTrue(answer);
   Py_DECREF(answer);
@@ -48,12 +48,12 @@ PyObject *ferry_py_math_bits_flip(PyObject *out, int bits) {
     return NULL;
   }
   if (bits & FERRY_PY_MATH_CONJ) {
-    PyObject *view = PyObject_VectorcallMethod(conj_name, &out, 1, NULL);
+    PyObject *view = FERRY_PY_GC_LENT(PyObject_VectorcallMethod(conj_name, &out, 1, NULL));
     Py_DECREF(out);
     if (!(out = view)) return NULL;
   }
   if (bits & FERRY_PY_MATH_NEG) {
-    PyObject *view = PyObject_VectorcallMethod(neg_view_name, &out, 1, NULL);
+    PyObject *view = FERRY_PY_GC_LENT(PyObject_VectorcallMethod(neg_view_name, &out, 1, NULL));
     Py_DECREF(out);
     out = view;
   }

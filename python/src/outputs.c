@@ -291,7 +291,7 @@ PyObject *ferry_py_output_wrap(ferry_py_outputs *o, size_t index, uint8_t family
   if (!exporter) return NULL;
   PyObject *f = consumer_for(family, h2d);
   if (f == Py_None) return exporter;
-  PyObject *out = PyObject_CallOneArg(f, exporter);
+  PyObject *out = FERRY_PY_GC_LENT(PyObject_CallOneArg(f, exporter));
   Py_DECREF(exporter);
   if (!out) name_refused_output(o, index, f);
   return out;

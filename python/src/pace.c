@@ -50,17 +50,21 @@ void ferry_py_pace_resume(ferry_py_pace *p) { p->since = now_ns(); }
 
 PyThreadState *ferry_py_pace_unlock(ferry_py_pace *p) {
   if (p) ferry_py_pace_pause(p);
+  ferry_py_gc_lend();
   return PyEval_SaveThread();
 }
 
 void ferry_py_pace_relock(ferry_py_pace *p, PyThreadState *ts) {
   PyEval_RestoreThread(ts);
+  ferry_py_gc_reclaim();
   if (p) ferry_py_pace_resume(p);
 }
 
 static void hand_over(ferry_py_pace *p) {
   end_hold(p, now_ns());
+  ferry_py_gc_lend();
   Py_BEGIN_ALLOW_THREADS Py_END_ALLOW_THREADS
+  ferry_py_gc_reclaim();
   p->since = now_ns();
 }
 
@@ -144,9 +148,36 @@ void ferry_py_gil_start_yield(int sharing) {
   if (sharing <= 0 || ferry_py_gil_start_yield_ns <= 0) return;
   /* A thread released together with this one (from a barrier, an event) is waiting for the GIL with the old,
    * long switch interval: stepping aside for about one wake-up lets it run to its next release first. */
-  PyThreadState *ts = PyEval_SaveThread();
+  PyThreadState *ts = ferry_py_pace_unlock(NULL);
   for (int64_t until = now_ns() + ferry_py_gil_start_yield_ns; now_ns() < until;) sched_yield();
-  PyEval_RestoreThread(ts);
+  ferry_py_pace_relock(NULL, ts);
+}
+
+/* A child forked while a thread of this process was sharing has no such thread: the interval goes back to the
+ * application's, and the count to zero (os.register_at_fork's after_in_child, registered at import). */
+static PyObject *after_fork_in_child(PyObject *self, PyObject *unused) {
+  if (sharing > 0 && ferry_switch >= 0 && switch_interval() == ferry_switch && set_switch_interval(saved_switch) < 0)
+    PyErr_Clear();
+  sharing = 0;
+  Py_RETURN_NONE;
+}
+
+int ferry_py_pace_module_init(void) {
+  static PyMethodDef def = {"_after_fork_in_child", after_fork_in_child, METH_NOARGS, NULL};
+  PyObject *os = PyImport_ImportModule("os");
+  PyObject *reg = os ? PyObject_GetAttrString(os, "register_at_fork") : NULL;
+  PyObject *fn = reg ? PyCFunction_New(&def, NULL) : NULL;
+  PyObject *kwargs = fn ? Py_BuildValue("{s:O}", "after_in_child", fn) : NULL;
+  PyObject *args = kwargs ? PyTuple_New(0) : NULL;
+  PyObject *done = args ? PyObject_Call(reg, args, kwargs) : NULL;
+  Py_XDECREF(os), Py_XDECREF(reg), Py_XDECREF(fn), Py_XDECREF(kwargs), Py_XDECREF(args);
+  if (!done) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+    PyErr_Clear(); /* no fork on this platform */
+    return 0;
+  }
+  Py_DECREF(done);
+  return 0;
 }
 
 void ferry_py_gil_share_end(int began) {

@@ -24,16 +24,18 @@ PyObject *ferry_py_pool_reserve(PyObject *self, PyObject *arg) {
     PyErr_Format(PyExc_ValueError, "pool.reserve(nbytes): %R bytes do not fit in this address space", arg);
     return NULL;
   }
-  ferry_status st;
-  Py_BEGIN_ALLOW_THREADS st = ferry_pool_reserve((size_t)nbytes); /* pinning takes milliseconds */
-  Py_END_ALLOW_THREADS if (st != FERRY_OK && !no_cuda(st)) return ferry_py_raise(st);
+  PyThreadState *ts = ferry_py_pace_unlock(NULL);
+  ferry_status st = ferry_pool_reserve((size_t)nbytes); /* pinning takes milliseconds */
+  ferry_py_pace_relock(NULL, ts);
+  if (st != FERRY_OK && !no_cuda(st)) return ferry_py_raise(st);
   Py_RETURN_NONE;
 }
 
 PyObject *ferry_py_pool_trim(PyObject *self, PyObject *unused) {
-  ferry_status st;
-  Py_BEGIN_ALLOW_THREADS st = ferry_pool_trim();
-  Py_END_ALLOW_THREADS if (st != FERRY_OK && !no_cuda(st)) return ferry_py_raise(st);
+  PyThreadState *ts = ferry_py_pace_unlock(NULL);
+  ferry_status st = ferry_pool_trim();
+  ferry_py_pace_relock(NULL, ts);
+  if (st != FERRY_OK && !no_cuda(st)) return ferry_py_raise(st);
   Py_RETURN_NONE;
 }
 

@@ -206,8 +206,10 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *
 
   ferry_status st;
   if (!driver_checked) {
-    Py_BEGIN_ALLOW_THREADS st = ferry_init();
-    Py_END_ALLOW_THREADS driver_checked = true;
+    PyThreadState *ts = ferry_py_pace_unlock(NULL);
+    st = ferry_init();
+    ferry_py_pace_relock(NULL, ts);
+    driver_checked = true;
   } else {
     st = ferry_init();
   }
@@ -226,8 +228,8 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *
   job->ctx.producer_event_given = a.producer_event != NULL;
 
   if ((sharing = ferry_py_gil_share_begin()) < 0) goto fail;
-  deferring_gc = ferry_py_gc_defer_begin();
   ferry_py_gil_start_yield(sharing);
+  deferring_gc = ferry_py_gc_defer_begin();
   ferry_py_pace_init(&job->pace, ferry_py_gil_slice_ns, phase_timing);
   if (ferry_py_batch_walk(&job->tape, job->batch, &job->ctx, &job->pace, part_point, job) < 0) goto fail;
   if (job->tape.n_leaves == 0) {
@@ -307,14 +309,15 @@ int ferry_py_job_finish(ferry_py_job *job) {
   job->state = FERRY_PY_JOB_FINISHED;
   stamp(job, FERRY_PY_PHASE_FINISHED);
   ferry_py_pace_pause(&job->pace);
+  ferry_py_gc_defer_end(deferring_gc);
   if (large) { /* freeing a large plan's memory needs no GIL */
-    Py_BEGIN_ALLOW_THREADS ferry_transfer_release(ticket);
-    Py_END_ALLOW_THREADS
+    PyThreadState *ts = ferry_py_pace_unlock(NULL);
+    ferry_transfer_release(ticket);
+    ferry_py_pace_relock(NULL, ts);
   } else {
     ferry_transfer_release(ticket);
   }
   save_last(job, parts);
-  ferry_py_gc_defer_end(deferring_gc);
   ferry_py_gil_share_end(sharing);
   return 0;
 
@@ -336,10 +339,10 @@ void ferry_py_job_clear(ferry_py_job *job, bool release_gil) {
      * and wait for everything queued (errors are moot now). */
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    PyThreadState *ts = release_gil ? PyEval_SaveThread() : NULL;
+    PyThreadState *ts = release_gil ? ferry_py_pace_unlock(NULL) : NULL;
     (void)ferry_transfer_end(job->ticket);
     (void)ferry_transfer_wait(job->ticket);
-    if (ts) PyEval_RestoreThread(ts);
+    if (ts) ferry_py_pace_relock(NULL, ts);
     PyErr_Restore(type, value, tb);
     ferry_transfer_release(job->ticket);
     job->ticket = NULL;

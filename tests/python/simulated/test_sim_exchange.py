@@ -3,6 +3,7 @@ exact bytes both ways, outputs built through managed_tensor_to_py_object_no_sync
 window of the synchronous transfers, and the private phase stamps the benchmarks read."""
 
 import gc
+import os
 import sys
 import threading
 import time
@@ -436,6 +437,99 @@ def test_the_collector_is_back_on_after_a_transfer_that_fails(gc_deferral):
     with pytest.raises(RuntimeError, match="export failed"):
         ferry.transfer_tensor_d2h([X(np.arange(4)) for _ in range(10)] + [Broken()])
     assert gc.isenabled()
+
+
+def test_other_threads_never_see_the_collector_off_during_a_transfer(gc_deferral):
+    """The collector is off only while the transferring thread holds the GIL inside ferry: a thread sampling it
+    throughout a transfer whose submission is slow (the GIL released for ~0.5 s in all) always finds it on, so a
+    fork() or a gc.disable() elsewhere never meets ferry's state."""
+    batch = [[X(np.full(4, i % 256, np.uint8))] for i in range(2000)]
+    seen, stop, started = [], threading.Event(), threading.Event()
+
+    def sample():
+        started.set()
+        while not stop.is_set():
+            seen.append(gc.isenabled())
+
+    t = threading.Thread(target=sample)
+    t.start()
+    started.wait()
+    _ferry._sim_submit_delay_us(5000)
+    try:
+        out = ferry.transfer_tensor_d2h(batch)
+    finally:
+        _ferry._sim_submit_delay_us(0)
+        stop.set()
+        t.join()
+    assert len(seen) > 100 and all(seen)
+    assert all(o[0].tobytes() == bytes([i % 256]) * 4 for i, o in enumerate(out))
+
+
+def test_a_gc_disable_made_while_a_producer_waits_is_kept(gc_deferral):
+    """A producer's Python code runs inside the walk and may release the GIL (here: waiting on an event); the
+    collector is the application's meanwhile, and another thread's gc.disable() then holds after the transfer."""
+    waiting, resume = threading.Event(), threading.Event()
+    states = []
+
+    class Waiter:  # a host object: its __dlpack_device__ runs during the walk
+        def __dlpack_device__(self):
+            waiting.set()
+            resume.wait()
+            return (1, 0)
+
+        def __dlpack__(self, **kwargs):
+            raise AssertionError("a host tensor is not exported for a D2H transfer")
+
+    def meanwhile():
+        waiting.wait()
+        states.append(gc.isenabled())
+        gc.disable()
+        resume.set()
+
+    t = threading.Thread(target=meanwhile)
+    t.start()
+    ferry.transfer_tensor_d2h([X(np.arange(4)) for _ in range(100)] + [Waiter()])
+    t.join()
+    assert states == [True] and not gc.isenabled()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() here")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() in a multi-threaded process, on purpose
+def test_a_child_forked_during_another_threads_transfer_has_the_applications_collector_and_interval(
+        gc_deferral, pacing):
+    """A thread's transfer waits in a producer's Python code (the GIL released) while the main thread forks: the
+    child has no transferring thread, so it must get the collector on and CPython's switch interval back."""
+    pacing(slice_us=50, switch_us=50)
+    before = sys.getswitchinterval()
+    waiting, resume = threading.Event(), threading.Event()
+
+    class Waiter:
+        def __dlpack_device__(self):
+            waiting.set()
+            resume.wait()
+            return (1, 0)
+
+        def __dlpack__(self, **kwargs):
+            raise AssertionError("a host tensor is not exported for a D2H transfer")
+
+    t = threading.Thread(target=ferry.transfer_tensor_d2h, args=([X(np.arange(4)), Waiter()],))
+    t.start()
+    waiting.wait()
+    shared = sys.getswitchinterval()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(write, f"{gc.isenabled()} {sys.getswitchinterval()!r}".encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 200).decode().split()
+    os.close(read)
+    os.waitpid(pid, 0)
+    resume.set()
+    t.join()
+    assert shared == pytest.approx(50e-6)  # the parent was sharing when it forked
+    assert child[0] == "True" and float(child[1]) == pytest.approx(before)
+    assert gc.isenabled() and sys.getswitchinterval() == before
 
 
 def test_gil_pacing_setting_is_validated(pacing):
