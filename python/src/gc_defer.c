@@ -14,9 +14,10 @@
 
 bool ferry_py_gc_deferral = true;
 
-/* Per thread, since only the GIL holder touches the collector: its nested phases, and whether it turned the
- * collector off for the hold it is in (it was on, as the application had it). */
-static _Thread_local int depth;
+/* Per thread, since only the GIL holder touches the collector: its nested phases; whether it turned the collector
+ * off (it was on, as the application had it); and its nested loans (a transfer started from a producer's Python
+ * code runs inside a loan, and leaves the collector to the outer one). */
+static _Thread_local int depth, lent;
 static _Thread_local bool turned_off;
 
 int ferry_py_gc_defer_begin(void) {
@@ -24,7 +25,7 @@ int ferry_py_gc_defer_begin(void) {
   return 0; /* no GIL holds to keep collections out of; the free-threaded collector stops the world anyway */
 #else
   if (!ferry_py_gc_deferral) return 0;
-  if (depth++ == 0) turned_off = PyGC_Disable() == 1;
+  if (depth++ == 0) turned_off = PyGC_Disable() == 1, lent = 0;
   return 1;
 #endif
 }
@@ -36,11 +37,11 @@ void ferry_py_gc_defer_end(int began) {
 }
 
 void ferry_py_gc_lend(void) {
-  if (depth > 0 && turned_off) PyGC_Enable();
+  if (depth > 0 && turned_off && lent++ == 0) PyGC_Enable();
 }
 
 void ferry_py_gc_reclaim(void) {
-  if (depth > 0 && turned_off) turned_off = PyGC_Disable() == 1; /* off meanwhile: the application's, kept */
+  if (depth > 0 && turned_off && --lent == 0) turned_off = PyGC_Disable() == 1; /* off meanwhile: kept */
 }
 
 #ifdef FERRY_PYTHON_TEST_HOOKS

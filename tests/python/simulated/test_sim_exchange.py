@@ -532,6 +532,24 @@ def test_a_child_forked_during_another_threads_transfer_has_the_applications_col
     assert gc.isenabled() and sys.getswitchinterval() == before
 
 
+def test_a_transfer_started_from_a_producers_code_leaves_the_collector_on(gc_deferral):
+    """A producer's Python code (run inside a loan of the collector) starts a transfer of its own: when both end,
+    the collector is on again (the inner one leaves it to the outer one's loan)."""
+    class Nested:
+        def __dlpack_device__(self):
+            inner = ferry.transfer_tensor_d2h([X(np.full(4, 9, np.uint8)) for _ in range(100)])
+            assert all(o.tobytes() == bytes([9]) * 4 for o in inner)
+            return (1, 0)
+
+        def __dlpack__(self, **kwargs):
+            raise AssertionError("a host tensor is not exported for a D2H transfer")
+
+    gc.set_threshold(10)
+    _, out = collections_inside([[X(np.full(4, i % 256, np.uint8))] for i in range(2000)] + [Nested()])
+    assert gc.isenabled()
+    assert all(o[0].tobytes() == bytes([i % 256]) * 4 for i, o in enumerate(out[:-1]))
+
+
 def test_gil_pacing_setting_is_validated(pacing):
     with pytest.raises(ValueError, match="-1"):
         _ferry._gil_pacing(-1)
