@@ -288,7 +288,7 @@ static int walk_children(walker *w, PyObject *obj, uint8_t kind, PyObject *field
   case FERRY_PY_MAPPING:
     if (PyDict_Check(obj)) return walk_dict(w, obj, count);
     {
-      PyObject *items = FERRY_PY_GC_LENT(PyMapping_Items(obj)); /* a snapshot: safe whatever the mapping does */
+      PyObject *items = PyMapping_Items(obj); /* a snapshot: safe whatever the mapping does meanwhile */
       if (!items) return -1;
       for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
         PyObject *kv = PyList_GET_ITEM(items, i);
@@ -309,7 +309,7 @@ static int walk_children(walker *w, PyObject *obj, uint8_t kind, PyObject *field
   case FERRY_PY_DATACLASS:
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
       PyObject *name = PyTuple_GET_ITEM(fields, i);
-      PyObject *v = FERRY_PY_GC_LENT(PyObject_GetAttr(obj, name));
+      PyObject *v = PyObject_GetAttr(obj, name);
       if (!v) {
         /* An init=False field never assigned: nothing to carry over. */
         if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
@@ -588,10 +588,16 @@ static PyObject *rebuild_dataclass(PyObject *orig, PyObject *values) {
 static PyObject *rebuild_keyed(rebuilder *r, size_t *pos, uint32_t count, bool *any) {
   PyObject *d = PyDict_New();
   if (!d) return NULL;
+  bool python_keys = false; /* a key of another type than str or int hashes and compares in Python code, also
+                               against keys inserted after it: from the first one on, the collector is lent */
   for (uint32_t i = 0; i < count; i++) {
     PyObject *key = r->b->nodes[*pos].key;
     PyObject *v = rebuild(r, pos, any);
-    if (!v || PyDict_SetItem(d, key, v) < 0) {
+    python_keys = python_keys || !(PyUnicode_CheckExact(key) || PyLong_CheckExact(key));
+    if (v && python_keys) ferry_py_gc_lend();
+    int rc = v ? PyDict_SetItem(d, key, v) : -1;
+    if (v && python_keys) ferry_py_gc_reclaim();
+    if (rc < 0) {
       Py_XDECREF(v);
       Py_DECREF(d);
       return NULL;
@@ -658,13 +664,13 @@ static PyObject *rebuild_container(rebuilder *r, ferry_py_node *n, size_t *pos, 
     result = FERRY_PY_GC_LENT(PyObject_CallOneArg(cls, draft));
     break;
   case FERRY_PY_DEFAULTDICT: {
-    PyObject *factory = PyObject_GetAttrString(orig, "default_factory");
+    PyObject *factory = FERRY_PY_GC_LENT(PyObject_GetAttrString(orig, "default_factory"));
     if (factory) result = FERRY_PY_GC_LENT(PyObject_CallFunctionObjArgs(cls, factory, draft, NULL));
     Py_XDECREF(factory);
     break;
   }
   case FERRY_PY_DATACLASS:
-    result = rebuild_dataclass(orig, draft);
+    result = FERRY_PY_GC_LENT(rebuild_dataclass(orig, draft)); /* __new__ and setters may be Python code */
     break;
   }
   Py_DECREF(draft);

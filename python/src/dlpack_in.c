@@ -25,7 +25,7 @@ static bool on_source_side(const ferry_py_read_ctx *ctx, int32_t type, int32_t i
 
 /* obj.__dlpack_device__() as (type, id). Returns 0 or -1 with an exception set. */
 static int dlpack_device(PyObject *obj, int32_t *type, int32_t *id) {
-  PyObject *d = FERRY_PY_GC_LENT(PyObject_CallMethod(obj, "__dlpack_device__", NULL));
+  PyObject *d = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
   if (!d) return -1;
   int ok = PyTuple_Check(d) && PyTuple_GET_SIZE(d) == 2;
   long long t = ok ? PyLong_AsLongLong(PyTuple_GET_ITEM(d, 0)) : -1;
@@ -85,11 +85,11 @@ static PyObject *export_capsule_with(PyObject *obj, PyObject *stream) {
   if (stream && PyDict_SetItemString(kwargs, "stream", stream) < 0) goto done;
   if (!(version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION))) goto done;
   if (PyDict_SetItemString(kwargs, "max_version", version) < 0) goto done;
-  capsule = FERRY_PY_GC_LENT(PyObject_Call(method, empty, kwargs));
+  capsule = PyObject_Call(method, empty, kwargs);
   if (!capsule && rejects_max_version()) {
     PyErr_Clear();
     if (PyDict_DelItemString(kwargs, "max_version") < 0) goto done;
-    capsule = FERRY_PY_GC_LENT(PyObject_Call(method, empty, kwargs));
+    capsule = PyObject_Call(method, empty, kwargs);
   }
 done:
   Py_XDECREF(version);

@@ -14,7 +14,7 @@
  *   exporter.c  ferry.SlabTensor, the exporter handed to non-torch frameworks' from_dlpack
  *   batch.c     traversal of a nested batch into a tape, and the rebuild from it
  *   pace.c      bounded GIL holds: release points at most every slice while the GIL is held for long work
- *   gc_defer.c  the cyclic garbage collector off while a transfer's GIL-holding phase runs
+ *   gc_defer.c  the cyclic garbage collector off while a transfer makes its outputs (GIL held, no Python code)
  *   transfer.c  one transfer from arguments to rebuilt batch, pipelined in parts; transfer_tensor_d2h/h2d
  *   handle.c    ferry.Transfer, the asynchronous handle
  *   pool.c      the pinned pool functions
@@ -290,16 +290,16 @@ void ferry_py_batch_clear(ferry_py_batch *b, ferry_py_pace *pace);
 
 extern bool ferry_py_gc_deferral; /* test hook _gc_deferral: false leaves the collector alone */
 
-/* Turns the collector off for a phase of a transfer call, GIL held (nested phases of a thread share one
- * deferral). Returns 1 when it deferred (pass that to the end call), 0 when not. */
+/* Turns the collector off for a region of a transfer call that makes outputs, GIL held (nested regions of a thread
+ * share one deferral). Returns 1 when it deferred (pass that to the end call), 0 when not. */
 int ferry_py_gc_defer_begin(void);
 void ferry_py_gc_defer_end(int began);
-/* Around every release of the GIL inside a phase (pace.c's unlock/relock and release points): the collector back
- * as the application had it while other threads run, and off again once the GIL is back. No-ops outside a phase. */
+/* Around every release of the GIL inside a region (pace.c's unlock/relock and release points): the collector back
+ * as the application has it while other threads run, and off again once the GIL is back. No-ops outside one. */
 void ferry_py_gc_lend(void);
 void ferry_py_gc_reclaim(void);
-/* A call into Python code (a producer's __dlpack__, a consumer's from_dlpack, a container's constructor) made
- * inside a phase: such code may release the GIL, so the collector is lent for its duration. */
+/* A call into Python code made inside a region (a consumer's from_dlpack, a container's constructor): it is the
+ * application's code, and may release the GIL, so the collector is lent for its duration. */
 #define FERRY_PY_GC_LENT(call)                                                                                      \
   __extension__({                                                                                                   \
     ferry_py_gc_lend();                                                                                             \

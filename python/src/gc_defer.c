@@ -1,22 +1,23 @@
-/* gc_defer.c — no cyclic garbage collection while a transfer call holds the GIL.
+/* gc_defer.c — no cyclic garbage collection while a transfer makes its outputs.
  *
  * A call that makes thousands of output tensors triggers CPython's collector every 700 allocations: at 16384
  * tensors about 23 young collections a call, every tenth of them an older one, and now and then a full pass over
  * every object of the process (tens of ms), all with the GIL held inside ferry's call, past its slice. The
  * outputs are all reachable, so collecting while they are made finds nothing of theirs. So the collector is off
- * while the calling thread holds the GIL inside a transfer's phase, and back as the application had it whenever
- * the thread lets the GIL go (release points, driver calls, waits) and at the phase's end: other threads never see
- * it off, a fork() from another thread happens with it on, and a gc.disable() made meanwhile is kept (the state
- * is read again at every re-acquisition). After the call the next allocation runs one young collection over what
- * it made, so the older passes come about twenty times less often.
+ * in the regions where ferry makes outputs and rebuilds containers, and only while it holds the GIL there: at
+ * every release (release points, driver calls) and around every call into Python code (a consumer's from_dlpack,
+ * a container's constructor, a key's __hash__) it is lent back as the application has it, and its state is read
+ * again afterwards. So no other thread, fork() child or application code ever meets ferry's setting, and a
+ * gc.disable() made meanwhile is kept. After the call the next allocation runs one young collection over what it
+ * made, so the older passes come about twenty times less often.
  */
 #include "ferry_py.h"
 
 bool ferry_py_gc_deferral = true;
 
-/* Per thread, since only the GIL holder touches the collector: its nested phases; whether it turned the collector
- * off (it was on, as the application had it); and its nested loans (a transfer started from a producer's Python
- * code runs inside a loan, and leaves the collector to the outer one). */
+/* Per thread, since only the GIL holder touches the collector: its nested regions; whether it turned the collector
+ * off (it was on, as the application had it); and its nested loans (a transfer started from Python code that ferry
+ * called runs inside a loan, and leaves the collector to the outer one). */
 static _Thread_local int depth, lent;
 static _Thread_local bool turned_off;
 

@@ -20,7 +20,7 @@ static int intern_names(void) {
 
 /* obj.<name>() as 0 or 1; -1 with an exception set. */
 static int ask(PyObject *obj, PyObject *name) {
-  PyObject *answer = FERRY_PY_GC_LENT(PyObject_VectorcallMethod(name, &obj, 1, NULL));
+  PyObject *answer = PyObject_VectorcallMethod(name, &obj, 1, NULL);
   if (!answer) return -1;
   int set = answer == Py_True ? 1 : answer == Py_False ? 0 : PyObject_IsTrue(answer);
   Py_DECREF(answer);

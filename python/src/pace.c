@@ -60,23 +60,26 @@ void ferry_py_pace_relock(ferry_py_pace *p, PyThreadState *ts) {
   if (p) ferry_py_pace_resume(p);
 }
 
-static void hand_over(ferry_py_pace *p) {
+/* A release point. With `signals`, Python's signal handlers run there too (while the collector is lent: they are
+ * the application's code); -1 when one raised. */
+static int hand_over(ferry_py_pace *p, bool signals) {
   end_hold(p, now_ns());
   ferry_py_gc_lend();
   Py_BEGIN_ALLOW_THREADS Py_END_ALLOW_THREADS
+  int rc = signals && PyErr_CheckSignals() < 0 ? -1 : 0;
   ferry_py_gc_reclaim();
   p->since = now_ns();
+  return rc;
 }
 
 int ferry_py_pace_check(ferry_py_pace *p) {
   if (now_ns() - p->since < p->slice_ns) return 0;
-  hand_over(p);
   /* Long work is interruptible: Ctrl-C raises here (on the main thread) instead of after the whole batch. */
-  return PyErr_CheckSignals() < 0 ? -1 : 0;
+  return hand_over(p, true);
 }
 
 void ferry_py_pace_check_quiet(ferry_py_pace *p) {
-  if (now_ns() - p->since >= p->slice_ns) hand_over(p);
+  if (now_ns() - p->since >= p->slice_ns) (void)hand_over(p, false);
 }
 
 /* ---- the switch interval while sharing -------------------------------------------------------------------- */

@@ -99,16 +99,17 @@ static int push_block(ferry_py_job *job, ferry_py_outputs *block) {
  * run (step 4). 0 or -1. */
 static int build_exchange_outputs(ferry_py_job *job, ferry_py_outputs *block, size_t first, size_t count) {
   if (push_block(job, block) < 0) return -1;
-  for (size_t i = 0; i < count; i++) {
+  int rc = 0, deferring_gc = ferry_py_gc_defer_begin(); /* the part's new outputs: no collection among them */
+  for (size_t i = 0; i < count && rc == 0; i++) {
     ferry_py_leaf *leaf = &job->tape.leaves[first + i];
     leaf->block = block;
     leaf->local = (uint32_t)i;
     if (!leaf->api || !ferry_py_outputs_copied(block, i)) continue;
     leaf->output = ferry_py_math_bits_flip(ferry_py_output_exchange(block, i, leaf->api), leaf->math_bits);
-    if (!leaf->output) return -1;
-    if (ferry_py_pace_tick(&job->pace) < 0) return -1;
+    rc = !leaf->output || ferry_py_pace_tick(&job->pace) < 0 ? -1 : 0;
   }
-  return 0;
+  ferry_py_gc_defer_end(deferring_gc);
+  return rc;
 }
 
 /* Hands the leaves walked since the last part to ferry as one part, with the GIL released, then builds the
@@ -202,7 +203,7 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *
   job->batch = Py_NewRef(a.batch);
   job->args = &a;
   job->ctx.h2d = h2d;
-  int sharing = 0, deferring_gc = 0;
+  int sharing = 0;
 
   ferry_status st;
   if (!driver_checked) {
@@ -229,11 +230,9 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *
 
   if ((sharing = ferry_py_gil_share_begin()) < 0) goto fail;
   ferry_py_gil_start_yield(sharing);
-  deferring_gc = ferry_py_gc_defer_begin();
   ferry_py_pace_init(&job->pace, ferry_py_gil_slice_ns, phase_timing);
   if (ferry_py_batch_walk(&job->tape, job->batch, &job->ctx, &job->pace, part_point, job) < 0) goto fail;
   if (job->tape.n_leaves == 0) {
-    ferry_py_gc_defer_end(deferring_gc);
     ferry_py_gil_share_end(sharing);
     job->args = NULL;
     return finish_as_is(job);
@@ -246,14 +245,12 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *
     ferry_py_raise(st);
     goto fail;
   }
-  ferry_py_gc_defer_end(deferring_gc);
   ferry_py_gil_share_end(sharing);
   job->args = NULL;
   stamp(job, FERRY_PY_PHASE_WALKED);
   return 0;
 
 fail:
-  ferry_py_gc_defer_end(deferring_gc);
   ferry_py_gil_share_end(sharing);
   job->args = NULL;
   ferry_py_job_clear(job, true); /* waits for submitted copies before anything they touch is released */
@@ -279,7 +276,6 @@ int ferry_py_job_finish(ferry_py_job *job) {
   if (job->state != FERRY_PY_JOB_SUBMITTED) return 0;
   int sharing = ferry_py_gil_share_begin(), deferring_gc = 0;
   if (sharing < 0) goto fail;
-  deferring_gc = ferry_py_gc_defer_begin();
   ferry_py_pace_resume(&job->pace);
   ferry_status st = wait_copies(job);
   if (st != FERRY_OK) {
@@ -288,9 +284,13 @@ int ferry_py_job_finish(ferry_py_job *job) {
   }
   stamp(job, FERRY_PY_PHASE_WAITED);
   ferry_py_batch *tape = &job->tape;
+  for (size_t i = 0; i < tape->n_leaves; i++) { /* the copies out of the producers' memory are done */
+    ferry_py_leaf_release_input(&tape->leaves[i]);
+    if (ferry_py_pace_tick(&job->pace) < 0) goto fail;
+  }
+  deferring_gc = ferry_py_gc_defer_begin(); /* the remaining outputs and the rebuilt containers */
   for (size_t i = 0; i < tape->n_leaves; i++) {
     ferry_py_leaf *leaf = &tape->leaves[i];
-    ferry_py_leaf_release_input(leaf); /* the copies out of the producer's memory are done */
     if (!leaf->output && leaf->block && ferry_py_outputs_copied(leaf->block, leaf->local) &&
         !(leaf->output = ferry_py_math_bits_flip(
               ferry_py_output_wrap(leaf->block, leaf->local, leaf->family, job->h2d), leaf->math_bits)))
@@ -298,6 +298,8 @@ int ferry_py_job_finish(ferry_py_job *job) {
     if (ferry_py_pace_tick(&job->pace) < 0) goto fail;
   }
   if (!(job->result = ferry_py_batch_rebuild(tape, &job->pace))) goto fail;
+  ferry_py_gc_defer_end(deferring_gc);
+  deferring_gc = 0;
   /* The outputs hold the slabs now; the blocks' own references, the tape and the ticket can go. */
   size_t parts = job->n_blocks;
   for (size_t k = 0; k < job->n_blocks; k++) ferry_py_outputs_unref(job->blocks[k]);
@@ -309,7 +311,6 @@ int ferry_py_job_finish(ferry_py_job *job) {
   job->state = FERRY_PY_JOB_FINISHED;
   stamp(job, FERRY_PY_PHASE_FINISHED);
   ferry_py_pace_pause(&job->pace);
-  ferry_py_gc_defer_end(deferring_gc);
   if (large) { /* freeing a large plan's memory needs no GIL */
     PyThreadState *ts = ferry_py_pace_unlock(NULL);
     ferry_transfer_release(ticket);

@@ -103,7 +103,7 @@ static const DLPackExchangeAPI *exchange_api_of(PyTypeObject *type) {
  * or InitVar pseudo-fields). */
 static PyObject *dataclass_field_names(PyTypeObject *type) {
   if (!dataclasses_fields && !(dataclasses_fields = import_attr("dataclasses", "fields"))) return NULL;
-  PyObject *fields = FERRY_PY_GC_LENT(PyObject_CallOneArg(dataclasses_fields, (PyObject *)type));
+  PyObject *fields = PyObject_CallOneArg(dataclasses_fields, (PyObject *)type);
   if (!fields) return NULL;
   PyObject *seq = PySequence_Fast(fields, "dataclasses.fields() did not return a sequence");
   Py_DECREF(fields);

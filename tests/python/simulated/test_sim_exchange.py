@@ -2,6 +2,7 @@
 exact bytes both ways, outputs built through managed_tensor_to_py_object_no_sync, no leaks; the GIL hand-off
 window of the synchronous transfers, and the private phase stamps the benchmarks read."""
 
+import dataclasses
 import gc
 import os
 import sys
@@ -548,6 +549,36 @@ def test_a_transfer_started_from_a_producers_code_leaves_the_collector_on(gc_def
     _, out = collections_inside([[X(np.full(4, i % 256, np.uint8))] for i in range(2000)] + [Nested()])
     assert gc.isenabled()
     assert all(o[0].tobytes() == bytes([i % 256]) * 4 for i, o in enumerate(out[:-1]))
+
+
+def test_python_code_run_while_outputs_are_rebuilt_sees_the_applications_collector(gc_deferral):
+    """The rebuild runs a key's __hash__ and a dataclass's __new__ (Python code) among ferry's own allocations: the
+    collector is the application's there, and a gc.disable() made there is kept after the transfer."""
+    seen, armed = [], [False]
+
+    class Key:
+        def __hash__(self):
+            if armed[0]:
+                seen.append(gc.isenabled())
+                gc.disable()
+            return 7
+
+    @dataclasses.dataclass
+    class Pair:
+        a: object
+        b: object
+
+        def __new__(cls, *args, **kwargs):
+            if armed[0]:
+                seen.append(gc.isenabled())
+            return super().__new__(cls)
+
+    batch = {Key(): X(np.full(4, 1, np.uint8)), "p": Pair(X(np.arange(4)), 2)}
+    armed[0] = True
+    out = ferry.transfer_tensor_d2h(batch)
+    armed[0] = False
+    assert seen[0] is True and not gc.isenabled()  # the first run saw it on; its gc.disable() holds
+    assert [o.tobytes() for o in out.values() if not isinstance(o, Pair)] == [bytes([1]) * 4]
 
 
 def test_gil_pacing_setting_is_validated(pacing):
