@@ -30,6 +30,27 @@ def phases_us():
     return {k: None if v is None else (v - ph["start"]) / 1e3 for k, v in ph.items()}
 
 
+def waiting_host_object():
+    """A HostObject whose walk signals `waiting` and then waits for `resume` (releasing the GIL meanwhile)."""
+    waiting, resume = threading.Event(), threading.Event()
+    return HostObject(lambda: (waiting.set(), resume.wait())), waiting, resume
+
+
+class HostObject:
+    """A __dlpack__ producer on the host, which a D2H transfer passes through: its __dlpack_device__ runs `on_walk`
+    while ferry walks the batch (Python code inside the call)."""
+
+    def __init__(self, on_walk):
+        self.on_walk = on_walk
+
+    def __dlpack_device__(self):
+        self.on_walk()
+        return (1, 0)
+
+    def __dlpack__(self, **kwargs):
+        raise AssertionError("a host tensor is not exported for a D2H transfer")
+
+
 @pytest.fixture
 def timing():
     old = _ferry._phase_timing(True)
@@ -328,19 +349,12 @@ def test_the_switch_interval_is_shortened_only_while_sharing_and_then_restored(p
     pacing(slice_us=50, switch_us=50)
     seen = []
 
-    class Watcher:  # a __dlpack__ producer that looks at the interval while ferry walks
-        def __dlpack_device__(self):
-            seen.append(sys.getswitchinterval())
-            return (1, 0)  # on the host: passes through a D2H transfer
-
-        def __dlpack__(self, **kwargs):
-            raise AssertionError("a host tensor is not exported for a D2H transfer")
-
+    watcher = HostObject(lambda: seen.append(sys.getswitchinterval()))  # looks at the interval while ferry walks
     before = sys.getswitchinterval()
-    ferry.transfer_tensor_d2h([X(np.arange(4)), Watcher()])
+    ferry.transfer_tensor_d2h([X(np.arange(4)), watcher])
     assert seen == [pytest.approx(50e-6)] and sys.getswitchinterval() == before
     pacing(switch_us=0)  # turned off: left alone
-    ferry.transfer_tensor_d2h([X(np.arange(4)), Watcher()])
+    ferry.transfer_tensor_d2h([X(np.arange(4)), watcher])
     assert seen[-1] == before and sys.getswitchinterval() == before
 
 
@@ -348,16 +362,8 @@ def test_the_switch_interval_is_left_alone_without_other_threads(pacing):
     assert threading.active_count() == 1, f"this test needs to be alone: {threading.enumerate()}"
     seen = []
 
-    class Watcher:
-        def __dlpack_device__(self):
-            seen.append(sys.getswitchinterval())
-            return (1, 0)
-
-        def __dlpack__(self, **kwargs):
-            raise AssertionError("a host tensor is not exported for a D2H transfer")
-
     before = sys.getswitchinterval()
-    ferry.transfer_tensor_d2h([X(np.arange(4)), Watcher()])
+    ferry.transfer_tensor_d2h([X(np.arange(4)), HostObject(lambda: seen.append(sys.getswitchinterval()))])
     assert seen == [before] and sys.getswitchinterval() == before
 
 
@@ -365,16 +371,8 @@ def test_a_switch_interval_changed_during_the_transfer_is_kept(pacing, other_thr
     pacing(slice_us=50, switch_us=50)
     before = sys.getswitchinterval()
 
-    class Changer:
-        def __dlpack_device__(self):
-            sys.setswitchinterval(0.002)  # the application's own choice, made while ferry works
-            return (1, 0)
-
-        def __dlpack__(self, **kwargs):
-            raise AssertionError("a host tensor is not exported for a D2H transfer")
-
-    try:
-        ferry.transfer_tensor_d2h([X(np.arange(4)), Changer()])
+    try:  # the application's own choice, made while ferry works
+        ferry.transfer_tensor_d2h([X(np.arange(4)), HostObject(lambda: sys.setswitchinterval(0.002))])
         assert sys.getswitchinterval() == pytest.approx(0.002)
     finally:
         sys.setswitchinterval(before)
@@ -469,17 +467,8 @@ def test_other_threads_never_see_the_collector_off_during_a_transfer(gc_deferral
 def test_a_gc_disable_made_while_a_producer_waits_is_kept(gc_deferral):
     """A producer's Python code runs inside the walk and may release the GIL (here: waiting on an event); the
     collector is the application's meanwhile, and another thread's gc.disable() then holds after the transfer."""
-    waiting, resume = threading.Event(), threading.Event()
+    waiter, waiting, resume = waiting_host_object()
     states = []
-
-    class Waiter:  # a host object: its __dlpack_device__ runs during the walk
-        def __dlpack_device__(self):
-            waiting.set()
-            resume.wait()
-            return (1, 0)
-
-        def __dlpack__(self, **kwargs):
-            raise AssertionError("a host tensor is not exported for a D2H transfer")
 
     def meanwhile():
         waiting.wait()
@@ -489,7 +478,7 @@ def test_a_gc_disable_made_while_a_producer_waits_is_kept(gc_deferral):
 
     t = threading.Thread(target=meanwhile)
     t.start()
-    ferry.transfer_tensor_d2h([X(np.arange(4)) for _ in range(100)] + [Waiter()])
+    ferry.transfer_tensor_d2h([X(np.arange(4)) for _ in range(100)] + [waiter])
     t.join()
     assert states == [True] and not gc.isenabled()
 
@@ -502,18 +491,8 @@ def test_a_child_forked_during_another_threads_transfer_has_the_applications_col
     child has no transferring thread, so it must get the collector on and CPython's switch interval back."""
     pacing(slice_us=50, switch_us=50)
     before = sys.getswitchinterval()
-    waiting, resume = threading.Event(), threading.Event()
-
-    class Waiter:
-        def __dlpack_device__(self):
-            waiting.set()
-            resume.wait()
-            return (1, 0)
-
-        def __dlpack__(self, **kwargs):
-            raise AssertionError("a host tensor is not exported for a D2H transfer")
-
-    t = threading.Thread(target=ferry.transfer_tensor_d2h, args=([X(np.arange(4)), Waiter()],))
+    waiter, waiting, resume = waiting_host_object()
+    t = threading.Thread(target=ferry.transfer_tensor_d2h, args=([X(np.arange(4)), waiter],))
     t.start()
     waiting.wait()
     shared = sys.getswitchinterval()
@@ -536,17 +515,13 @@ def test_a_child_forked_during_another_threads_transfer_has_the_applications_col
 def test_a_transfer_started_from_a_producers_code_leaves_the_collector_on(gc_deferral):
     """A producer's Python code (run inside a loan of the collector) starts a transfer of its own: when both end,
     the collector is on again (the inner one leaves it to the outer one's loan)."""
-    class Nested:
-        def __dlpack_device__(self):
-            inner = ferry.transfer_tensor_d2h([X(np.full(4, 9, np.uint8)) for _ in range(100)])
-            assert all(o.tobytes() == bytes([9]) * 4 for o in inner)
-            return (1, 0)
-
-        def __dlpack__(self, **kwargs):
-            raise AssertionError("a host tensor is not exported for a D2H transfer")
+    def inner_transfer():
+        inner = ferry.transfer_tensor_d2h([X(np.full(4, 9, np.uint8)) for _ in range(100)])
+        assert all(o.tobytes() == bytes([9]) * 4 for o in inner)
 
     gc.set_threshold(10)
-    _, out = collections_inside([[X(np.full(4, i % 256, np.uint8))] for i in range(2000)] + [Nested()])
+    batch = [[X(np.full(4, i % 256, np.uint8))] for i in range(2000)] + [HostObject(inner_transfer)]
+    _, out = collections_inside(batch)
     assert gc.isenabled()
     assert all(o[0].tobytes() == bytes([i % 256]) * 4 for i, o in enumerate(out[:-1]))
 
@@ -605,15 +580,7 @@ def test_a_shape_changed_by_python_code_after_the_read_does_not_change_the_copy(
     read. Planning from the producer's live shape would copy 4096 elements out of a 4-element buffer."""
     first = X(np.arange(4, dtype=np.int64))
 
-    class Resizer:
-        def __dlpack_device__(self):
-            _ferry._sim_set_shape(first, (4096,))
-            return (1, 0)
-
-        def __dlpack__(self, **kwargs):
-            raise AssertionError("a host tensor is not exported for a D2H transfer")
-
-    out = ferry.transfer_tensor_d2h([first, Resizer()])
+    out = ferry.transfer_tensor_d2h([first, HostObject(lambda: _ferry._sim_set_shape(first, (4096,)))])
     _ferry._sim_set_shape(first, (4,))
     assert out[0].shape == (4,) and out[0].tobytes() == np.arange(4, dtype=np.int64).tobytes()
 
