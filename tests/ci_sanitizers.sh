@@ -57,11 +57,10 @@ for s in "${stanzas[@]}"; do
     cmake -S . -B build-valgrind "${common[@]}" >/dev/null
     cmake --build build-valgrind -j"$JOBS" --target ferry_test_cpu ferry_test_reliability
     vg=(valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,possible)
-    # Tests get 1200 s (CPU) and 600 s (reliability) instead of the runner's 60: valgrind runs one thread at a time,
-    # 20-50x slower, and a threaded test's time there varies several-fold with how it schedules them (the fault
-    # seam test under threads took 471 s in one run and over 600 s in another).
+    # Each test gets 600 s instead of the runner's 60: valgrind runs one thread at a time, 20-50x slower, and a
+    # threaded test's time there varies several-fold with how it schedules them.
     mapfile -t cpu < <(build-valgrind/ferry_test_cpu --list | grep -v -e '^every_call_failing_')
-    "${vg[@]}" build-valgrind/ferry_test_cpu --timeout 1200 "${cpu[@]}"
+    "${vg[@]}" build-valgrind/ferry_test_cpu --timeout 600 "${cpu[@]}"
     mapfile -t rel < <(build-valgrind/ferry_test_reliability --list |
                        grep -v -e '^million_tiny_tensors$' -e '^fork_while_' -e '^fork_after_nvrtc' -e '^cache_')
     FERRY_THREADS_ROUNDS=2 "${vg[@]}" build-valgrind/ferry_test_reliability --timeout 600 "${rel[@]}"
