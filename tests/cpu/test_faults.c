@@ -7,10 +7,8 @@
 #include "test.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 enum { N = 40 };
@@ -643,11 +641,43 @@ TEST(a_blocking_transfer_whose_copies_fail_returns_no_ticket) {
 
 /* One thread arms and disarms faults on several calls while four others transfer batches of small tensors (the
  * gather route) and a strided one. The seam is shared state every driver call reads: arming must be race free
- * (ThreadSanitizer runs this in CI), and a transfer either succeeds exactly or fails naming one of the armed calls. */
-enum { SEAM_THREADS = 4, SEAM_TENSORS = 12, SEAM_ROUNDS = 60 };
+ * (ThreadSanitizer runs this in CI), and a transfer either succeeds exactly or fails naming one of the armed calls.
+ * The workers take batches from a budget the arming thread hands out each round, so the test does the same work
+ * whatever the scheduler does (free-running workers did 30 000 batches natively and up to 600 000 under valgrind,
+ * whose scheduler can leave a sleeping thread waiting for minutes). */
+enum { SEAM_THREADS = 4, SEAM_TENSORS = 12, SEAM_ROUNDS = 60, SEAM_BATCHES_PER_ROUND = 2 * SEAM_THREADS };
 static const char *const seam_calls[] = {"cuEventRecord", "cuLaunchKernel", "cuMemcpyAsync",
                                          "cuMemAllocFromPoolAsync", "cuEventSynchronize", "cuMemcpyHtoDAsync"};
-static atomic_int seam_stop, seam_done, seam_bad;
+static pthread_mutex_t seam_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t seam_changed = PTHREAD_COND_INITIALIZER;
+static int seam_budget, seam_started, seam_done, seam_stop; /* batches allowed, begun and ended; under seam_lock */
+static atomic_int seam_bad, seam_failed;
+
+/* A worker's next batch: waits until the budget allows one; false once the test stops. */
+static bool seam_take_batch(void) {
+  pthread_mutex_lock(&seam_lock);
+  while (!seam_stop && seam_started >= seam_budget) pthread_cond_wait(&seam_changed, &seam_lock);
+  bool go = !seam_stop;
+  seam_started += go;
+  pthread_mutex_unlock(&seam_lock);
+  return go;
+}
+
+static void seam_end_batch(void) {
+  pthread_mutex_lock(&seam_lock);
+  seam_done++;
+  pthread_cond_broadcast(&seam_changed);
+  pthread_mutex_unlock(&seam_lock);
+}
+
+/* The arming thread: lets `more` batches begin, then waits until all but `in_flight` of the budget have ended. */
+static void seam_run_batches(int more, int in_flight) {
+  pthread_mutex_lock(&seam_lock);
+  seam_budget += more;
+  pthread_cond_broadcast(&seam_changed);
+  while (seam_done < seam_budget - in_flight) pthread_cond_wait(&seam_changed, &seam_lock);
+  pthread_mutex_unlock(&seam_lock);
+}
 
 static void *seam_worker(void *arg) {
   int id = (int)(intptr_t)arg;
@@ -662,7 +692,7 @@ static void *seam_worker(void *arg) {
   shapes[0][0] = 16, shapes[0][1] = 16; /* tensor 0: the transpose of a 16 x 16 block */
   t[0].ndim = 2, t[0].strides = strides;
   ferry_transfer_options o = options(FERRY_TRANSFER_BLOCKING);
-  while (!atomic_load(&seam_stop)) {
+  while (seam_take_batch()) {
     ferry_transfer *tr = NULL;
     ferry_status st = ferry_transfer_d2h(t, SEAM_TENSORS, &o, &tr);
     if (st == FERRY_OK) {
@@ -674,6 +704,7 @@ static void *seam_worker(void *arg) {
         atomic_fetch_add(&seam_bad, memcmp(out[i].data, src[id][i], (size_t)shapes[i][0]) != 0);
       ferry_transfer_release(tr);
     } else {
+      atomic_fetch_add(&seam_failed, 1);
       int named = 0;
       for (size_t c = 0; c < sizeof seam_calls / sizeof *seam_calls; c++)
         named |= !strcmp(ferry_last_error()->call, seam_calls[c]);
@@ -682,7 +713,7 @@ static void *seam_worker(void *arg) {
         atomic_fetch_add(&seam_bad, 1);
       }
     }
-    atomic_fetch_add(&seam_done, 1);
+    seam_end_batch();
   }
   return NULL;
 }
@@ -695,16 +726,20 @@ TEST(faults_armed_while_other_threads_transfer_hit_only_the_named_call) {
   size_t ncalls = sizeof seam_calls / sizeof *seam_calls;
   for (int round = 0; round < SEAM_ROUNDS; round++) {
     ferry__fault_arm(seam_calls[round % ncalls], round % 3, CUDA_ERROR_LAUNCH_FAILED);
-    /* Until the workers have finished two more batches each, whatever the scheduler does: sleeping, not spinning
-     * (valgrind runs one thread at a time, and beside a spinning waiter the workers took 14-65 s there). */
-    int until = atomic_load(&seam_done) + 2 * SEAM_THREADS;
-    while (atomic_load(&seam_done) < until) nanosleep(&(struct timespec){0, 50000}, NULL);
+    /* Disarm while up to one batch a worker may still run, so arming and disarming meet driver calls in flight. */
+    seam_run_batches(SEAM_BATCHES_PER_ROUND, SEAM_THREADS);
     (void)ferry__fault_hits();
     ferry__fault_disarm();
   }
-  atomic_store(&seam_stop, 1);
+  seam_run_batches(0, 0);
+  pthread_mutex_lock(&seam_lock);
+  seam_stop = 1;
+  pthread_cond_broadcast(&seam_changed);
+  pthread_mutex_unlock(&seam_lock);
   for (int i = 0; i < SEAM_THREADS; i++) pthread_join(th[i], NULL);
   ASSERT_EQ(atomic_load(&seam_bad), 0);
+  ASSERT(atomic_load(&seam_failed) > 0); /* the armed faults reached transfers */
+  ASSERT(atomic_load(&seam_failed) < SEAM_ROUNDS * SEAM_BATCHES_PER_ROUND);
   ferry_pool_stats s;
   ferry_pool_stats_get(&s);
   ASSERT_EQ(s.bytes_in_use, 0);
