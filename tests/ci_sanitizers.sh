@@ -32,7 +32,7 @@ need() { # need COMMAND PACKAGE...: installs the packages when the command is mi
   local cmd=$1; shift
   command -v "$cmd" >/dev/null || { apt-get update -qq && apt-get install -y -qq "$@"; }
 }
-step() { echo "== ci_sanitizers: $*"; }
+step() { echo "== ci_sanitizers: $* (at ${SECONDS} s)"; }
 
 for s in "${stanzas[@]}"; do
   case $s in
