@@ -274,12 +274,12 @@ static const char *temp_dir(void) {
 
 TEST(pinning_more_than_the_memory_available_fails_before_touching_a_page) {
   setup();
-  ferry__pin_chunk_bytes = (uint64_t)256 * MIB; /* as shipped: the part takes the growth rule's 16 MiB region */
+  ferry__pin_chunk_bytes = (uint64_t)256 * MIB; /* as shipped: the part takes the growth rule's 4 MiB region */
   const char *dir = temp_dir();
   ferry__cgroup_dir = dir; /* no limit files there */
-  ferry__meminfo_path = write_file(dir, "meminfo", "MemTotal:  1048576 kB\nMemAvailable:   10240 kB\n");
+  ferry__meminfo_path = write_file(dir, "meminfo", "MemTotal:  1048576 kB\nMemAvailable:    2048 kB\n");
   ASSERT_STATUS(ferry_pool_reserve((size_t)16 * MIB), FERRY_OUT_OF_HOST_MEMORY);
-  ASSERT_STR_CONTAINS(ferry_last_error_message(), "the 10 MiB of memory available now");
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "the 2 MiB of memory available now");
   ferry_tensor t[MAX_T];
   make(t, EIGHT, 1, 8);
   ferry_transfer_options o;
@@ -287,7 +287,7 @@ TEST(pinning_more_than_the_memory_available_fails_before_touching_a_page) {
   o.device = 0;
   o.flags = FERRY_TRANSFER_BLOCKING;
   ferry_transfer *tr = NULL;
-  ASSERT_STATUS(ferry_transfer_d2h(t, 1, &o, &tr), FERRY_OUT_OF_HOST_MEMORY); /* a 16 MiB region would not fit */
+  ASSERT_STATUS(ferry_transfer_d2h(t, 1, &o, &tr), FERRY_OUT_OF_HOST_MEMORY); /* a 4 MiB region would not fit */
   ASSERT(tr == NULL);
   ASSERT_EQ(stats().pin_calls, 0);
   ASSERT_EQ(fake_register_calls, 0);

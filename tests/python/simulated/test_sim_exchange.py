@@ -599,3 +599,21 @@ def test_repeated_calls_of_one_batch_take_the_same_slabs_whatever_the_timing(tim
         del out
         pinned.append(ferry.pool.stats()["bytes_pinned"])
     assert len(set(pinned)) == 1, pinned
+
+
+def test_a_small_first_part_does_not_leave_a_region_held_empty(timing):
+    """A state dict whose first part is small (batch-norm vectors) and whose rest is large pins about its size on a
+    fresh pool, and no more on later calls: the small part's region is no larger than it needs to be shared."""
+    small = [random_array((4 << 10,), np.uint8, i) for i in range(64)]          # 256 KiB: the first part
+    large = [random_array((24 << 20,), np.uint8, 100 + i) for i in range(4)]    # 96 MiB: the second
+    batch_bytes = sum(a.nbytes for a in small + large)
+    gc.collect()
+    ferry.pool.trim()
+    assert ferry.pool.stats()["bytes_pinned"] == 0
+    for _ in range(3):
+        out = ferry.transfer_tensor_d2h([X(a) for a in small + large])
+        assert _ferry._last_phases()["parts"] == 2
+        assert all(o.tobytes() == a.tobytes() for o, a in zip(out, small + large))
+        del out
+        held = ferry.pool.stats()["bytes_pinned"] / batch_bytes
+        assert held <= 1.05, held
