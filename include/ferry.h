@@ -269,7 +269,8 @@ FERRY_API ferry_status ferry_transfer_begin_h2d(const ferry_transfer_options *op
 /** Adds `count` tensors and queues their copies at once. Their outputs follow the earlier parts' outputs, in
  *  order; they are laid out when the call returns (ferry_transfer_outputs), but their data may be read only after
  *  the transfer is done. The descriptors are read during the call, as by ferry_transfer_d2h. Fails (killing the
- *  transfer) as ferry_transfer_d2h/h2d would for these tensors, or with FERRY_INVALID_ARGUMENT once ended. */
+ *  transfer) as ferry_transfer_d2h/h2d would for these tensors, or with FERRY_INVALID_ARGUMENT once ended. An
+ *  error about one tensor names its index among all the transfer's tensors (its output's index), not this call's. */
 FERRY_API ferry_status ferry_transfer_add(ferry_transfer *transfer, const ferry_tensor *inputs, size_t count);
 
 /** Orders the copies of parts added from now on after `producer_event`, or when it is NULL after the work queued

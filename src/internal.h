@@ -294,6 +294,7 @@ typedef struct ferry__plan_input {
   bool h2d;
   bool gather_ok;            /* the kernel is available and not disabled */
   uint64_t gather_max_bytes;
+  size_t first_index;        /* the first tensor's index among all its transfer's tensors: errors name that index */
 } ferry__plan_input;
 
 ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *entries, ferry__plan *out);

@@ -219,7 +219,7 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e,
     if (st != FERRY_OK) {
       char msg[sizeof ferry_last_error()->message];
       memcpy(msg, ferry_last_error()->message, sizeof msg);
-      return FERRY_ERR(st, "tensor %zu: %s", i, msg);
+      return FERRY_ERR(st, "tensor %zu: %s", in->first_index + i, msg);
     }
     x->nbytes = nb;
     if (nb == 0) {
@@ -227,14 +227,16 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e,
       int64_t strides[FERRY_MAX_NDIM];
       char sh[200];
       if (!ferry__compact_strides(t->ndim, t->shape, strides))
-        return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu: the compact strides of shape %s (empty) overflow 64 bits", i,
+        return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu: the compact strides of shape %s (empty) overflow 64 bits",
+                         in->first_index + i,
                          dims_text(t->shape, t->ndim, sh, sizeof sh));
       x->route = FERRY__EMPTY;
       continue;
     }
     if (!t->data && t->byte_offset == 0) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "tensor %zu: data is NULL but "
-                                                          "the tensor holds %llu bytes", i, (unsigned long long)nb);
-    st = check_extent(t, i, nb);
+                                                          "the tensor holds %llu bytes", in->first_index + i,
+                                                          (unsigned long long)nb);
+    st = check_extent(t, in->first_index + i, nb);
     if (st != FERRY_OK) return st;
     x->route = FERRY__DMA; /* provisional: pass 2 decides */
     x->src = (const char *)(uintptr_t)((uint64_t)(uintptr_t)t->data + t->byte_offset); /* data may be NULL */
@@ -257,20 +259,20 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e,
     } else if (in->h2d && !x->src_pinned) {
       x->route = FERRY__PACK; /* the device cannot read pageable memory: the CPU packs it */
       if (!x->compact) {
-        ferry_status st = check_layout(&in->tensors[i], i); /* the CPU walks the same layouts */
+        ferry_status st = check_layout(&in->tensors[i], in->first_index + i); /* the CPU walks the same layouts */
         if (st != FERRY_OK) return st;
         p.n_pack_layouts++;
       }
       p.n_pack_items += ferry__gather_items_for(x->nbytes, x->compact ? 1 : strided_unit(&in->tensors[i]));
     } else if (!in->gather_ok) {
       if (!x->compact)
-        return FERRY_ERR(FERRY_UNSUPPORTED, "tensor %zu is strided and the gather kernel is %s", i,
+        return FERRY_ERR(FERRY_UNSUPPORTED, "tensor %zu is strided and the gather kernel is %s", in->first_index + i,
                          ferry__gather_available() ? "disabled (FERRY_TRANSFER_NO_GATHER)" : "not in this build");
       x->route = FERRY__DMA;
     } else {
       x->route = FERRY__GATHER;
       if (!x->compact) {
-        ferry_status st = check_layout(&in->tensors[i], i);
+        ferry_status st = check_layout(&in->tensors[i], in->first_index + i);
         if (st != FERRY_OK) return st;
         p.n_layouts++;
       }
@@ -279,7 +281,7 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e,
     int r = x->route == FERRY__GATHER ? 0 : x->route == FERRY__PACK ? 1 : 2;
     region[r] = align_up(region[r] + x->nbytes); /* no wrap: both terms are at most 2^62 */
     if (region[0] + region[1] + region[2] > FERRY_SLAB_MAX)
-      return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu (%llu bytes) takes the batch past 2^62 bytes", i,
+      return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu (%llu bytes) takes the batch past 2^62 bytes", in->first_index + i,
                        (unsigned long long)x->nbytes);
     p.n_copied++;
     if (r == 0) p.n_gather++;

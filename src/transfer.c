@@ -265,15 +265,17 @@ static void copy_inputs(const ferry_transfer *t, const ferry_tensor *in, size_t 
 }
 
 /* Submits the DMA-routed entries: one cuMemcpyBatchAsync when the driver has it, else a loop. */
-static ferry_status submit_dma(const ferry__plan_entry *e, size_t count, char *dst_base, CUstream stream,
-                               uint32_t flags, part_scratch *sc, bool h2d) {
+static ferry_status submit_dma(const ferry__plan_input *pin, const ferry__plan_entry *e, char *dst_base,
+                               CUstream stream, uint32_t flags, part_scratch *sc, bool h2d) {
+  size_t count = pin->count;
   ferry_status st = FERRY_OK;
   size_t n = 0;
   for (size_t i = 0; i < count; i++) {
     if (e[i].route != FERRY__DMA) continue;
     /* Pageable H2D sources go alone through cuMemcpyHtoDAsync, which stages them through the driver. */
     if (h2d && !e[i].src_pinned) {
-      FERRY_TRY_CU(("copying tensor %zu (%llu bytes) from pageable memory", i, (unsigned long long)e[i].nbytes),
+      FERRY_TRY_CU(("copying tensor %zu (%llu bytes) from pageable memory", pin->first_index + i,
+                    (unsigned long long)e[i].nbytes),
                    cuMemcpyHtoDAsync, (CUdeviceptr)(uintptr_t)(dst_base + e[i].offset), e[i].src, e[i].nbytes,
                    stream);
       continue;
@@ -462,7 +464,7 @@ static ferry_status submit_part(ferry_transfer *t, const ferry__plan_input *pin,
     FERRY_TRY(ferry__pool_take((size_t)plan->total + work, t->device, exact_growth, &p->slab));
     char *slab_base = p->slab->data;
     /* Large tensors need no kernel: their DMAs go first, on the second stream, beside the gather. */
-    FERRY_TRY(submit_dma(sc->entries, pin->count, slab_base, t->dma_stream, t->opts.flags, sc, false));
+    FERRY_TRY(submit_dma(pin, sc->entries, slab_base, t->dma_stream, t->opts.flags, sc, false));
     if (plan->n_items) {
       FERRY_TRY(ferry__devmem_alloc(t->device, (size_t)plan->gather_bytes + work, t->stream, &p->scratch));
       FERRY_TRY(d2h_gather(pin, sc->entries, plan, slab_base, slab_base + plan->total,
@@ -489,7 +491,7 @@ static ferry_status submit_part(ferry_transfer *t, const ferry__plan_input *pin,
   }
   if (plan->n_pack)
     FERRY_TRY(pack_and_copy(pin, sc->entries, plan, t->opts.producer_event, p->staging->data, slab_base, t->stream));
-  FERRY_TRY(submit_dma(sc->entries, pin->count, slab_base, t->stream, t->opts.flags, sc, true));
+  FERRY_TRY(submit_dma(pin, sc->entries, slab_base, t->stream, t->opts.flags, sc, true));
 cleanup:
   return st;
 }
@@ -657,7 +659,7 @@ static ferry_status add_part(ferry_transfer *t, const ferry_tensor *in, size_t c
   if (t->h2d) find_pinned(sc.inputs, count, sc.is_ours, sc.pinned);
   ferry__plan_input pin = {sc.inputs, count, sc.is_ours, t->h2d ? sc.pinned : NULL, t->h2d,
                            !(t->opts.flags & FERRY_TRANSFER_NO_GATHER) && ferry__gather_available(),
-                           t->opts.gather_max_bytes};
+                           t->opts.gather_max_bytes, t->count};
   ferry__plan plan;
   FERRY_TRY(ferry__plan_make(&pin, sc.entries, &plan));
   if (plan.n_copied == 0) { /* nothing of ours: every output is its input */

@@ -164,9 +164,13 @@ static int parse_stream(PyObject *obj, void **out, int *out_device) {
     if ((has = optional_attr(obj, "device_index", &d)) == 0) has = optional_attr(obj, "device_id", &d);
     if (has < 0) return -1;
     if (has > 0) {
-      if (PyLong_Check(d) && !PyBool_Check(d)) *out_device = (int)PyLong_AsLong(d);
+      long index = PyLong_Check(d) && !PyBool_Check(d) ? PyLong_AsLong(d) : -1;
+      bool past = (index == -1 && PyErr_Occurred()) || index > INT_MAX; /* must not wrap onto cuda:0 */
+      PyErr_Clear();
+      if (past) PyErr_Format(PyExc_ValueError, "stream %R has device index %R, past any device", obj, d);
+      else if (index >= 0) *out_device = (int)index;
       Py_DECREF(d);
-      if (PyErr_Occurred()) PyErr_Clear();
+      if (past) return -1;
     }
   }
   return 0;

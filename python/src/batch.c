@@ -25,7 +25,7 @@
  *                                 dataclasses work, and init=False fields and extra attributes are kept. (With
  *                                 slots=True, only the fields are carried over.)
  * Depth is limited to FERRY_PY_MAX_DEPTH containers (RecursionError beyond, and Python's recursion limit applies
- * too); a container that contains itself raises ValueError, a dict that changes size while it is walked
+ * too); a container that contains itself raises ValueError, a dict or list that changes size while it is walked
  * RuntimeError.
  */
 #include "ferry_py.h"
@@ -252,6 +252,13 @@ static int walk_child(walker *w, PyObject *child, PyObject *key) {
   return rc;
 }
 
+static int changed_size(PyObject *obj, Py_ssize_t was, Py_ssize_t now) {
+  PyErr_Format(PyExc_RuntimeError, "a %s in the batch changed size while ferry walked it (%zd entries, then %zd)",
+               Py_TYPE(obj)->tp_name, was, now);
+  return -1;
+}
+
+/* A dict in its storage order, which is its iteration order unless its type iterates otherwise. */
 static int walk_dict(walker *w, PyObject *obj, uint32_t *count) {
   Py_ssize_t pos = 0, size = PyDict_GET_SIZE(obj);
   PyObject *k, *v;
@@ -260,22 +267,39 @@ static int walk_dict(walker *w, PyObject *obj, uint32_t *count) {
     (*count)++;
     /* Python code ran (a __dlpack__, a property, another thread at a release point): the dict may have changed
      * under the iteration, which would skip or repeat entries without a word. */
-    if (PyDict_GET_SIZE(obj) != size) {
-      PyErr_Format(PyExc_RuntimeError, "a %s in the batch changed size while ferry walked it (%zd entries, then "
-                   "%zd)", Py_TYPE(obj)->tp_name, size, PyDict_GET_SIZE(obj));
-      return -1;
-    }
+    if (PyDict_GET_SIZE(obj) != size) return changed_size(obj, size, PyDict_GET_SIZE(obj));
   }
   return 0;
+}
+
+/* A dict subclass with an order of its own (OrderedDict after move_to_end): its keys as it iterates them, each
+ * value from the dict's storage, as PyDict_Next would give it. */
+static int walk_dict_in_iteration_order(walker *w, PyObject *obj, uint32_t *count) {
+  Py_ssize_t size = PyDict_GET_SIZE(obj);
+  PyObject *keys = PyObject_GetIter(obj), *k;
+  if (!keys) return -1;
+  int rc = 0;
+  while (rc == 0 && (k = PyIter_Next(keys))) {
+    PyObject *v = PyDict_GetItemWithError(obj, k); /* borrowed; walk_child holds it */
+    if (v) rc = walk_child(w, v, k);
+    else rc = PyErr_Occurred() ? -1 : changed_size(obj, size, PyDict_GET_SIZE(obj));
+    Py_DECREF(k);
+    if (rc == 0) (*count)++;
+    if (rc == 0 && PyDict_GET_SIZE(obj) != size) rc = changed_size(obj, size, PyDict_GET_SIZE(obj));
+  }
+  Py_DECREF(keys);
+  return rc == 0 && PyErr_Occurred() ? -1 : rc;
 }
 
 static int walk_children(walker *w, PyObject *obj, uint8_t kind, PyObject *fields, uint32_t *count) {
   switch (kind) {
   case FERRY_PY_LIST:
   case FERRY_PY_LIST_SUB:
-    /* The size is read each time: a list may change while Python code runs during the walk. */
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(obj); i++, (*count)++)
+    /* Python code runs during the walk and may change the list: a change of size would skip or repeat items. */
+    for (Py_ssize_t i = 0, size = PyList_GET_SIZE(obj); i < PyList_GET_SIZE(obj); i++, (*count)++) {
       if (walk_child(w, PyList_GET_ITEM(obj, i), NULL) < 0) return -1;
+      if (PyList_GET_SIZE(obj) != size) return changed_size(obj, size, PyList_GET_SIZE(obj));
+    }
     return 0;
   case FERRY_PY_TUPLE:
   case FERRY_PY_TUPLE_SUB:
@@ -286,7 +310,9 @@ static int walk_children(walker *w, PyObject *obj, uint8_t kind, PyObject *field
   case FERRY_PY_DICT:
   case FERRY_PY_DEFAULTDICT:
   case FERRY_PY_MAPPING:
-    if (PyDict_Check(obj)) return walk_dict(w, obj, count);
+    if (PyDict_Check(obj))
+      return Py_TYPE(obj)->tp_iter == PyDict_Type.tp_iter ? walk_dict(w, obj, count)
+                                                           : walk_dict_in_iteration_order(w, obj, count);
     {
       PyObject *items = PyMapping_Items(obj); /* a snapshot: safe whatever the mapping does meanwhile */
       if (!items) return -1;

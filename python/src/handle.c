@@ -19,6 +19,7 @@ typedef struct {
   PyObject_HEAD
   ferry_py_job job;
   PyObject *error;               /* the exception a failed wait() raised, raised again by later calls */
+  PyObject *error_tb;            /* its traceback then: each raise starts from it, so the exception does not grow */
   _Atomic unsigned long finisher; /* the thread finishing the job (PyThread ident), 0 when none */
   pthread_mutex_t lock;          /* with `done`: wakes threads waiting for the finisher */
   pthread_cond_t done;
@@ -30,6 +31,7 @@ static PyObject *start(bool h2d, const char *name, PyObject *const *args, Py_ssi
   pthread_mutex_init(&self->lock, NULL);
   pthread_cond_init(&self->done, NULL);
   self->error = NULL;
+  self->error_tb = NULL;
   atomic_init(&self->finisher, 0);
   if (ferry_py_job_start(&self->job, h2d, name, args, nargs, kwnames) < 0) { /* the job is left cleared */
     Py_DECREF(self);
@@ -51,6 +53,7 @@ static void transfer_dealloc(Transfer *self) {
   PyObject_GC_UnTrack(self);
   ferry_py_job_clear(&self->job, true); /* waits for copies still running */
   Py_CLEAR(self->error);
+  Py_CLEAR(self->error_tb);
   pthread_cond_destroy(&self->done);
   pthread_mutex_destroy(&self->lock);
   PyObject_GC_Del(self);
@@ -60,6 +63,7 @@ static void transfer_dealloc(Transfer *self) {
  * transfers, or in its own error's traceback) is collected and its pinned memory returned. */
 static int transfer_traverse(Transfer *self, visitproc visit, void *arg) {
   Py_VISIT(self->error);
+  Py_VISIT(self->error_tb);
   Py_VISIT(self->job.batch);
   Py_VISIT(self->job.result);
   const ferry_py_batch *tape = &self->job.tape;
@@ -76,10 +80,12 @@ static int transfer_traverse(Transfer *self, visitproc visit, void *arg) {
 static int transfer_clear(Transfer *self) {
   ferry_py_job_clear(&self->job, false);
   Py_CLEAR(self->error);
+  Py_CLEAR(self->error_tb);
   return 0;
 }
 
 static PyObject *raise_stored(Transfer *self) {
+  if (PyException_SetTraceback(self->error, self->error_tb ? self->error_tb : Py_None) < 0) return NULL;
   PyErr_SetObject((PyObject *)Py_TYPE(self->error), self->error);
   return NULL;
 }
@@ -127,6 +133,7 @@ static PyObject *transfer_wait(Transfer *self, PyObject *unused) {
     PyErr_NormalizeException(&type, &value, &tb);
     if (tb) PyException_SetTraceback(value, tb);
     self->error = Py_NewRef(value);
+    self->error_tb = Py_XNewRef(tb);
     PyErr_Restore(type, value, tb);
   }
   pthread_mutex_lock(&self->lock);
@@ -143,12 +150,12 @@ static PyObject *transfer_done(Transfer *self, PyObject *unused) {
 }
 
 static PyObject *transfer_repr(Transfer *self) {
-  const char *state = self->error                                    ? "failed"
-                      : self->job.state == FERRY_PY_JOB_SUBMITTED ? "submitted"
-                      : self->job.state == FERRY_PY_JOB_FINISHED  ? "finished"
-                                                                     : "released";
-  return PyUnicode_FromFormat("<ferry.Transfer %s %s, %zu tensor(s) copied>", self->job.h2d ? "h2d" : "d2h", state,
-                              self->job.tape.n_leaves);
+  const char *dir = self->job.h2d ? "h2d" : "d2h";
+  if (self->error) return PyUnicode_FromFormat("<ferry.Transfer %s failed: %s>", dir, Py_TYPE(self->error)->tp_name);
+  const char *state = self->job.state == FERRY_PY_JOB_SUBMITTED  ? "submitted"
+                      : self->job.state == FERRY_PY_JOB_FINISHED ? "finished"
+                                                                 : "released";
+  return PyUnicode_FromFormat("<ferry.Transfer %s %s, %zu tensor(s) copied>", dir, state, self->job.tape.n_leaves);
 }
 
 static PyMethodDef transfer_methods[] = {

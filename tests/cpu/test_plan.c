@@ -86,7 +86,7 @@ TEST(layout_merges_contiguous_dimensions) {
 
 static ferry__plan plan_of(ferry_tensor *ts, size_t n, uint8_t *ours, ferry__plan_entry *e, bool gather_ok,
                            ferry_status want) {
-  ferry__plan_input in = {ts, n, ours, NULL, false, gather_ok, 0};
+  ferry__plan_input in = {ts, n, ours, NULL, false, gather_ok, 0, 0};
   ferry__plan p;
   memset(&p, 0, sizeof p);
   ASSERT_STATUS(ferry__plan_make(&in, e, &p), want);
@@ -182,7 +182,7 @@ TEST(plan_h2d_pageable_small_is_packed) {
     ts[i] = make((void *)(uintptr_t)(4096 * (i + 1)), 1, shape, NULL, 8);
     ts[i].device.device_type = FERRY_DEVICE_CPU;
   }
-  ferry__plan_input in = {ts, 3, ours, pinned, true, true, 0};
+  ferry__plan_input in = {ts, 3, ours, pinned, true, true, 0, 0};
   ferry__plan_entry e[3];
   ferry__plan p;
   ASSERT_OK(ferry__plan_make(&in, e, &p));
@@ -203,7 +203,7 @@ TEST(gather_items_reproduce_strided_tensor) {
   t.dtype.code = FERRY_DTYPE_INT;
   uint8_t ours[1] = {1};
   ferry__plan_entry e[1];
-  ferry__plan_input in = {&t, 1, ours, NULL, false, true, 0};
+  ferry__plan_input in = {&t, 1, ours, NULL, false, true, 0, 0};
   ferry__plan p;
   ASSERT_OK(ferry__plan_make(&in, e, &p));
   ASSERT_EQ(e[0].route, FERRY__GATHER);
@@ -222,7 +222,7 @@ TEST(gather_items_split_large_contiguous) {
   int64_t shape[1] = {200000};
   ferry_tensor ts[2] = {make((void *)4096, 1, shape, NULL, 8), make((void *)(4096 + 200000), 1, shape, NULL, 8)};
   uint8_t ours[2] = {1, 1};
-  ferry__plan_input in = {ts, 2, ours, NULL, false, true, 1 << 20};
+  ferry__plan_input in = {ts, 2, ours, NULL, false, true, 1 << 20, 0};
   ferry__plan_entry e[2];
   ferry__plan p;
   ASSERT_OK(ferry__plan_make(&in, e, &p));
@@ -291,7 +291,7 @@ TEST(wide_strided_elements_gather_exactly) {
   ferry_tensor t = make(src, 1, shape, strides, 8);
   t.dtype.lanes = W;
   uint8_t ours[1] = {1};
-  ferry__plan_input in = {&t, 1, ours, NULL, false, true, 0};
+  ferry__plan_input in = {&t, 1, ours, NULL, false, true, 0, 0};
   ferry__plan_entry e[1];
   ferry__plan p;
   ASSERT_OK(ferry__plan_make(&in, e, &p));
@@ -313,7 +313,7 @@ TEST(plan_counts_every_item_of_a_strided_tensor_of_odd_width) {
   ferry_tensor t = make((void *)0x10000, 2, shape, strides, 24);
   uint8_t ours[1] = {1}, pageable[1] = {0};
   for (int h2d = 0; h2d < 2; h2d++) {
-    ferry__plan_input in = {&t, 1, ours, h2d ? pageable : NULL, h2d, true, 0};
+    ferry__plan_input in = {&t, 1, ours, h2d ? pageable : NULL, h2d, true, 0, 0};
     ferry__plan_entry e[1];
     ferry__plan p;
     ASSERT_OK(ferry__plan_make(&in, e, &p));
@@ -336,7 +336,7 @@ TEST(plan_refuses_early_a_strided_layout_too_deep_for_the_items) {
   ferry_tensor t = make((void *)0x10000, 9, shape, strides, 8);
   uint8_t ours[1] = {1}, pageable[1] = {0};
   for (int h2d = 0; h2d < 2; h2d++) {
-    ferry__plan_input in = {&t, 1, ours, h2d ? pageable : NULL, h2d, true, 0};
+    ferry__plan_input in = {&t, 1, ours, h2d ? pageable : NULL, h2d, true, 0, 0};
     ferry__plan_entry e[1];
     ferry__plan p;
     ASSERT_STATUS(ferry__plan_make(&in, e, &p), FERRY_UNSUPPORTED);

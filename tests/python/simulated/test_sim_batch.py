@@ -92,6 +92,17 @@ def test_ordered_dict_keeps_type_and_order():
     assert type(out) is collections.OrderedDict and list(out) == ["b", "a"]
 
 
+def test_ordered_dict_keeps_an_order_changed_after_insertion():
+    """An OrderedDict's order is its own, not its storage's: move_to_end changes only the former."""
+    batch = collections.OrderedDict([("a", device(A)), ("b", 1), ("c", device(A * 2))])
+    batch.move_to_end("a")
+    batch.move_to_end("c", last=False)
+    out = d2h(batch)
+    assert list(out) == list(batch) == ["c", "b", "a"]
+    np.testing.assert_array_equal(out["a"], A)
+    np.testing.assert_array_equal(out["c"], A * 2)
+
+
 class FrozenMapping(collections.abc.Mapping):
     """A Mapping that is not a dict, built from a dict."""
 
@@ -282,6 +293,25 @@ def test_a_dict_that_changes_size_while_walked_raises_runtime_error():
     batch["g"] = Grower()
     with pytest.raises(RuntimeError, match="changed size while ferry walked it"):
         d2h(batch)
+    assert ferry.pool.stats()["bytes_in_use"] == 0
+
+
+def test_a_list_that_changes_size_while_walked_raises_runtime_error():
+    """A list that shrinks under the walk would skip a tensor without a word; one that grows would copy more."""
+    for change in (lambda: batch.pop(0), lambda: batch.append(1)):
+        batch = []
+
+        class Changer:  # a host object whose __dlpack_device__ changes the list being walked
+            def __dlpack_device__(self):
+                change()
+                return (1, 0)
+
+            def __dlpack__(self, **kwargs):
+                raise AssertionError("not exported")
+
+        batch += [device(A), Changer(), device(A * 2)]
+        with pytest.raises(RuntimeError, match="list in the batch changed size while ferry walked it"):
+            d2h(batch)
     assert ferry.pool.stats()["bytes_in_use"] == 0
 
 

@@ -465,6 +465,26 @@ def test_a_failure_in_the_async_path_is_raised_by_wait_every_time():
         ferry.transfer_tensor_d2h_async(device(np.arange(3 << 20, dtype=np.uint8)))
 
 
+def test_a_failed_wait_raised_again_does_not_grow_its_traceback():
+    """Each later wait() raises the stored exception afresh: its traceback is not extended call after call."""
+    _ferry._sim_hold(True)
+    h = ferry.transfer_tensor_d2h_async(device(np.arange(3 << 20, dtype=np.uint8)))
+    _ferry._sim_fault("cuEventQuery", 1, 700)
+    assert h.done()
+    lengths = []
+    for _ in range(50):
+        with pytest.raises(ferry.FerryError) as e:
+            h.wait()
+        tb, n = e.value.__traceback__, 0
+        while tb:
+            n, tb = n + 1, tb.tb_next
+        lengths.append(n)
+    assert len(set(lengths)) == 1, lengths
+    assert "failed: FerryError" in repr(h)
+    del h, e
+    assert in_use() == 0
+
+
 CUDA_ERROR_ILLEGAL_ADDRESS = 700
 
 
@@ -548,6 +568,30 @@ def test_dropping_a_torch_output_waits_for_the_current_stream():
     del out  # the releasing thread's current stream (torch's) is recorded by default
     assert in_use() > 0
     _ferry._sim_hold(False)
+    assert in_use() == 0
+
+
+def test_record_stream_on_an_empty_output_is_a_no_op():
+    empty, full = ferry.transfer_tensor_d2h([device(np.zeros((0, 3), np.float32)), device(np.arange(5))])
+    ferry.record_stream(full, 0x5150)
+    assert ferry.record_stream(empty, 0x5150) is None
+
+
+def test_a_stream_whose_device_index_is_past_32_bits_is_refused():
+    class Stream:
+        cuda_stream = 0x5150
+        device_index = 2**32  # would wrap onto cuda:0
+
+    with pytest.raises(ValueError, match="past any device"):
+        ferry.transfer_tensor_d2h(device(np.arange(4)), device=0, stream=Stream())
+
+
+def test_an_error_about_one_tensor_names_its_index_in_the_batch():
+    """Past the first part (64 tensors) and past 1024, the index is the batch's, not the part's."""
+    nine_d = np.zeros((2,) * 9, np.float32).transpose(tuple(range(8, -1, -1)))  # 9 non-mergeable dimensions
+    for before in (100, 1500):
+        with pytest.raises(ferry.FerryError, match=f"tensor {before}: .*9 non-mergeable"):
+            ferry.transfer_tensor_d2h([device(np.arange(4)) for _ in range(before)] + [device(nine_d)])
     assert in_use() == 0
 
 
