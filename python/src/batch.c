@@ -650,6 +650,28 @@ static PyObject *rebuild_sequence(rebuilder *r, size_t *pos, uint32_t count, boo
   return seq;
 }
 
+/* Adds a note to the exception a container's type raised while ferry rebuilt it, saying how it was called: the
+ * traceback alone points into user code that ferry called (Python 3.11+; a no-op before add_note). */
+static void note_rebuild_failure(PyObject *orig, uint8_t kind) {
+  static const char *how[] = {[FERRY_PY_NAMEDTUPLE] = "cls(*items)", [FERRY_PY_LIST_SUB] = "cls(list_of_items)",
+                              [FERRY_PY_TUPLE_SUB] = "cls(tuple_of_items)", [FERRY_PY_MAPPING] = "cls(dict_of_items)",
+                              [FERRY_PY_DEFAULTDICT] = "cls(default_factory, dict_of_items)",
+                              [FERRY_PY_DATACLASS] = "cls.__new__(cls), then each field set"};
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (tb && value) PyException_SetTraceback(value, tb);
+  const char *call = kind < sizeof how / sizeof how[0] && how[kind] ? how[kind] : "cls(items)";
+  PyObject *note = PyUnicode_FromFormat("while ferry rebuilt a %s of the batch with its copied tensors, as %s",
+                                        Py_TYPE(orig)->tp_name, call);
+  bool can_note = note && value && PyObject_HasAttrString(value, "add_note");
+  PyObject *added = can_note ? PyObject_CallMethod(value, "add_note", "O", note) : NULL;
+  Py_XDECREF(added);
+  Py_XDECREF(note);
+  PyErr_Clear(); /* a failure to add the note leaves the original error as it was */
+  PyErr_Restore(type, value, tb);
+}
+
 /* The rebuilt form of the container at node `index` (and its whole subtree) from scratch. */
 static PyObject *rebuild_container(rebuilder *r, ferry_py_node *n, size_t *pos, bool *changed) {
   uint8_t kind = n->kind;
@@ -700,6 +722,7 @@ static PyObject *rebuild_container(rebuilder *r, ferry_py_node *n, size_t *pos, 
     break;
   }
   Py_DECREF(draft);
+  if (!result) note_rebuild_failure(orig, kind);
   return result;
 }
 

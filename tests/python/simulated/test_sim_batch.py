@@ -119,6 +119,19 @@ class FrozenMapping(collections.abc.Mapping):
         return len(self._data)
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are Python 3.11+")
+def test_a_mapping_that_cannot_be_built_from_a_dict_says_how_ferry_called_it():
+    class Registry(FrozenMapping):
+        def __init__(self):
+            super().__init__({"a": device(A)})
+
+    with pytest.raises(TypeError) as e:
+        d2h(Registry())
+    assert e.value.__notes__ == ["while ferry rebuilt a Registry of the batch with its copied tensors, as "
+                                 "cls(dict_of_items)"]
+    assert ferry.pool.stats()["bytes_in_use"] == 0
+
+
 def test_generic_mapping_is_rebuilt_from_a_dict():
     out = d2h(FrozenMapping({"a": device(A), "b": 2}))
     assert type(out) is FrozenMapping and out["b"] == 2
