@@ -123,6 +123,10 @@ def probecalls 30 - "tools/probe_python_calls.py at 4096 and 16384 tensors: a Py
   "$PYTHON tools/probe_python_calls.py 4096 16384"
 def pycheckpoint 30 - "staging state dicts (ferry, Stager, torch, DCP stagers; GB-scale, minutes)" \
   "$PYTHON -m ferry.bench.checkpoint --output $RESULTS/py_checkpoint.csv"
+def pycheckpointquick 20 - "staging ResNet-50 + Adam and Llama 3.2 1B shapes: ferry, the Stager, torch's preallocated \
+copy_ (about a minute)" \
+  "$PYTHON -m ferry.bench.checkpoint --state-dicts resnet50-adam llama-1b --methods ferry ferry.torch.Stager \
+'torch prealloc copy_' --output $RESULTS/py_checkpoint_quick.csv"
 def plots 6 all "plots of every CSV in \$RESULTS" \
   "$PYTHON -m ferry.bench.plot $RESULTS/*.csv --out-dir $RESULTS/plots"
 
