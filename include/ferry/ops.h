@@ -89,7 +89,9 @@ typedef struct ferry_gemm_problem {
   uint8_t a_major, b_major, out_major;        /* ferry_major */
   uint8_t a_align, b_align, out_align;        /* bytes (1, 2, 4, 8 or 16): the largest power of two up to 16 that
                                                  divides the operand's address, leading dimension and batch
-                                                 stride in bytes (what vector loads of the operand may assume) */
+                                                 stride in bytes (what vector loads of the operand may assume);
+                                                 0 for an address not aligned to its elements, which
+                                                 ferry_gemm_args_set_data may take and no operator supports */
   int32_t device;                /* the CUDA device of the operands */
   uint8_t bias, activation;      /* ferry_bias, ferry_activation (ferry_gemm_args_set_epilogue) */
   uint8_t scaled;                /* 1: alpha is multiplied by the scales (ferry_gemm_args_set_scales) */
@@ -333,7 +335,9 @@ FERRY_API ferry_status ferry_graph_begin(void *stream, ferry_graph **out);
 
 /** Runs `op` into the capture (as ferry_op_run on the graph's stream) and records which kernel node it made;
  *  *out_index (may be NULL) gets the run's index for ferry_graph_update. The graph keeps a reference to the
- *  artifact used. Compile before capturing: a run that must compile first compiles outside the stream anyway. */
+ *  artifact used. Compile before capturing: a run that must compile first compiles outside the stream anyway. A
+ *  run that fails after its kernel was captured (recording the node) breaks the capture: later runs fail, and
+ *  ferry_graph_end discards the capture and fails, since the graph would replay a run it keeps nothing for. */
 FERRY_API ferry_status ferry_graph_run(ferry_graph *graph, const ferry_op *op, const ferry_gemm_args *args,
                                        ferry_artifact *artifact, uint32_t flags, size_t *out_index);
 

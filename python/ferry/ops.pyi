@@ -65,7 +65,9 @@ class GemmArguments:
     dtype, (n,) or (1, n) (one value per column, as a linear layer's) or (m, 1) (one per row); activation: None,
     "relu", "gelu_tanh" (torch's approximate="tanh") or "silu" — fused into the kernel, part of its compiled kind.
     Keeps references to A, B, out and bias (and to non-torch operands' DLPack exports) until it dies; captures their
-    pointers and layouts at construction. A Launcher made from these arguments keeps their bias and activation."""
+    pointers and layouts at construction. A Launcher made from these arguments keeps their bias and activation.
+    alpha and beta are float32 in the kernels (None: the default; a finite value past float32's range is an
+    OverflowError). out must not overlap A or B: the kernels read A and B while other blocks write out."""
 
     def __init__(
         self,
@@ -74,8 +76,8 @@ class GemmArguments:
         out: _Tensor,
         accumulator_type: Any = None,
         *,
-        alpha: float = 1.0,
-        beta: float = 0.0,
+        alpha: float | None = 1.0,
+        beta: float | None = 0.0,
         bias: _Tensor | None = None,
         activation: Literal["identity", "relu", "gelu_tanh", "silu", "swish"] | None = None,
         scale_a: _Tensor | None = None,

@@ -15,6 +15,7 @@
 #include "ops_py.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <string.h>
 
 /* ---- messages ------------------------------------------------------------------------------------------------ */
@@ -185,12 +186,26 @@ static int bias_mode_of(const ferry_tensor *t, const ferry_gemm_problem *p) {
  * __dlpack__ protocol), the stream a run of operands without an exchange API defaults to. */
 static PyObject *legacy_stream_arg;
 
+/* alpha or beta as the float32 the kernels compute with: a finite value past float32's range is an OverflowError,
+ * not an infinity that would fill the output. 0 or -1. */
+static int float32_of(PyObject *obj, const char *name, float *out) {
+  double v = PyFloat_AsDouble(obj);
+  if (v == -1.0 && PyErr_Occurred()) return -1;
+  if (isfinite(v) && isinf((float)v)) {
+    PyErr_Format(PyExc_OverflowError, "GemmArguments: %s=%R is past float32's range (the kernels compute in "
+                 "float32)", name, obj);
+    return -1;
+  }
+  *out = (float)v;
+  return 0;
+}
+
 static PyObject *args_make(PyTypeObject *type, PyObject **a) {
-  double alpha = 1.0, beta = 0.0;
+  float alpha = 1.0f, beta = 0.0f; /* None: the default */
   ferry_scalar acc;
   ferry_activation activation;
-  if (a[4] && a[4] != Py_None && (alpha = PyFloat_AsDouble(a[4])) == -1.0 && PyErr_Occurred()) return NULL;
-  if (a[5] && a[5] != Py_None && (beta = PyFloat_AsDouble(a[5])) == -1.0 && PyErr_Occurred()) return NULL;
+  if (a[4] && a[4] != Py_None && float32_of(a[4], "alpha", &alpha) < 0) return NULL;
+  if (a[5] && a[5] != Py_None && float32_of(a[5], "beta", &beta) < 0) return NULL;
   if (parse_accumulator(a[3], &acc) < 0) return NULL;
   if (parse_activation(a[7], &activation) < 0) return NULL;
   PyObject *bias = a[6] && a[6] != Py_None ? a[6] : NULL;
@@ -230,8 +245,8 @@ static PyObject *args_make(PyTypeObject *type, PyObject **a) {
     ferry_py_raise(st);
     goto fail;
   }
-  self->args.alpha = (float)alpha;
-  self->args.beta = (float)beta;
+  self->args.alpha = alpha;
+  self->args.beta = beta;
   ferry_tensor bias_t;
   int mode = FERRY_BIAS_NONE;
   if (bias) {
@@ -390,11 +405,7 @@ static int set_scalar(ferry_py_gemm_args *self, PyObject *value, void *which) {
     PyErr_Format(PyExc_AttributeError, "%s cannot be deleted", which ? "beta" : "alpha");
     return -1;
   }
-  double v = PyFloat_AsDouble(value);
-  if (v == -1.0 && PyErr_Occurred()) return -1;
-  if (which) self->args.beta = (float)v;
-  else self->args.alpha = (float)v;
-  return 0;
+  return float32_of(value, which ? "beta" : "alpha", which ? &self->args.beta : &self->args.alpha);
 }
 
 static PyObject *get_device(ferry_py_gemm_args *self, void *unused) {

@@ -65,11 +65,12 @@ static int __attribute__((noinline, cold)) check_equivalent(launcher_object *L, 
       strides[d] = t->strides ? t->strides[d] : compact;
       compact *= t->shape[d] > 0 ? t->shape[d] : 1;
     }
+    /* The bound layouts at dummy addresses, 2^62 bytes apart so that out overlaps neither input: nothing is read. */
     ferry_tensor views[3];
-    for (int j = 0; j < 3; j++) /* the bound layouts at a dummy address: nothing is dereferenced */
-      views[j] = (ferry_tensor){(void *)(uintptr_t)256, L->bound[j].device, L->bound[j].ndim, L->bound[j].dtype,
-                                (int64_t *)L->bound[j].shape, (int64_t *)L->bound[j].strides, 0};
-    views[i] = (ferry_tensor){(void *)(uintptr_t)256, {t->device.device_type, t->device.device_id}, t->ndim,
+    for (int j = 0; j < 3; j++)
+      views[j] = (ferry_tensor){(void *)(uintptr_t)(256 + ((uint64_t)j << 62)), L->bound[j].device, L->bound[j].ndim,
+                                L->bound[j].dtype, (int64_t *)L->bound[j].shape, (int64_t *)L->bound[j].strides, 0};
+    views[i] = (ferry_tensor){views[i].data, {t->device.device_type, t->device.device_id}, t->ndim,
                               {t->dtype.code, t->dtype.bits, t->dtype.lanes}, t->shape, strides, 0};
     ferry_gemm_args probe;
     ferry_error saved = *ferry_last_error();

@@ -44,10 +44,13 @@ static int scalar_of(ferry_dtype d) {
   return FERRY_SCALAR_NONE;
 }
 
-/* The largest power of two, up to 16, dividing every value (0 divides by anything). */
-static uint8_t align_of(uint64_t a, uint64_t b, uint64_t c) {
-  uint64_t v = a | b | c | 16u;
-  return (uint8_t)(v & (~v + 1));
+/* The largest power of two, up to 16, dividing an operand's address, leading dimension and batch stride (in bytes;
+ * 0 divides by anything), or 0 when its address is not aligned to its elements: no operator supports that. */
+static uint8_t align_of(uintptr_t addr, int64_t ld, int64_t batch_stride, int type) {
+  uint64_t bytes = (uint64_t)scalar_bytes(type);
+  uint64_t v = (uint64_t)addr | (uint64_t)ld * bytes | (uint64_t)batch_stride * bytes | 16u;
+  uint64_t align = v & (~v + 1);
+  return (uint8_t)(align < bytes ? 0 : align);
 }
 
 /* What init learns about one operand: a rows×cols matrix, possibly batched. */
@@ -58,7 +61,14 @@ typedef struct operand {
   int type;
   int batched; /* rank 3 */
   uintptr_t addr;
+  uint64_t span; /* bytes from addr to the end of its last element; 0 when empty */
 } operand;
+
+/* Whether out's bytes meet an input's: a kernel reads the input while other blocks write out. */
+static int overlaps(const operand *x, const operand *out) {
+  typedef unsigned __int128 wide; /* addr + span may pass 2^64 */
+  return x->span && out->span && x->addr < (wide)out->addr + out->span && out->addr < (wide)x->addr + x->span;
+}
 
 static const char *dtype_text(ferry_dtype d, char *buf, size_t size) {
   static const char *codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool", "float8_e3m4_",
@@ -152,6 +162,11 @@ static ferry_status read_operand(const char *name, const ferry_tensor *t, const 
   if (!t->data && o->batch && o->rows && o->cols)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: data is NULL but the tensor has elements", name);
   o->addr = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
+  o->span = o->batch && o->rows && o->cols ? (uint64_t)((last + 1) * scalar_bytes(o->type)) : 0;
+  if (o->addr % (uintptr_t)scalar_bytes(o->type))
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: its first element, at 0x%llx, is not aligned to its "
+                     "%d-byte elements (every kernel would fault reading it)", name, (unsigned long long)o->addr,
+                     scalar_bytes(o->type));
   return FERRY_OK;
 bad_type:
   return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: dtype %s is not a GEMM type (float16, bfloat16, float32, "
@@ -220,6 +235,9 @@ ferry_status ferry_gemm_args_init(ferry_gemm_args *args, const ferry_tensor *A, 
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "batch sizes differ: A %lld, B %lld, out %lld (each must equal out's, "
                      "or be 1 to broadcast)", (long long)(a.batched ? a.batch : 1),
                      (long long)(b.batched ? b.batch : 1), (long long)c.batch);
+  if (overlaps(&a, &c) || overlaps(&b, &c))
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "out overlaps %s: a kernel reads %s while other blocks write out; "
+                     "give out memory of its own", overlaps(&a, &c) ? "A" : "B", overlaps(&a, &c) ? "A" : "B");
   if (A->device.device_id != out->device.device_id || B->device.device_id != out->device.device_id)
     return FERRY_ERR(FERRY_DEVICE_MISMATCH, "operands are on different devices: A on cuda:%d, B on cuda:%d, out "
                      "on cuda:%d", (int)A->device.device_id, (int)B->device.device_id, (int)out->device.device_id);
@@ -251,9 +269,9 @@ ferry_status ferry_gemm_args_init(ferry_gemm_args *args, const ferry_tensor *A, 
   p->out_major = (uint8_t)c.major;
   p->kind = FERRY_GEMM_KIND(a.type, b.type, c.type, accumulator, a.major, b.major, c.major);
   p->device = out->device.device_id;
-  p->a_align = align_of(a.addr, (uint64_t)a.ld * scalar_bytes(a.type), (uint64_t)p->batch_a * scalar_bytes(a.type));
-  p->b_align = align_of(b.addr, (uint64_t)b.ld * scalar_bytes(b.type), (uint64_t)p->batch_b * scalar_bytes(b.type));
-  p->out_align = align_of(c.addr, (uint64_t)c.ld * scalar_bytes(c.type), (uint64_t)p->batch_c * scalar_bytes(c.type));
+  p->a_align = align_of(a.addr, a.ld, p->batch_a, a.type);
+  p->b_align = align_of(b.addr, b.ld, p->batch_b, b.type);
+  p->out_align = align_of(c.addr, c.ld, p->batch_c, c.type);
   *args = r;
 cleanup:
   return st;
@@ -266,18 +284,15 @@ ferry_status ferry_gemm_args_set_data(ferry_gemm_args *args, const void *a, cons
   ferry_gemm_problem *p = &args->problem;
   if (a) {
     args->a = a;
-    p->a_align = align_of((uintptr_t)a, (uint64_t)p->lda * scalar_bytes(p->a_type),
-                          (uint64_t)p->batch_a * scalar_bytes(p->a_type));
+    p->a_align = align_of((uintptr_t)a, p->lda, p->batch_a, p->a_type);
   }
   if (b) {
     args->b = b;
-    p->b_align = align_of((uintptr_t)b, (uint64_t)p->ldb * scalar_bytes(p->b_type),
-                          (uint64_t)p->batch_b * scalar_bytes(p->b_type));
+    p->b_align = align_of((uintptr_t)b, p->ldb, p->batch_b, p->b_type);
   }
   if (out) {
     args->out = out;
-    p->out_align = align_of((uintptr_t)out, (uint64_t)p->ldc * scalar_bytes(p->out_type),
-                            (uint64_t)p->batch_c * scalar_bytes(p->out_type));
+    p->out_align = align_of((uintptr_t)out, p->ldc, p->batch_c, p->out_type);
   }
   return FERRY_OK;
 }
@@ -323,6 +338,9 @@ ferry_status ferry_gemm_args_set_epilogue(ferry_gemm_args *args, const ferry_ten
     if (!bias->data && want > 0)
       return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias: data is NULL but the tensor has elements");
     data = (const char *)bias->data + bias->byte_offset;
+    if ((uintptr_t)data % (uintptr_t)scalar_bytes(p->out_type))
+      return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias: its first element, at %p, is not aligned to its %d-byte "
+                       "elements", (const void *)data, scalar_bytes(p->out_type));
   }
   if (p->out_type == FERRY_SCALAR_I32 && (bias || activation != FERRY_ACTIVATION_NONE))
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "an int32 output takes no epilogue: its sums go out exact; give a "
@@ -355,7 +373,11 @@ static ferry_status read_scale(const char *name, const ferry_tensor *t, const fe
                      "(the kernel reads it)", name, (int)t->device.device_type, (int)t->device.device_id,
                      (int)p->device);
   if (!t->data) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "%s: data is NULL", name);
-  *out = (const float *)(const void *)((const char *)t->data + t->byte_offset);
+  const char *at = (const char *)t->data + t->byte_offset;
+  if ((uintptr_t)at % sizeof(float))
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "%s: its element, at %p, is not aligned to 4 bytes", name,
+                     (const void *)at);
+  *out = (const float *)(const void *)at;
   return FERRY_OK;
 }
 

@@ -26,6 +26,9 @@ struct ferry_graph {
   CUgraphExec exec;
   graph_run *runs;
   size_t n_runs, cap_runs;
+  /* A run that failed after its kernel was captured: the capture holds a node the graph keeps nothing for (no
+   * artifact, no update), so it may never be instantiated. SIZE_MAX when none. */
+  size_t broken_run;
 };
 
 static ferry_status enter(ferry_graph *g) {
@@ -51,6 +54,7 @@ ferry_status ferry_graph_begin(void *stream, ferry_graph **out) {
   g = calloc(1, sizeof *g);
   if (!g) return FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating a graph");
   g->stream = (CUstream)stream;
+  g->broken_run = SIZE_MAX;
   FERRY_TRY_CU(("finding the context of the stream to capture"), cuStreamGetCtx, g->stream, &g->ctx);
   FERRY_TRY(enter(g));
   entered = 1;
@@ -69,12 +73,15 @@ ferry_status ferry_graph_run(ferry_graph *graph, const ferry_op *op, const ferry
                              ferry_artifact *artifact, uint32_t flags, size_t *out_index) {
   ferry_status st = FERRY_OK;
   ferry_artifact *art = NULL;
-  int entered = 0;
+  int entered = 0, launched = 0;
   if (!graph) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_graph_run: graph is NULL");
   FERRY_TRY(ferry__check_op_args("ferry_graph_run", op, args));
   if (!graph->capturing)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_graph_run: the graph is not capturing (ferry_graph_end was "
                      "called, or ferry_graph_begin failed)");
+  if (graph->broken_run != SIZE_MAX)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_graph_run: run %zu of this graph failed after its kernel was "
+                     "captured; end (discarding the capture) and capture again", graph->broken_run);
   if (graph->n_runs == graph->cap_runs) {
     size_t cap = graph->cap_runs ? graph->cap_runs * 2 : 16;
     graph_run *grown = realloc(graph->runs, cap * sizeof *grown);
@@ -94,6 +101,7 @@ ferry_status ferry_graph_run(ferry_graph *graph, const ferry_op *op, const ferry
     size_t n_deps = 0;
     CUgraphNodeType type;
     FERRY_TRY(ferry__launch_submit(&l, args->problem.device, graph->stream));
+    launched = 1;
     FERRY_TRY(enter(graph));
     entered = 1;
     FERRY_TRY_CU(("recording run %zu of a graph", graph->n_runs), cuStreamGetCaptureInfo, graph->stream, &status,
@@ -117,6 +125,7 @@ ferry_status ferry_graph_run(ferry_graph *graph, const ferry_op *op, const ferry
   if (out_index) *out_index = graph->n_runs;
   graph->n_runs++;
 cleanup:
+  if (st != FERRY_OK && launched) graph->broken_run = graph->n_runs;
   if (entered) leave();
   return st;
 }
@@ -128,6 +137,17 @@ ferry_status ferry_graph_end(ferry_graph *graph) {
   if (!graph->capturing) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_graph_end: the graph is not capturing");
   FERRY_TRY(enter(graph));
   entered = 1;
+  if (graph->broken_run != SIZE_MAX) {
+    CUgraph discarded = NULL;
+    FERRY_TRY_CU(("ending the capture of a graph whose run %zu failed", graph->broken_run), cuStreamEndCapture,
+                 graph->stream, &discarded);
+    graph->capturing = 0;
+    if (discarded) (void)FERRY_CU(cuGraphDestroy, discarded);
+    st = FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_graph_end: run %zu failed after its kernel was captured, so the "
+                   "graph would replay a run it keeps nothing for; the capture is discarded (capture again)",
+                   graph->broken_run);
+    goto cleanup;
+  }
   /* If ending fails the graph stays "capturing", so that destroy tries again and the stream is not left
    * capturing. */
   FERRY_TRY_CU(("ending the capture of a graph of %zu runs", graph->n_runs), cuStreamEndCapture, graph->stream,

@@ -69,6 +69,10 @@ static int major_reason(const char *what, uint32_t mask, int got, char *reason, 
 
 static int align_reason(const char *what, uint32_t need, int have, int64_t ld, char *reason, size_t size) {
   if ((uint32_t)have >= need) return 0;
+  if (have == 0) { /* ferry_gemm_args_set_data took an address that is not aligned to the elements */
+    snprintf(reason, size, "%s: its address is not aligned to its elements", what);
+    return 1;
+  }
   snprintf(reason, size, "%s: needs %u-byte alignment of its address, leading dimension and batch stride; it has "
            "%d (leading dimension %lld)", what, need, have, (long long)ld);
   return 1;

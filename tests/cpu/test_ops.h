@@ -45,12 +45,13 @@ static inline void test_matrix_make(test_matrix *m, uintptr_t addr, int type, in
   m->t = (ferry_tensor){(void *)addr, {FERRY_DEVICE_CUDA, 0}, 2 + b, test_dtype(type), m->shape, m->strides, 0};
 }
 
-/* Fills `args` for an m×n×k GEMM of one type, all row-major and compact, at aligned fake addresses. */
+/* Fills `args` for an m×n×k GEMM of one type, all row-major and compact, at aligned fake addresses 4 GiB apart
+ * (out may not overlap an input). */
 static inline void test_args(ferry_gemm_args *args, int in_type, int out_type, int64_t m, int64_t n, int64_t k) {
   test_matrix a, b, c;
-  test_matrix_make(&a, 0x10000000, in_type, 0, m, k, 0, 0);
-  test_matrix_make(&b, 0x20000000, in_type, 0, k, n, 0, 0);
-  test_matrix_make(&c, 0x30000000, out_type, 0, m, n, 0, 0);
+  test_matrix_make(&a, (uintptr_t)1 << 32, in_type, 0, m, k, 0, 0);
+  test_matrix_make(&b, (uintptr_t)2 << 32, in_type, 0, k, n, 0, 0);
+  test_matrix_make(&c, (uintptr_t)3 << 32, out_type, 0, m, n, 0, 0);
   ASSERT_OK(ferry_gemm_args_init(args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32));
 }
 

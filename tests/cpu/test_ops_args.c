@@ -23,9 +23,9 @@ TEST(args_compact_row_major_descriptor) {
 
 TEST(args_column_major_and_batch) {
   test_matrix a, b, c;
-  test_matrix_make(&a, 0x1000, FERRY_SCALAR_BF16, 3, 100, 40, 1, 104); /* column-major, padded */
-  test_matrix_make(&b, 0x2000, FERRY_SCALAR_BF16, 0, 40, 50, 1, 0);    /* rank 2: broadcast over the batch */
-  test_matrix_make(&c, 0x3000, FERRY_SCALAR_F32, 3, 100, 50, 0, 0);
+  test_matrix_make(&a, 0x100000, FERRY_SCALAR_BF16, 3, 100, 40, 1, 104); /* column-major, padded */
+  test_matrix_make(&b, 0x200000, FERRY_SCALAR_BF16, 0, 40, 50, 1, 0);    /* rank 2: broadcast over the batch */
+  test_matrix_make(&c, 0x300000, FERRY_SCALAR_F32, 3, 100, 50, 0, 0);
   ferry_gemm_args args;
   ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32));
   ASSERT_EQ(args.problem.l, 3);
@@ -40,17 +40,27 @@ TEST(args_column_major_and_batch) {
 
 TEST(args_byte_offset_and_set_data_update_alignment) {
   test_matrix a, b, c;
-  test_matrix_make(&a, 0x1000, FERRY_SCALAR_F16, 0, 64, 64, 0, 0);
-  test_matrix_make(&b, 0x2000, FERRY_SCALAR_F16, 0, 64, 64, 0, 0);
-  test_matrix_make(&c, 0x3000, FERRY_SCALAR_F16, 0, 64, 64, 0, 0);
+  test_matrix_make(&a, 0x10000, FERRY_SCALAR_F16, 0, 64, 64, 0, 0);
+  test_matrix_make(&b, 0x20000, FERRY_SCALAR_F16, 0, 64, 64, 0, 0);
+  test_matrix_make(&c, 0x30000, FERRY_SCALAR_F16, 0, 64, 64, 0, 0);
   a.t.byte_offset = 2;
   ferry_gemm_args args;
   ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32));
-  ASSERT(args.a == (const void *)0x1002);
+  ASSERT(args.a == (const void *)0x10002);
   ASSERT_EQ(args.problem.a_align, 2);
-  ASSERT_OK(ferry_gemm_args_set_data(&args, (const void *)0x4000, NULL, NULL));
-  ASSERT(args.a == (const void *)0x4000 && args.b == (const void *)0x2000);
+  ASSERT_OK(ferry_gemm_args_set_data(&args, (const void *)0x40000, NULL, NULL));
+  ASSERT(args.a == (const void *)0x40000 && args.b == (const void *)0x20000);
   ASSERT_EQ(args.problem.a_align, 16);
+  /* an fp16 operand at an odd address: alignment 0, which no operator supports */
+  ASSERT_OK(ferry_gemm_args_set_data(&args, (const void *)0x40001, NULL, NULL));
+  ASSERT_EQ(args.problem.a_align, 0);
+  a.t.byte_offset = 1;
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "operand A: its first element, at 0x10001, is not aligned to its "
+                      "2-byte elements");
+  a.t.byte_offset = 0;
+  ASSERT_STATUS(ferry_gemm_args_init(&args, &a.t, &b.t, &a.t, FERRY_SCALAR_F32), FERRY_INVALID_ARGUMENT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "out overlaps A");
   ASSERT_STATUS(ferry_gemm_args_set_data(NULL, NULL, NULL, NULL), FERRY_INVALID_ARGUMENT);
 }
 

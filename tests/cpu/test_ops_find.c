@@ -228,9 +228,9 @@ TEST(supports_reasons_name_operand_and_types) {
   ASSERT_EQ(ferry_last_error()->status, FERRY_UNSUPPORTED);
   /* fp16 accumulation: the fp16 designs take it, bf16 and SIMT do not */
   test_matrix a, b, c;
-  test_matrix_make(&a, 0x1000, FERRY_SCALAR_BF16, 0, 64, 64, 0, 0);
-  test_matrix_make(&b, 0x2000, FERRY_SCALAR_BF16, 0, 64, 64, 0, 0);
-  test_matrix_make(&c, 0x3000, FERRY_SCALAR_BF16, 0, 64, 64, 0, 0);
+  test_matrix_make(&a, 0x10000, FERRY_SCALAR_BF16, 0, 64, 64, 0, 0);
+  test_matrix_make(&b, 0x20000, FERRY_SCALAR_BF16, 0, 64, 64, 0, 0);
+  test_matrix_make(&c, 0x30000, FERRY_SCALAR_BF16, 0, 64, 64, 0, 0);
   ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F16));
   ASSERT_STATUS(ferry_op_supports(bf, &args, reason, sizeof reason), FERRY_UNSUPPORTED);
   ASSERT(!strcmp(reason, "accumulator: expected fp32, got fp16"));

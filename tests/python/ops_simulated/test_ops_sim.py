@@ -267,6 +267,57 @@ def test_launcher_alignment_check_picks_the_operator_requirement():
     assert state()["launches"] == launches
 
 
+def odd_address(shape, dtype):
+    """A C-contiguous array of `shape` whose first element sits one byte past an aligned address."""
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return np.zeros(n + 8, np.uint8)[1:1 + n].view(dtype).reshape(shape)
+
+
+def test_an_operand_not_aligned_to_its_elements_is_refused_for_every_operator():
+    """The SIMT design asks no alignment of its own, but every kernel loads whole elements: a float32 operand at an
+    odd address would fault on the GPU (a sticky error), so the arguments refuse it, and a launcher given one too."""
+    a, b = odd_address((32, 16), np.float32), matrix((16, 24), np.float32, seed=1)
+    c = np.zeros((32, 24), np.float32)
+    with pytest.raises(ValueError, match="operand A: its first element, at 0x[0-9a-f]+, is not aligned to its 4-byte"):
+        ops.GemmArguments(EX(a), EX(b), EX(c))
+    good = ops.GemmArguments(EX(a.copy()), EX(b), EX(c))
+    simt = [op for op in ops.get_operators(good) if op.constraints.a_align == 1][0]
+    launches = state()["launches"]
+    for launch in (simt.launcher(good), simt.launcher(good, assume_supported_args=True)):
+        with pytest.raises(ferry.FerryError, match="operand A: its address is not aligned to its elements"):
+            launch(EX(a), EX(b), EX(c))
+    assert state()["launches"] == launches
+
+
+def test_a_bias_or_scale_not_aligned_to_its_elements_is_refused():
+    a, b, c = matrix((32, 16), np.float16), matrix((16, 24), np.float16, seed=1), np.zeros((32, 24), np.float32)
+    with pytest.raises(ValueError, match="bias: its first element, at 0x[0-9a-f]+, is not aligned to its 4-byte"):
+        ops.GemmArguments(EX(a), EX(b), EX(c), bias=EX(odd_address((24,), np.float32)))
+    one = np.ones(1, np.float32)
+    with pytest.raises(ValueError, match="scale_a: its element, at 0x[0-9a-f]+, is not aligned to 4 bytes"):
+        ops.GemmArguments(EX(a), EX(b), EX(c), scale_a=EX(odd_address((1,), np.float32)), scale_b=EX(one))
+
+
+def test_alpha_or_beta_past_float32_is_an_overflow_error_not_an_infinite_output():
+    args, _ = operands(CASES[0])
+    with pytest.raises(OverflowError, match="alpha=1e\\+40 is past float32's range"):
+        ops.GemmArguments(args.A, args.B, args.out, alpha=1e40)
+    with pytest.raises(OverflowError, match="beta=-1e\\+39 is past float32's range"):
+        args.beta = -1e39
+    args.alpha = float("inf")  # asked for in so many words: kept
+    assert args.alpha == float("inf") and args.beta == 0.0
+
+
+def test_an_output_overlapping_an_input_is_refused():
+    buf = matrix((64, 64), np.float32)
+    b = matrix((64, 64), np.float32, seed=1)
+    with pytest.raises(ValueError, match="out overlaps A"):
+        ops.GemmArguments(EX(buf), EX(b), EX(buf))
+    with pytest.raises(ValueError, match="out overlaps B"):
+        ops.GemmArguments(EX(b[:32]), EX(buf), EX(buf[16:48]))
+    ops.GemmArguments(EX(buf[:32]), EX(b), EX(buf[32:]))  # halves of one buffer: no overlap
+
+
 # ---- ferry graphs -------------------------------------------------------------------------------------------------
 
 
@@ -398,6 +449,27 @@ def test_a_failed_instantiation_leaves_a_broken_graph():
     with pytest.raises(ferry.FerryError) as e:
         g.end()
     assert e.value.call == "cuGraphInstantiateWithFlags" and g.state == "broken" and not state()["capturing"]
+
+
+@pytest.mark.parametrize("call", ["cuStreamGetCaptureInfo", "cuGraphNodeGetType"])
+def test_a_run_that_fails_after_its_kernel_was_captured_breaks_the_capture(call):
+    """The capture then holds a node the graph keeps neither the operands nor the artifact for: it must never be
+    instantiated, or a replay would run the failed GEMM on memory that may be gone."""
+    args, _ = operands(CASES[1])
+    op = ops.get_operators(args)[0]
+    before = sys.getrefcount(args)
+    g = ops.Graph(0x50)
+    _ferry._sim_fault(call, 1, 1)
+    with pytest.raises(ferry.FerryError) as e:
+        g.run(op, args)
+    assert e.value.call == call and sys.getrefcount(args) == before
+    with pytest.raises(ValueError, match="run 0 of this graph failed after its kernel was captured"):
+        g.run(op, args)
+    with pytest.raises(ValueError, match="the capture is discarded"):
+        g.end()
+    assert g.state == "broken" and not state()["capturing"]
+    with pytest.raises(ValueError, match="broken"):
+        g.replay()
 
 
 # ---- faults, reference counts, cost ------------------------------------------------------------------------------
