@@ -38,9 +38,10 @@ static const char *state_text(int state) {
 
 static int need_state(graph_object *g, int state, const char *fn) {
   if (g->state == state) return 0;
-  PyErr_Format(PyExc_ValueError, "Graph.%s(): the graph is %s; %s", fn, state_text(g->state),
-               state == GRAPH_CAPTURING ? "runs are recorded between Graph(stream) and end()"
-                                        : "replay and update need end() first");
+  const char *hint = g->state == GRAPH_BROKEN || g->state == GRAPH_CLOSED ? "capture a new Graph" /* no way back */
+                     : state == GRAPH_CAPTURING ? "runs are recorded between Graph(stream) and end()"
+                                                : "replay and update need end() first";
+  PyErr_Format(PyExc_ValueError, "Graph.%s(): the graph is %s; %s", fn, state_text(g->state), hint);
   return -1;
 }
 

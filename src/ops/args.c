@@ -70,6 +70,18 @@ static int overlaps(const operand *x, const operand *out) {
   return x->span && out->span && x->addr < (wide)out->addr + out->span && out->addr < (wide)x->addr + x->span;
 }
 
+/* "cpu", "cuda:0", ... for error messages. */
+static const char *device_text(ferry_device d, char *buf, size_t size) {
+  switch (d.device_type) {
+  case FERRY_DEVICE_CPU: snprintf(buf, size, "cpu"); break;
+  case FERRY_DEVICE_CUDA: snprintf(buf, size, "cuda:%d", (int)d.device_id); break;
+  case FERRY_DEVICE_CUDA_HOST: snprintf(buf, size, "pinned host memory (cuda_host)"); break;
+  case FERRY_DEVICE_CUDA_MANAGED: snprintf(buf, size, "cuda_managed:%d", (int)d.device_id); break;
+  default: snprintf(buf, size, "DLPack device type %d, index %d", (int)d.device_type, (int)d.device_id);
+  }
+  return buf;
+}
+
 static const char *dtype_text(ferry_dtype d, char *buf, size_t size) {
   static const char *codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool", "float8_e3m4_",
                                 "float8_e4m3_", "float8_e4m3b11fnuz_", "float8_e4m3fn_", "float8_e4m3fnuz_",
@@ -84,7 +96,7 @@ static const char *dtype_text(ferry_dtype d, char *buf, size_t size) {
  * do not overlap, since the kernel writes it. */
 static ferry_status read_operand(const char *name, const ferry_tensor *t, const char *rn, const char *cn,
                                  int is_out, operand *o) {
-  char dt[32];
+  char dt[64];
   if (!t) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s is NULL", name);
   if (t->ndim != 2 && t->ndim != 3)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s has rank %d; expected 2 (%s×%s) or 3 (l×%s×%s)", name,
@@ -92,8 +104,8 @@ static ferry_status read_operand(const char *name, const ferry_tensor *t, const 
   if (!t->shape) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: shape is NULL", name);
   if ((o->type = scalar_of(t->dtype)) == FERRY_SCALAR_NONE) goto bad_type;
   if (t->device.device_type != FERRY_DEVICE_CUDA && t->device.device_type != FERRY_DEVICE_CUDA_MANAGED)
-    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s is in memory of device type %d, not on a CUDA device "
-                     "(FERRY_DEVICE_CUDA or CUDA_MANAGED)", name, (int)t->device.device_type);
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s is on %s, not on a CUDA device (FERRY_DEVICE_CUDA or "
+                     "CUDA_MANAGED)", name, device_text(t->device, dt, sizeof dt));
   if (t->device.device_id < 0 || t->device.device_id >= FERRY_MAX_DEVICES)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: device index %d is out of range", name,
                      (int)t->device.device_id);
@@ -106,8 +118,10 @@ static ferry_status read_operand(const char *name, const ferry_tensor *t, const 
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s has a negative dimension (batch %lld, %lld×%lld)",
                      name, (long long)o->batch, (long long)o->rows, (long long)o->cols);
   if (o->batch > INT32_MAX || o->rows > INT32_MAX || o->cols > INT32_MAX)
-    return FERRY_ERR(FERRY_OVERFLOW, "operand %s: shape (%lld, %lld, %lld) has an extent past 2^31-1", name,
-                     (long long)o->batch, (long long)o->rows, (long long)o->cols);
+    return b ? FERRY_ERR(FERRY_OVERFLOW, "operand %s: shape (%lld, %lld, %lld) has an extent past 2^31-1", name,
+                         (long long)o->batch, (long long)o->rows, (long long)o->cols)
+             : FERRY_ERR(FERRY_OVERFLOW, "operand %s: shape (%lld, %lld) has an extent past 2^31-1", name,
+                         (long long)o->rows, (long long)o->cols);
   int64_t sb, sr, sc;
   if (t->strides) {
     sb = b ? t->strides[0] : 0;
@@ -116,7 +130,8 @@ static ferry_status read_operand(const char *name, const ferry_tensor *t, const 
     if (sb < 0 || sr < 0 || sc < 0)
       return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s has a negative stride (%lld, %lld, %lld); ferry's GEMMs "
                        "take non-negative strides", name, (long long)sb, (long long)sr, (long long)sc);
-  } else {
+  }
+  if (!t->strides || !(o->batch && o->rows && o->cols)) { /* an empty tensor's strides mean nothing (NumPy's are 0) */
     sc = 1;
     sr = o->cols;
     sb = o->rows * o->cols; /* both ≤ 2^31-1: no overflow */
@@ -299,7 +314,7 @@ ferry_status ferry_gemm_args_set_data(ferry_gemm_args *args, const void *a, cons
 
 ferry_status ferry_gemm_args_set_epilogue(ferry_gemm_args *args, const ferry_tensor *bias, ferry_bias bias_mode,
                                           ferry_activation activation) {
-  char dt[32];
+  char dt[64];
   if (!args || args->struct_size != sizeof *args)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_gemm_args_set_epilogue: args is NULL or was not initialised by "
                      "ferry_gemm_args_init");
@@ -333,8 +348,8 @@ ferry_status ferry_gemm_args_set_epilogue(ferry_gemm_args *args, const ferry_ten
                        (long long)bias->strides[0]);
     if ((bias->device.device_type != FERRY_DEVICE_CUDA && bias->device.device_type != FERRY_DEVICE_CUDA_MANAGED) ||
         bias->device.device_id != p->device)
-      return FERRY_ERR(FERRY_DEVICE_MISMATCH, "bias is on device type %d, index %d; it must be on out's device, "
-                       "cuda:%d", (int)bias->device.device_type, (int)bias->device.device_id, (int)p->device);
+      return FERRY_ERR(FERRY_DEVICE_MISMATCH, "bias is on %s; it must be on out's device, cuda:%d",
+                       device_text(bias->device, dt, sizeof dt), (int)p->device);
     if (!bias->data && want > 0)
       return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias: data is NULL but the tensor has elements");
     data = (const char *)bias->data + bias->byte_offset;
@@ -356,7 +371,7 @@ ferry_status ferry_gemm_args_set_epilogue(ferry_gemm_args *args, const ferry_ten
 /* One fp32 scale: any rank, one element, on the device `p` runs on. */
 static ferry_status read_scale(const char *name, const ferry_tensor *t, const ferry_gemm_problem *p,
                                const float **out) {
-  char dt[32];
+  char dt[64];
   int64_t elems = 1;
   if (t->ndim < 0 || (t->ndim > 0 && !t->shape))
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "%s: rank %d without a shape", name, (int)t->ndim);
@@ -369,9 +384,8 @@ static ferry_status read_scale(const char *name, const ferry_tensor *t, const fe
                      (long long)elems);
   if ((t->device.device_type != FERRY_DEVICE_CUDA && t->device.device_type != FERRY_DEVICE_CUDA_MANAGED) ||
       t->device.device_id != p->device)
-    return FERRY_ERR(FERRY_DEVICE_MISMATCH, "%s is on device type %d, index %d; it must be on out's device, cuda:%d "
-                     "(the kernel reads it)", name, (int)t->device.device_type, (int)t->device.device_id,
-                     (int)p->device);
+    return FERRY_ERR(FERRY_DEVICE_MISMATCH, "%s is on %s; it must be on out's device, cuda:%d (the kernel reads it)",
+                     name, device_text(t->device, dt, sizeof dt), (int)p->device);
   if (!t->data) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "%s: data is NULL", name);
   const char *at = (const char *)t->data + t->byte_offset;
   if ((uintptr_t)at % sizeof(float))

@@ -318,6 +318,29 @@ def test_an_output_overlapping_an_input_is_refused():
     ops.GemmArguments(EX(buf[:32]), EX(b), EX(buf[32:]))  # halves of one buffer: no overlap
 
 
+def test_empty_operands_with_meaningless_strides_are_accepted_and_launch_nothing():
+    """NumPy gives zero-size arrays zero strides; an empty operand's strides say nothing about its layout."""
+    A, B = np.zeros((0, 32, 16), np.float16), np.zeros((0, 16, 24), np.float16)
+    C = np.zeros((0, 32, 24), np.float32)
+    args = ops.GemmArguments(EX(A), EX(B), EX(C))
+    assert args.problem["l"] == 0
+    launches = state()["launches"]
+    ops.get_operators(args)[0].run(args)
+    assert state()["launches"] == launches
+
+
+def test_messages_name_devices_and_graph_states_plainly():
+    args, _ = operands(CASES[0])
+    with pytest.raises(ValueError, match="bias is on cpu; it must be on out's device, cuda:0"):
+        ops.GemmArguments(args.A, args.B, args.out, bias=EX(np.zeros(128, np.float16), -1))
+    g = ops.Graph(0x60)
+    g.run(ops.get_operators(args)[0], args)
+    g.end()
+    g.close()
+    with pytest.raises(ValueError, match="the graph is closed; capture a new Graph"):
+        g.replay()
+
+
 # ---- ferry graphs -------------------------------------------------------------------------------------------------
 
 
