@@ -33,6 +33,8 @@ def tests 10 - "ferry info and the GPU transfer tests alone (ferry_test_gpu)" \
   "$build/ferry info && $build/ferry_test_gpu"
 def ops 40 - "the operator runtime's GPU tests alone (ferry_test_ops_gpu)" \
   "$build/ferry_test_ops_gpu"
+def opsquick 20 - "the operator runtime's GPU tests, one size per class (--quick), without the fault matrix" \
+  "$build/ferry_test_ops_gpu --quick $ops_tests"
 def opsfaults 8 - "the operator runtime's fault matrix on the real driver" \
   "$build/ferry_test_ops_gpu every_failing_runtime_call_is_clean"
 def stress 12 - "16 threads x 1000 random batches, byte-exact (ferry_stress)" \
