@@ -282,7 +282,10 @@ static int walk_dict_in_iteration_order(walker *w, PyObject *obj, uint32_t *coun
   while (rc == 0 && (k = PyIter_Next(keys))) {
     PyObject *v = PyDict_GetItemWithError(obj, k); /* borrowed; walk_child holds it */
     if (v) rc = walk_child(w, v, k);
-    else rc = PyErr_Occurred() ? -1 : changed_size(obj, size, PyDict_GET_SIZE(obj));
+    else if (!PyErr_Occurred())
+      PyErr_Format(PyExc_RuntimeError, "a %s in the batch iterated over key %R, which it does not hold",
+                   Py_TYPE(obj)->tp_name, k);
+    rc = v ? rc : -1;
     Py_DECREF(k);
     if (rc == 0) (*count)++;
     if (rc == 0 && PyDict_GET_SIZE(obj) != size) rc = changed_size(obj, size, PyDict_GET_SIZE(obj));

@@ -309,6 +309,17 @@ def test_a_dict_that_changes_size_while_walked_raises_runtime_error():
     assert ferry.pool.stats()["bytes_in_use"] == 0
 
 
+def test_a_dict_subclass_iterating_over_a_key_it_does_not_hold_raises_runtime_error():
+    class Liar(dict):
+        def __iter__(self):
+            yield from super().__iter__()
+            yield "ghost"
+
+    with pytest.raises(RuntimeError, match="a Liar in the batch iterated over key 'ghost', which it does not hold"):
+        d2h(Liar(a=device(A)))
+    assert ferry.pool.stats()["bytes_in_use"] == 0
+
+
 def test_a_list_that_changes_size_while_walked_raises_runtime_error():
     """A list that shrinks under the walk would skip a tensor without a word; one that grows would copy more."""
     for change in (lambda: batch.pop(0), lambda: batch.append(1)):
