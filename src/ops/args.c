@@ -122,7 +122,7 @@ static ferry_status read_operand(const char *name, const ferry_tensor *t, const 
                          (long long)o->batch, (long long)o->rows, (long long)o->cols)
              : FERRY_ERR(FERRY_OVERFLOW, "operand %s: shape (%lld, %lld) has an extent past 2^31-1", name,
                          (long long)o->rows, (long long)o->cols);
-  int64_t sb, sr, sc;
+  int64_t sb = 0, sr = 0, sc = 0;
   if (t->strides) {
     sb = b ? t->strides[0] : 0;
     sr = t->strides[b];
@@ -131,7 +131,10 @@ static ferry_status read_operand(const char *name, const ferry_tensor *t, const 
       return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s has a negative stride (%lld, %lld, %lld); ferry's GEMMs "
                        "take non-negative strides", name, (long long)sb, (long long)sr, (long long)sc);
   }
-  if (!t->strides || !(o->batch && o->rows && o->cols)) { /* an empty tensor's strides mean nothing (NumPy's are 0) */
+  /* Compact strides when none are given, and for an empty tensor whose strides name no major mode (NumPy gives
+   * zero-size arrays zero strides); an empty tensor's usable strides are kept, so its major mode stays its own. */
+  bool empty = !(o->batch && o->rows && o->cols);
+  if (!t->strides || (empty && !(o->cols <= 1 || sc == 1) && !(o->rows <= 1 || sr == 1))) {
     sc = 1;
     sr = o->cols;
     sb = o->rows * o->cols; /* both ≤ 2^31-1: no overflow */

@@ -327,6 +327,8 @@ def test_empty_operands_with_meaningless_strides_are_accepted_and_launch_nothing
     launches = state()["launches"]
     ops.get_operators(args)[0].run(args)
     assert state()["launches"] == launches
+    col = np.lib.stride_tricks.as_strided(np.zeros(8, np.float32), (0, 32, 24), (3072, 4, 128))
+    assert ops.GemmArguments(EX(A), EX(B), EX(col)).problem["out_major"] == "column"  # usable strides are kept
 
 
 def test_messages_name_devices_and_graph_states_plainly():
