@@ -281,11 +281,14 @@ static int walk_dict_in_iteration_order(walker *w, PyObject *obj, uint32_t *coun
   int rc = 0;
   while (rc == 0 && (k = PyIter_Next(keys))) {
     PyObject *v = PyDict_GetItemWithError(obj, k); /* borrowed; walk_child holds it */
-    if (v) rc = walk_child(w, v, k);
-    else if (!PyErr_Occurred())
-      PyErr_Format(PyExc_RuntimeError, "a %s in the batch iterated over key %R, which it does not hold",
-                   Py_TYPE(obj)->tp_name, k);
-    rc = v ? rc : -1;
+    if (v) {
+      rc = walk_child(w, v, k);
+    } else {
+      if (!PyErr_Occurred())
+        PyErr_Format(PyExc_RuntimeError, "a %s in the batch iterated over key %R, which it does not hold",
+                     Py_TYPE(obj)->tp_name, k);
+      rc = -1;
+    }
     Py_DECREF(k);
     if (rc == 0) (*count)++;
     if (rc == 0 && PyDict_GET_SIZE(obj) != size) rc = changed_size(obj, size, PyDict_GET_SIZE(obj));
@@ -667,11 +670,10 @@ static void note_rebuild_failure(PyObject *orig, uint8_t kind) {
   const char *call = kind < sizeof how / sizeof how[0] && how[kind] ? how[kind] : "cls(items)";
   PyObject *note = PyUnicode_FromFormat("while ferry rebuilt a %s of the batch with its copied tensors, as %s",
                                         Py_TYPE(orig)->tp_name, call);
-  bool can_note = note && value && PyObject_HasAttrString(value, "add_note");
-  PyObject *added = can_note ? PyObject_CallMethod(value, "add_note", "O", note) : NULL;
+  PyObject *added = note && value ? PyObject_CallMethod(value, "add_note", "O", note) : NULL;
   Py_XDECREF(added);
   Py_XDECREF(note);
-  PyErr_Clear(); /* a failure to add the note leaves the original error as it was */
+  PyErr_Clear(); /* no add_note (before 3.11), or it failed: the original error stays as it was */
   PyErr_Restore(type, value, tb);
 }
 

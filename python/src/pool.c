@@ -73,8 +73,8 @@ PyObject *ferry_py_record_stream(PyObject *self, PyObject *const *args, Py_ssize
   Py_DECREF(no_sync);
   if (rc < 0) return NULL;
   const void *address = (const char *)t.data + t.byte_offset;
-  bool empty = false;
-  for (int32_t d = 0; d < t.ndim; d++) empty |= t.shape[d] == 0;
+  uint64_t nbytes = 1;
+  bool empty = ferry_tensor_nbytes(&t, &nbytes) == FERRY_OK && nbytes == 0;
   ferry_py_leaf_release_input(&leaf);
   if (empty) Py_RETURN_NONE; /* an empty output holds no bytes, in a slab or anywhere: no stream can touch them */
   ferry_slab *slab = ferry_slab_find(address);

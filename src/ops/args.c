@@ -70,6 +70,14 @@ static int overlaps(const operand *x, const operand *out) {
   return x->span && out->span && x->addr < (wide)out->addr + out->span && out->addr < (wide)x->addr + x->span;
 }
 
+/* Every kernel loads whole elements: a tensor whose first element is not aligned to its size would fault (a sticky
+ * error) whatever the operator's own alignment requirement. */
+static ferry_status check_element_aligned(const char *what, uintptr_t at, int bytes) {
+  if (at % (uintptr_t)bytes == 0) return FERRY_OK;
+  return FERRY_ERR(FERRY_INVALID_ARGUMENT, "%s: its first element, at 0x%llx, is not aligned to its %d-byte elements "
+                   "(every kernel would fault reading it)", what, (unsigned long long)at, bytes);
+}
+
 /* "cpu", "cuda:0", ... for error messages. */
 static const char *device_text(ferry_device d, char *buf, size_t size) {
   switch (d.device_type) {
@@ -122,7 +130,8 @@ static ferry_status read_operand(const char *name, const ferry_tensor *t, const 
                          (long long)o->batch, (long long)o->rows, (long long)o->cols)
              : FERRY_ERR(FERRY_OVERFLOW, "operand %s: shape (%lld, %lld) has an extent past 2^31-1", name,
                          (long long)o->rows, (long long)o->cols);
-  int64_t sb = 0, sr = 0, sc = 0;
+  const bool empty = !(o->batch && o->rows && o->cols);
+  int64_t sb, sr, sc;
   if (t->strides) {
     sb = b ? t->strides[0] : 0;
     sr = t->strides[b];
@@ -130,11 +139,7 @@ static ferry_status read_operand(const char *name, const ferry_tensor *t, const 
     if (sb < 0 || sr < 0 || sc < 0)
       return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s has a negative stride (%lld, %lld, %lld); ferry's GEMMs "
                        "take non-negative strides", name, (long long)sb, (long long)sr, (long long)sc);
-  }
-  /* Compact strides when none are given, and for an empty tensor whose strides name no major mode (NumPy gives
-   * zero-size arrays zero strides); an empty tensor's usable strides are kept, so its major mode stays its own. */
-  bool empty = !(o->batch && o->rows && o->cols);
-  if (!t->strides || (empty && !(o->cols <= 1 || sc == 1) && !(o->rows <= 1 || sr == 1))) {
+  } else {
     sc = 1;
     sr = o->cols;
     sb = o->rows * o->cols; /* both ≤ 2^31-1: no overflow */
@@ -143,6 +148,12 @@ static ferry_status read_operand(const char *name, const ferry_tensor *t, const 
    * be either; prefer the mode whose contiguous dimension is the longer one (wider loads). */
   int row_ok = o->cols <= 1 || sc == 1;
   int col_ok = o->rows <= 1 || sr == 1;
+  if (!row_ok && !col_ok && empty) { /* strides that name no mode mean nothing here (NumPy's for zero-size arrays) */
+    sc = 1;
+    sr = o->cols;
+    sb = o->rows * o->cols;
+    row_ok = 1;
+  }
   if (row_ok && (o->cols > 1 || o->rows <= 1 || !col_ok)) {
     o->major = FERRY_MAJOR_ROW;
     o->ld = o->rows <= 1 ? (o->cols > 1 ? o->cols : 1) : sr;
@@ -170,22 +181,20 @@ static ferry_status read_operand(const char *name, const ferry_tensor *t, const 
   o->batch_stride = o->batch > 1 ? sb : 0;
   /* The largest element offset, and in bytes, must fit in 63 bits (a kernel adds them to a pointer). */
   __int128 last = 0;
-  if (o->batch > 0 && o->rows > 0 && o->cols > 0)
+  if (!empty)
     last = (__int128)(o->batch - 1) * o->batch_stride + (__int128)(o->rows - 1) * sr +
            (__int128)(o->cols - 1) * sc;
   if (last * scalar_bytes(o->type) + (__int128)t->byte_offset > INT64_MAX ||
       (__int128)o->ld * scalar_bytes(o->type) > INT64_MAX)
     return FERRY_ERR(FERRY_OVERFLOW, "operand %s: the offset of its last element passes 2^63 bytes (strides %lld, "
                      "%lld, %lld)", name, (long long)sb, (long long)sr, (long long)sc);
-  if (!t->data && o->batch && o->rows && o->cols)
+  if (!t->data && !empty)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: data is NULL but the tensor has elements", name);
   o->addr = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
-  o->span = o->batch && o->rows && o->cols ? (uint64_t)((last + 1) * scalar_bytes(o->type)) : 0;
-  if (o->addr % (uintptr_t)scalar_bytes(o->type))
-    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: its first element, at 0x%llx, is not aligned to its "
-                     "%d-byte elements (every kernel would fault reading it)", name, (unsigned long long)o->addr,
-                     scalar_bytes(o->type));
-  return FERRY_OK;
+  o->span = empty ? 0 : (uint64_t)((last + 1) * scalar_bytes(o->type));
+  char what[16];
+  snprintf(what, sizeof what, "operand %s", name);
+  return check_element_aligned(what, o->addr, scalar_bytes(o->type));
 bad_type:
   return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: dtype %s is not a GEMM type (float16, bfloat16, float32, "
                    "float8_e4m3fn, float8_e5m2, int8 or int32)", name,
@@ -253,9 +262,10 @@ ferry_status ferry_gemm_args_init(ferry_gemm_args *args, const ferry_tensor *A, 
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "batch sizes differ: A %lld, B %lld, out %lld (each must equal out's, "
                      "or be 1 to broadcast)", (long long)(a.batched ? a.batch : 1),
                      (long long)(b.batched ? b.batch : 1), (long long)c.batch);
-  if (overlaps(&a, &c) || overlaps(&b, &c))
+  const char *overlapped = overlaps(&a, &c) ? "A" : overlaps(&b, &c) ? "B" : NULL;
+  if (overlapped)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "out overlaps %s: a kernel reads %s while other blocks write out; "
-                     "give out memory of its own", overlaps(&a, &c) ? "A" : "B", overlaps(&a, &c) ? "A" : "B");
+                     "give out memory of its own", overlapped, overlapped);
   if (A->device.device_id != out->device.device_id || B->device.device_id != out->device.device_id)
     return FERRY_ERR(FERRY_DEVICE_MISMATCH, "operands are on different devices: A on cuda:%d, B on cuda:%d, out "
                      "on cuda:%d", (int)A->device.device_id, (int)B->device.device_id, (int)out->device.device_id);
@@ -356,9 +366,8 @@ ferry_status ferry_gemm_args_set_epilogue(ferry_gemm_args *args, const ferry_ten
     if (!bias->data && want > 0)
       return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias: data is NULL but the tensor has elements");
     data = (const char *)bias->data + bias->byte_offset;
-    if ((uintptr_t)data % (uintptr_t)scalar_bytes(p->out_type))
-      return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias: its first element, at %p, is not aligned to its %d-byte "
-                       "elements", (const void *)data, scalar_bytes(p->out_type));
+    ferry_status aligned = check_element_aligned("bias", (uintptr_t)data, scalar_bytes(p->out_type));
+    if (aligned != FERRY_OK) return aligned;
   }
   if (p->out_type == FERRY_SCALAR_I32 && (bias || activation != FERRY_ACTIVATION_NONE))
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "an int32 output takes no epilogue: its sums go out exact; give a "

@@ -31,6 +31,16 @@ struct ferry_graph {
   size_t broken_run;
 };
 
+/* Ends a capture and throws its graph away; the graph's context is current. Not capturing afterwards unless ending
+ * failed (destroy then tries again). */
+static CUresult discard_capture(ferry_graph *g) {
+  CUgraph discarded = NULL;
+  CUresult r = FERRY_CU(cuStreamEndCapture, g->stream, &discarded);
+  if (discarded) (void)FERRY_CU(cuGraphDestroy, discarded);
+  if (r == CUDA_SUCCESS) g->capturing = 0;
+  return r;
+}
+
 static ferry_status enter(ferry_graph *g) {
   ferry_status st = FERRY_OK;
   FERRY_TRY_CU(("making the graph's context current"), cuCtxPushCurrent, g->ctx);
@@ -138,14 +148,14 @@ ferry_status ferry_graph_end(ferry_graph *graph) {
   FERRY_TRY(enter(graph));
   entered = 1;
   if (graph->broken_run != SIZE_MAX) {
-    CUgraph discarded = NULL;
-    FERRY_TRY_CU(("ending the capture of a graph whose run %zu failed", graph->broken_run), cuStreamEndCapture,
-                 graph->stream, &discarded);
-    graph->capturing = 0;
-    if (discarded) (void)FERRY_CU(cuGraphDestroy, discarded);
-    st = FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_graph_end: run %zu failed after its kernel was captured, so the "
-                   "graph would replay a run it keeps nothing for; the capture is discarded (capture again)",
-                   graph->broken_run);
+    CUresult r = discard_capture(graph);
+    if (r != CUDA_SUCCESS)
+      st = ferry__cu_error(r, "cuStreamEndCapture", __FILE__, __LINE__, "ending the capture of a graph whose run %zu "
+                           "failed", graph->broken_run);
+    else
+      st = FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_graph_end: run %zu failed after its kernel was captured, so the "
+                     "graph would replay a run it keeps nothing for; the capture is discarded (capture again)",
+                     graph->broken_run);
     goto cleanup;
   }
   /* If ending fails the graph stays "capturing", so that destroy tries again and the stream is not left
@@ -221,11 +231,7 @@ size_t ferry_graph_run_count(const ferry_graph *graph) { return graph ? graph->n
 void ferry_graph_destroy(ferry_graph *graph) {
   if (!graph) return;
   int entered = enter(graph) == FERRY_OK;
-  if (graph->capturing) {
-    CUgraph discarded = NULL;
-    (void)FERRY_CU(cuStreamEndCapture, graph->stream, &discarded);
-    if (discarded) (void)FERRY_CU(cuGraphDestroy, discarded);
-  }
+  if (graph->capturing) (void)discard_capture(graph);
   if (graph->exec) (void)FERRY_CU(cuGraphExecDestroy, graph->exec);
   if (graph->graph) (void)FERRY_CU(cuGraphDestroy, graph->graph);
   if (entered) leave();
