@@ -37,6 +37,7 @@ struct ferry_transfer {
   bool ended;           /* ferry_transfer_end was called */
   bool settled;         /* the fence is recorded (or the streams drained): every slab knows when it is free */
   bool cutting;         /* D2H: a part was cut, so every later part the pool cannot hold is cut too (should_cut) */
+  uint64_t sub_part_room; /* D2H: the most the next sub-part may take (next_room; 0: none cut yet) */
   int device;           /* -1: everything passes through (no driver or no device) */
   ferry_transfer_options opts;
   CUstream stream;      /* the copy stream: gather kernels, H2D copies, the fence */
@@ -744,8 +745,8 @@ static bool should_cut(const ferry_transfer *t, const ferry__plan *plan, const f
   return large || t->cutting || ferry__pool_growth(total) > ferry__pin_chunk_bytes;
 }
 
-/* The next sub-part of a cut part: its first `count` tensors and what they may take (`bytes`). It fills a chunk (a
- * tensor larger than a chunk alone) and goes in a free range of the pool that holds it, unless that range is a large
+/* The next sub-part of a cut part: its first `count` tensors and what they may take (`bytes`). It fills the room
+ * next_room gives (at most a chunk; a tensor larger than that alone) and goes in a free range of the pool that holds it, unless that range is a large
  * tensor's (large_tensors_range). Else it shrinks to fill the largest free range smaller than it, if that holds
  * its first tensor and is worth a sub-part (an eighth of a chunk): a batch seen before then pins little however its
  * parts were split. Otherwise a region is pinned for it (`pin`); a large tensor's range is taken only when no other
@@ -767,9 +768,20 @@ static sub_part fill(const ferry_tensor *in, size_t count, uint64_t room) {
   return sp;
 }
 
-static sub_part next_sub_part(const ferry_tensor *in, size_t count) {
+/* What the next sub-part of the transfer may take: a ramp from the smallest range worth a sub-part, doubling to a
+ * chunk. The first copies then wait for 32 MiB to be pinned, not 256 (a 0.3 GB state dict's first call waited
+ * ~11 ms on the H200 host before its first copy), and every call of one batch cuts its sub-parts at the same
+ * tensors, so a later call's sub-parts fill the regions the first call pinned for them exactly. */
+static uint64_t next_room(ferry_transfer *t) {
+  if (!t->sub_part_room) t->sub_part_room = worthwhile_bytes();
+  uint64_t room = t->sub_part_room;
+  if (room < ferry__pin_chunk_bytes) t->sub_part_room = room * 2 < ferry__pin_chunk_bytes ? room * 2 : ferry__pin_chunk_bytes;
+  return room;
+}
+
+static sub_part next_sub_part(ferry_transfer *t, const ferry_tensor *in, size_t count) {
   uint64_t best, below;
-  sub_part sp = fill(in, count, ferry__pin_chunk_bytes);
+  sub_part sp = fill(in, count, next_room(t));
   bool fits = ferry__pool_fit(sp.bytes, &best, &below);
   bool shrink = below >= slab_estimate(&in[0]) && below >= worthwhile_bytes();
   bool large_range = fits && sp.bytes <= ferry__pin_chunk_bytes && large_tensors_range(best);
@@ -788,7 +800,7 @@ static ferry_status add_cut(ferry_transfer *t, const ferry_tensor *in, size_t co
   /* This sub-part's region and the next one's; they trade places, never move (a fault thread points into one). */
   ferry__pin_ahead regions[2] = {{0}};
   ferry__pin_ahead *mine = &regions[0], *ahead = &regions[1];
-  sub_part sp = next_sub_part(in, count);
+  sub_part sp = next_sub_part(t, in, count);
   for (size_t done = 0;;) {
     if (sp.pin) {
       ferry__pin_ahead *swap = mine;
@@ -800,7 +812,7 @@ static ferry_status add_cut(ferry_transfer *t, const ferry_tensor *in, size_t co
     bool last = done + sp.count == count;
     sub_part following = {0};
     if (!last && sp.pin) { /* this one takes a region of its own: what the next one finds free is known now */
-      following = next_sub_part(in + done + sp.count, count - done - sp.count);
+      following = next_sub_part(t, in + done + sp.count, count - done - sp.count);
       if (following.pin) FERRY_TRY(ferry__pin_ahead_start(following.bytes, ahead));
     }
     if (mine->base) {
@@ -813,7 +825,7 @@ static ferry_status add_cut(ferry_transfer *t, const ferry_tensor *in, size_t co
     if (st != FERRY_OK) break; /* add_part killed the transfer */
     if (last) break;
     done += sp.count;
-    sp = sp.pin ? following : next_sub_part(in + done, count - done);
+    sp = sp.pin ? following : next_sub_part(t, in + done, count - done);
   }
 cleanup:
   ferry__pin_ahead_cancel(&regions[0]);

@@ -1,5 +1,5 @@
 /* Large batches through the fake driver. Chunked pinning: a D2H batch larger than any free range of the pool is cut
- * into sub-parts of about ferry__pin_chunk_bytes, each in a slab pinned to its size, and each sub-part's copies are
+ * into sub-parts that ramp from an eighth of ferry__pin_chunk_bytes up to it, each in a slab pinned to its size, and each sub-part's copies are
  * queued before the next region is pinned; the same batch again pins nothing; a batch the pool can hold stays one
  * slab; a failed pin in a later chunk kills the transfer without leaking. Sizes are scaled down (4 MiB chunks). The
  * memory a pin may take: past the machine's memory, MemAvailable or a cgroup limit, it fails before any page is
@@ -93,18 +93,20 @@ TEST(chunks_a_large_d2h_on_a_fresh_pool_is_pinned_chunk_by_chunk_while_it_copies
   make(t, EIGHT, 8, 1);
   ferry_transfer *tr = d2h(t, 8);
   check_exact(tr, 8);
-  /* 12 MiB in 4 MiB chunks: two 1.5 MiB tensors per sub-part, each its own slab and its own region. */
-  ASSERT_EQ(ferry_transfer_slab_count(tr), 4);
-  for (size_t i = 0; i < 8; i++) ASSERT(ferry_transfer_output_slab(tr, i) == ferry_transfer_slab_at(tr, i / 2));
+  /* 12 MiB of 1.5 MiB tensors, sub-parts of at most 0.5, 1, 2, 4, 4... MiB (a tensor larger alone): [0] [1] [2]
+   * [3 4] [5 6] [7], each its own slab and its own region. */
+  static const size_t slab_of[8] = {0, 1, 2, 3, 3, 4, 4, 5};
+  ASSERT_EQ(ferry_transfer_slab_count(tr), 6);
+  for (size_t i = 0; i < 8; i++) ASSERT(ferry_transfer_output_slab(tr, i) == ferry_transfer_slab_at(tr, slab_of[i]));
   ferry_pool_stats s = stats();
-  ASSERT_EQ(s.pin_calls, 4);
+  ASSERT_EQ(s.pin_calls, 6);
   uint64_t exact = 0;
-  for (size_t k = 0; k < 4; k++) exact += round_up(ferry_slab_size(ferry_transfer_slab_at(tr, k)), HUGE_PAGE);
+  for (size_t k = 0; k < 6; k++) exact += round_up(ferry_slab_size(ferry_transfer_slab_at(tr, k)), HUGE_PAGE);
   ASSERT_EQ(s.bytes_pinned, exact); /* each region pinned to its slab, not by the pool's growth rule */
   /* The first region is pinned before any copy; every later one after the previous sub-part's copies were queued. */
-  ASSERT_EQ(fake_register_calls, 4);
+  ASSERT_EQ(fake_register_calls, 6);
   ASSERT_EQ(fake_copies_before_register[0], 0);
-  for (int k = 1; k < 4; k++) ASSERT(fake_copies_before_register[k] > fake_copies_before_register[k - 1]);
+  for (int k = 1; k < 6; k++) ASSERT(fake_copies_before_register[k] > fake_copies_before_register[k - 1]);
   ferry_transfer_release(tr);
   ASSERT_EQ(stats().bytes_in_use, 0);
 }
@@ -121,7 +123,7 @@ TEST(chunks_the_same_batch_again_reuses_the_chunks_and_pins_nothing) {
   ferry_pool_stats after = stats();
   ASSERT_EQ(after.pin_calls, before.pin_calls);
   ASSERT_EQ(after.bytes_pinned, before.bytes_pinned);
-  ASSERT_EQ(after.hits - before.hits, 4);
+  ASSERT_EQ(after.hits - before.hits, 6); /* its sub-parts cut as the first call's, each in its own region */
   ferry_transfer_release(tr);
 }
 
@@ -129,11 +131,11 @@ TEST(chunks_the_same_batch_split_otherwise_fills_the_free_ranges_and_pins_nothin
   setup();
   ferry_tensor t[MAX_T];
   make(t, EIGHT, 8, 8);
-  ferry_transfer_release(d2h(t, 8)); /* four regions of 4 MiB, each pinned for two 1.5 MiB tensors */
-  ASSERT_EQ(stats().pin_calls, 4);
-  /* Parts of 3 and 5 tensors: cut, they fill the free ranges ([2][1] and [2][2][1]) instead of pinning chunks. */
+  ferry_transfer_release(d2h(t, 8)); /* regions of 2, 2, 2, 4, 4 and 2 MiB, for 1, 1, 1, 2, 2 and 1 tensors */
+  ASSERT_EQ(stats().pin_calls, 6);
+  /* Parts of 3 and 5 tensors: cut, they fill the free ranges ([1][1][1] and [2][2][1]) instead of pinning. */
   ferry_transfer *tr = again_in_two_parts_pinning_nothing(t, 8, 3);
-  ASSERT_EQ(ferry_transfer_slab_count(tr), 5);
+  ASSERT_EQ(ferry_transfer_slab_count(tr), 6);
   ferry_transfer_release(tr);
   ASSERT_EQ(atomic_load(&ferry__pin_ahead_outstanding), 0);
 }
@@ -193,9 +195,9 @@ TEST(chunks_a_tensor_larger_than_a_chunk_gets_a_sub_part_of_its_own) {
   make(t, sizes, 4, 6);
   ferry_transfer *tr = d2h(t, 4);
   check_exact(tr, 4);
-  ASSERT_EQ(ferry_transfer_slab_count(tr), 3); /* [1 MiB] [6 MiB] [1 MiB, 1 MiB] */
-  ASSERT(ferry_transfer_output_slab(tr, 1) != ferry_transfer_output_slab(tr, 0));
-  ASSERT(ferry_transfer_output_slab(tr, 2) == ferry_transfer_output_slab(tr, 3));
+  /* Sub-parts of at most 0.5, 1, 2 and 4 MiB, the first tensor of each taken whatever its size: [1] [6] [1] [1]. */
+  ASSERT_EQ(ferry_transfer_slab_count(tr), 4);
+  for (size_t i = 0; i < 4; i++) ASSERT(ferry_transfer_output_slab(tr, i) == ferry_transfer_slab_at(tr, i));
   ASSERT(ferry_slab_size(ferry_transfer_output_slab(tr, 1)) >= (size_t)(6 * MIB));
   ferry_transfer_release(tr);
 }
