@@ -262,12 +262,20 @@ static int changed_size(PyObject *obj, Py_ssize_t was, Py_ssize_t now) {
 static int walk_dict(walker *w, PyObject *obj, uint32_t *count) {
   Py_ssize_t pos = 0, size = PyDict_GET_SIZE(obj);
   PyObject *k, *v;
-  while (PyDict_Next(obj, &pos, &k, &v)) {
-    if (walk_child(w, v, k) < 0) return -1;
+  for (Py_ssize_t at = 0; PyDict_Next(obj, &pos, &k, &v); at = pos) {
+    if (walk_child(w, v, k) < 0) return -1; /* its node holds `k`: the address below is still k's */
     (*count)++;
     /* Python code ran (a __dlpack__, a property, another thread at a release point): the dict may have changed
-     * under the iteration, which would skip or repeat entries without a word. */
+     * under the iteration, which would skip or repeat entries without a word. A change of size shows it; a key
+     * removed and another added keeps the size, but moves or removes the entry just walked. */
     if (PyDict_GET_SIZE(obj) != size) return changed_size(obj, size, PyDict_GET_SIZE(obj));
+    Py_ssize_t again = at;
+    PyObject *k_again;
+    if (!PyDict_Next(obj, &again, &k_again, NULL) || k_again != k || again != pos) {
+      PyErr_Format(PyExc_RuntimeError, "a %s in the batch changed its keys while ferry walked it (at key %R)",
+                   Py_TYPE(obj)->tp_name, k);
+      return -1;
+    }
   }
   return 0;
 }

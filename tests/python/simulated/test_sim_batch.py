@@ -309,6 +309,29 @@ def test_a_dict_that_changes_size_while_walked_raises_runtime_error():
     assert ferry.pool.stats()["bytes_in_use"] == 0
 
 
+def test_a_dict_whose_keys_change_at_the_same_size_while_walked_raises_runtime_error():
+    """A key removed and another added keeps the size. With the key being walked removed, the output would hold a
+    key the dict no longer has and, where the insert compacted the dict's entries, lack one it always had."""
+    for earlier_keys in (0, 1, 5):  # 0 and 5: the insert compacts the entries (after0 was skipped); 1: it does not
+        batch = {f"pad{i}": 1 for i in range(earlier_keys)}
+
+        class Swapper:  # a host object whose __dlpack_device__ swaps its own key for another
+            def __dlpack_device__(self):
+                del batch["swap"]
+                batch["new"] = 1
+                return (1, 0)
+
+            def __dlpack__(self, **kwargs):
+                raise AssertionError("not exported")
+
+        batch["swap"] = Swapper()
+        for i in range(4):
+            batch[f"after{i}"] = device(A * i)
+        with pytest.raises(RuntimeError, match="a dict in the batch changed its keys while ferry walked it"):
+            d2h(batch)
+    assert ferry.pool.stats()["bytes_in_use"] == 0
+
+
 def test_a_dict_subclass_iterating_over_a_key_it_does_not_hold_raises_runtime_error():
     class Liar(dict):
         def __iter__(self):
