@@ -23,8 +23,9 @@ _Stream = int | _CudaStreamLike | Any | None
 _Event = int | Any | None
 
 class FerryError(RuntimeError):
-    """A CUDA driver call or ferry itself failed. ValueError/RuntimeError/MemoryError raised by ferry carry the
-    same attributes."""
+    """A CUDA driver call or ferry itself failed. The ValueError/RuntimeError/MemoryError/OverflowError/OSError that
+    ferry raises for a status of its C library carry the same attributes (those of argument checks made before the
+    C library is called do not)."""
 
     status: str
     cu_result: int

@@ -3,11 +3,14 @@
  *
  * The classes are the builtins a Python caller already catches (ValueError for bad arguments, RuntimeError for a
  * missing device, MemoryError when memory runs out, OSError for files that cannot be read or written), and
- * ferry.FerryError, a RuntimeError, for the driver and ferry itself. Every exception carries the details of the
- * C error record as attributes: status (the name, e.g. "DEVICE_MISMATCH"), cu_result and cu_name (the failing
- * driver call's CUresult), call, and where (file:line in ferry).
+ * ferry.FerryError, a RuntimeError, for the driver and ferry itself. Every exception raised for a status carries
+ * the details of the C error record as attributes: status (the name, e.g. "DEVICE_MISMATCH"), cu_result and
+ * cu_name (the failing driver call's CUresult), call, and where (file:line in ferry). The class holds empty
+ * defaults, so every FerryError has them; the argument checks of the Python layer raise plain exceptions.
  */
 #include "ferry_py.h"
+
+#include <string.h>
 
 PyObject *ferry_py_FerryError;
 
@@ -71,11 +74,20 @@ int ferry_py_errors_init(PyObject *module) {
   ferry_py_FerryError = PyErr_NewExceptionWithDoc(
       "ferry.FerryError",
       "A CUDA driver call, or ferry itself, failed (status DRIVER_ERROR, UNSUPPORTED, INTERNAL, ...).\n\n"
-      "Attributes (also set on the ValueError, RuntimeError and MemoryError that ferry raises): status (the\n"
-      "ferry status name), cu_result and cu_name (the CUresult of the failing driver call, 0 and '' when none),\n"
-      "call (the failing call's name) and where (file:line inside ferry).",
+      "Attributes (also set on the ValueError, RuntimeError, MemoryError, OverflowError and OSError that ferry\n"
+      "raises for a status of its C library; not on those of argument checks made before it is called): status\n"
+      "(the ferry status name), cu_result and cu_name (the CUresult of the failing driver call, 0 and '' when\n"
+      "none), call (the failing call's name) and where (file:line inside ferry).",
       PyExc_RuntimeError, NULL);
   if (!ferry_py_FerryError) return -1;
+  static const char *const defaults = "status\0cu_name\0call\0where\0"; /* and cu_result, 0 */
+  PyObject *empty = PyUnicode_FromString(""), *zero = PyLong_FromLong(0);
+  int rc = empty && zero ? PyObject_SetAttrString(ferry_py_FerryError, "cu_result", zero) : -1;
+  for (const char *name = defaults; rc == 0 && *name; name += strlen(name) + 1)
+    rc = PyObject_SetAttrString(ferry_py_FerryError, name, empty);
+  Py_XDECREF(empty);
+  Py_XDECREF(zero);
+  if (rc < 0) return -1;
 add:
   Py_INCREF(ferry_py_FerryError);
   if (PyModule_AddObject(module, "FerryError", ferry_py_FerryError) < 0) {

@@ -20,6 +20,7 @@ typedef struct {
   ferry_py_job job;
   PyObject *error;               /* the exception a failed wait() raised, raised again by later calls */
   PyObject *error_tb;            /* its traceback then: each raise starts from it, so the exception does not grow */
+  size_t tensors;                /* the batch's tensors, for repr (the job's tape is cleared when it finishes) */
   _Atomic unsigned long finisher; /* the thread finishing the job (PyThread ident), 0 when none */
   pthread_mutex_t lock;          /* with `done`: wakes threads waiting for the finisher */
   pthread_cond_t done;
@@ -37,6 +38,7 @@ static PyObject *start(bool h2d, const char *name, PyObject *const *args, Py_ssi
     Py_DECREF(self);
     return NULL;
   }
+  self->tensors = self->job.tape.n_leaves;
   PyObject_GC_Track(self);
   return (PyObject *)self;
 }
@@ -155,7 +157,7 @@ static PyObject *transfer_repr(Transfer *self) {
   const char *state = self->job.state == FERRY_PY_JOB_SUBMITTED  ? "submitted"
                       : self->job.state == FERRY_PY_JOB_FINISHED ? "finished"
                                                                  : "released";
-  return PyUnicode_FromFormat("<ferry.Transfer %s %s, %zu tensor(s) copied>", dir, state, self->job.tape.n_leaves);
+  return PyUnicode_FromFormat("<ferry.Transfer %s %s, %zu tensor(s)>", dir, state, self->tensors);
 }
 
 static PyMethodDef transfer_methods[] = {

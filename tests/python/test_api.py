@@ -43,6 +43,13 @@ def test_error_class_is_a_runtime_error():
     assert issubclass(ferry.FerryError, RuntimeError)
 
 
+def test_every_ferry_error_has_the_error_record_attributes():
+    """Raised for a status or not (the operators' raw-launch timing raises one from a CUresult), a FerryError has
+    status, cu_result, cu_name, call and where."""
+    e = ferry.FerryError("no status")
+    assert (e.status, e.cu_result, e.cu_name, e.call, e.where) == ("", 0, "", "", "")
+
+
 def test_handle_and_exporter_cannot_be_constructed_directly():
     for cls in (ferry.Transfer, ferry.SlabTensor):
         try:

@@ -289,9 +289,9 @@ def test_async_handle_done_then_wait_returns_the_same_batch():
     _ferry._sim_hold(True)
     batch = {"a": device(np.arange(5)), "b": "s"}
     handle = ferry.transfer_tensor_d2h_async(batch)
-    assert not handle.done() and "submitted" in repr(handle)
+    assert not handle.done() and repr(handle) == "<ferry.Transfer d2h submitted, 1 tensor(s)>"
     out = handle.wait()
-    assert handle.done()
+    assert handle.done() and repr(handle) == "<ferry.Transfer d2h finished, 1 tensor(s)>"
     assert handle.wait() is out
     np.testing.assert_array_equal(out["a"], np.arange(5))
     assert out["b"] is batch["b"]
