@@ -112,9 +112,10 @@ static uint64_t parse_size(const char *text) {
   if (end && *end) end++;
   if (end && (*end == 'i' || *end == 'I')) end++;
   if (end && (*end == 'B' || *end == 'b')) end++;
-  if (!end || *end || unit == 0 || !(v > 0))
-    bench_usage_error("bench bandwidth", "--sizes expects sizes like 4K, 64M, 1G; got '%s'", text);
-  return (uint64_t)(v * (double)unit);
+  double bytes = v * (double)unit;
+  if (!end || *end || unit == 0 || !(bytes >= 1) || bytes > (double)((uint64_t)1 << 62))
+    bench_usage_error("bench bandwidth", "--sizes expects sizes like 4K, 64M, 1G (1 byte to 4 EiB); got '%s'", text);
+  return (uint64_t)bytes;
 }
 
 static void usage(void) {
@@ -146,12 +147,12 @@ static void parse(int argc, char **argv, bw_args *a) {
       if (!a->nsizes) bench_usage_error("bench bandwidth", "--sizes expects at least one size");
     } else if (!strcmp(f, "--num-tensors")) {
       while (i + 1 < argc && argv[i + 1][0] != '-' && a->ncounts < 16)
-        a->counts[a->ncounts++] = bench_parse_long(f, argv[++i], 1);
+        a->counts[a->ncounts++] = bench_parse_long(f, argv[++i], 1, INT_MAX);
       if (!a->ncounts) bench_usage_error("bench bandwidth", "--num-tensors expects at least one count");
     } else if (!strcmp(f, "--repeats")) {
-      a->repeats = (int)bench_parse_long(f, bench_value("bench bandwidth", argc, argv, &i), 1);
+      a->repeats = (int)bench_parse_long(f, bench_value("bench bandwidth", argc, argv, &i), 1, INT_MAX);
     } else if (!strcmp(f, "--part-tensors")) {
-      a->part_tensors = bench_parse_long(f, bench_value("bench bandwidth", argc, argv, &i), 1);
+      a->part_tensors = bench_parse_long(f, bench_value("bench bandwidth", argc, argv, &i), 1, INT_MAX);
     } else if (!strcmp(f, "--device")) {
       a->device = bench_parse_device(f, bench_value("bench bandwidth", argc, argv, &i));
     } else if (!strcmp(f, "--output")) {

@@ -105,12 +105,13 @@ FILE *bench_csv_open(const char *path) {
   return f;
 }
 
-long bench_parse_long(const char *flag, const char *text, long min) {
+long bench_parse_long(const char *flag, const char *text, long min, long max) {
   char *end = NULL;
   errno = 0;
   long v = strtol(text, &end, 10);
-  if (errno || !end || *end || end == text || v < min) {
-    fprintf(stderr, "ferry: %s expects an integer >= %ld, got '%s'\n", flag, min, text);
+  if (errno || !end || *end || end == text || v < min || v > max) {
+    if (max == LONG_MAX) fprintf(stderr, "ferry: %s expects an integer >= %ld, got '%s'\n", flag, min, text);
+    else fprintf(stderr, "ferry: %s expects an integer from %ld to %ld, got '%s'\n", flag, min, max, text);
     exit(BENCH_EXIT_USAGE);
   }
   return v;

@@ -9,6 +9,8 @@
 
 #include "internal.h"
 
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -64,8 +66,11 @@ FILE *bench_csv_open(const char *path);
 /* The value of the option at argv[*i] (advancing *i past it), or a usage error when it is the last argument. */
 const char *bench_value(const char *program, int argc, char **argv, int *i);
 
-/* Parses a positive integer or exits naming the flag; `min` is the smallest accepted value. */
-long bench_parse_long(const char *flag, const char *text, long min);
+/* Parses an integer from `min` to `max` or exits with a usage error naming the flag. */
+long bench_parse_long(const char *flag, const char *text, long min, long max);
+
+/* The largest value an option counting MiB accepts: its bytes fit an int64_t. */
+#define BENCH_MAX_MIB (INT64_MAX >> 20)
 double bench_parse_positive_double(const char *flag, const char *text);
 
 /* Parses a CUDA device as "cuda", "cuda:N" or "N" (cuda is cuda:0), or exits with a usage error naming the flag.

@@ -353,9 +353,9 @@ static int parse_options(int argc, char **argv, lat_opts *o) {
     if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
       usage();
       return 0;
-    } else if (!strcmp(f, "--iters")) o->iters = (int)bench_parse_long(f, val(argc, argv, &i), 1);
-    else if (!strcmp(f, "--warmup")) o->warmup = (int)bench_parse_long(f, val(argc, argv, &i), 0);
-    else if (!strcmp(f, "--repeats")) o->repeats = (int)bench_parse_long(f, val(argc, argv, &i), 1);
+    } else if (!strcmp(f, "--iters")) o->iters = (int)bench_parse_long(f, val(argc, argv, &i), 1, SETS);
+    else if (!strcmp(f, "--warmup")) o->warmup = (int)bench_parse_long(f, val(argc, argv, &i), 0, SETS - 1);
+    else if (!strcmp(f, "--repeats")) o->repeats = (int)bench_parse_long(f, val(argc, argv, &i), 1, INT_MAX);
     else if (!strcmp(f, "--output")) o->csv = val(argc, argv, &i);
     else bench_usage_error("bench latency", "unknown argument '%s'", f);
   }

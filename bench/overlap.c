@@ -57,9 +57,9 @@ static void usage(void) {
       "its CSVs with .rank<R> before the extension, and rank 0 merges the summaries into --output.\n");
 }
 
-static int take_list(int argc, char **argv, int *i, const char *flag, long *out, int cap) {
+static int take_list(int argc, char **argv, int *i, const char *flag, long *out, int cap, long max) {
   int n = 0;
-  while (*i + 1 < argc && argv[*i + 1][0] != '-' && n < cap) out[n++] = bench_parse_long(flag, argv[++*i], 1);
+  while (*i + 1 < argc && argv[*i + 1][0] != '-' && n < cap) out[n++] = bench_parse_long(flag, argv[++*i], 1, max);
   if (n == 0) bench_usage_error("bench overlap", "%s expects at least one positive integer", flag);
   return n;
 }
@@ -84,18 +84,18 @@ static void parse(int argc, char **argv, overlap_config *c) {
   for (int i = 0; i < argc; i++) {
     const char *f = argv[i];
     if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(); exit(0); }
-    else if (!strcmp(f, "--total-mib")) c->n_total_mib = take_list(argc, argv, &i, f, c->total_mib, OVERLAP_MAX_LIST);
-    else if (!strcmp(f, "--num-tensors")) c->n_num_tensors = take_list(argc, argv, &i, f, c->num_tensors, OVERLAP_MAX_LIST);
+    else if (!strcmp(f, "--total-mib")) c->n_total_mib = take_list(argc, argv, &i, f, c->total_mib, OVERLAP_MAX_LIST, BENCH_MAX_MIB);
+    else if (!strcmp(f, "--num-tensors")) c->n_num_tensors = take_list(argc, argv, &i, f, c->num_tensors, OVERLAP_MAX_LIST, INT_MAX);
     else if (!strcmp(f, "--output")) c->output = val(argc, argv, &i);
     else if (!strcmp(f, "--samples-output")) c->samples_output = val(argc, argv, &i);
     else if (!strcmp(f, "--device")) c->device = bench_parse_device(f, val(argc, argv, &i));
-    else if (!strcmp(f, "--matrix-size")) c->matrix_size = bench_parse_long(f, val(argc, argv, &i), 1);
+    else if (!strcmp(f, "--matrix-size")) c->matrix_size = bench_parse_long(f, val(argc, argv, &i), 1, 1 << 16);
     else if (!strcmp(f, "--compute-ms")) c->compute_target_ms = bench_parse_positive_double(f, val(argc, argv, &i));
-    else if (!strcmp(f, "--compute-iterations")) c->compute_iterations = bench_parse_long(f, val(argc, argv, &i), 1);
-    else if (!strcmp(f, "--num-warmup")) c->num_warmup = bench_parse_long(f, val(argc, argv, &i), 0);
-    else if (!strcmp(f, "--num-runs")) c->num_runs = bench_parse_long(f, val(argc, argv, &i), 2);
-    else if (!strcmp(f, "--bootstrap-resamples")) c->bootstrap_resamples = bench_parse_long(f, val(argc, argv, &i), 1);
-    else if (!strcmp(f, "--seed")) c->seed = bench_parse_long(f, val(argc, argv, &i), LONG_MIN);
+    else if (!strcmp(f, "--compute-iterations")) c->compute_iterations = bench_parse_long(f, val(argc, argv, &i), 1, INT_MAX);
+    else if (!strcmp(f, "--num-warmup")) c->num_warmup = bench_parse_long(f, val(argc, argv, &i), 0, INT_MAX);
+    else if (!strcmp(f, "--num-runs")) c->num_runs = bench_parse_long(f, val(argc, argv, &i), 2, INT_MAX);
+    else if (!strcmp(f, "--bootstrap-resamples")) c->bootstrap_resamples = bench_parse_long(f, val(argc, argv, &i), 1, INT_MAX);
+    else if (!strcmp(f, "--seed")) c->seed = bench_parse_long(f, val(argc, argv, &i), LONG_MIN, LONG_MAX);
     else bench_usage_error("bench overlap", "unknown argument '%s'", f);
   }
   for (int i = 0; i < c->n_total_mib; i++)

@@ -126,8 +126,8 @@ int bench_ranks_main(int argc, char **argv) {
   const char *output = "ferry-ranks.csv";
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(); return 0; }
-    else if (!strcmp(argv[i], "--total-mib")) mib = bench_parse_long("--total-mib", val(argc, argv, &i), 1);
-    else if (!strcmp(argv[i], "--repeats")) repeats = bench_parse_long("--repeats", val(argc, argv, &i), 1);
+    else if (!strcmp(argv[i], "--total-mib")) mib = bench_parse_long("--total-mib", val(argc, argv, &i), 1, BENCH_MAX_MIB);
+    else if (!strcmp(argv[i], "--repeats")) repeats = bench_parse_long("--repeats", val(argc, argv, &i), 1, INT_MAX);
     else if (!strcmp(argv[i], "--output")) output = val(argc, argv, &i);
     else bench_usage_error("bench ranks", "unknown argument '%s'", argv[i]);
   }

@@ -8,7 +8,9 @@
 #include "../bench/bench.h"
 #include "../bench/common.h"
 
+#include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 static void info_usage(FILE *f) {
   fprintf(f, "usage: ferry info\n\n"
@@ -115,7 +117,15 @@ static int cmd_bench(int argc, char **argv) {
   return BENCH_EXIT_USAGE;
 }
 
+/* At exit: output that could not be written (a full disk, a closed pipe) is a failure, not a silent success. */
+static void check_stdout(void) {
+  if (fflush(stdout) == 0 && !ferror(stdout)) return;
+  fprintf(stderr, "ferry: writing to standard output failed: %s\n", strerror(errno ? errno : EIO));
+  _exit(BENCH_EXIT_FAILURE);
+}
+
 int main(int argc, char **argv) {
+  atexit(check_stdout);
   if (argc < 2) {
     usage(stderr);
     return BENCH_EXIT_USAGE;

@@ -47,4 +47,20 @@ cli_test(overlap_samples_output_is_checked_first 2 stderr "^ferry: --samples-out
 cli_test(bandwidth_rejects_a_malformed_size 2 stderr "^ferry: bench bandwidth: --sizes expects sizes like"
   bench bandwidth --sizes 64Q)
 cli_test(latency_rejects_too_many_iterations 2 stderr "^ferry: bench latency: --iters \\+ --warmup must be at most"
-  bench latency --iters 200)
+  bench latency --iters 100 --warmup 20)
+cli_test(latency_rejects_a_count_past_its_operand_sets 2 stderr "^ferry: --warmup expects an integer from 0 to 109"
+  bench latency --warmup 2147483648)
+cli_test(bandwidth_rejects_a_size_under_a_byte 2 stderr "^ferry: bench bandwidth: --sizes expects sizes like"
+  bench bandwidth --sizes 0.1)
+cli_test(bandwidth_rejects_a_size_past_4_eib 2 stderr "^ferry: bench bandwidth: --sizes expects sizes like"
+  bench bandwidth --sizes 1e300G)
+cli_test(bandwidth_rejects_repeats_past_an_int 2 stderr "^ferry: --repeats expects an integer from 1 to 2147483647"
+  bench bandwidth --repeats 4294967296)
+cli_test(overlap_rejects_a_payload_whose_bytes_overflow 2 stderr "^ferry: --total-mib expects an integer from 1 to"
+  bench overlap --total-mib 17592186044417 --num-tensors 2)
+# Output that cannot be written is a failure (exit 1 with a message), not a silent success.
+if(EXISTS /dev/full)
+  add_test(NAME cli_help_to_a_full_device_fails
+    COMMAND sh -c "$<TARGET_FILE:ferry_cli> --help > /dev/full 2> \"$1\"; rc=$?; grep -q 'writing to standard output failed' \"$1\" && test $rc -eq 1"
+    sh ${CMAKE_CURRENT_BINARY_DIR}/cli_help_to_a_full_device.err)
+endif()
