@@ -84,8 +84,10 @@ static void parse(int argc, char **argv, overlap_config *c) {
   for (int i = 0; i < argc; i++) {
     const char *f = argv[i];
     if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(); exit(0); }
-    else if (!strcmp(f, "--total-mib")) c->n_total_mib = take_list(argc, argv, &i, f, c->total_mib, OVERLAP_MAX_LIST, BENCH_MAX_MIB);
-    else if (!strcmp(f, "--num-tensors")) c->n_num_tensors = take_list(argc, argv, &i, f, c->num_tensors, OVERLAP_MAX_LIST, INT_MAX);
+    else if (!strcmp(f, "--total-mib"))
+      c->n_total_mib = take_list(argc, argv, &i, f, c->total_mib, OVERLAP_MAX_LIST, BENCH_MAX_MIB);
+    else if (!strcmp(f, "--num-tensors"))
+      c->n_num_tensors = take_list(argc, argv, &i, f, c->num_tensors, OVERLAP_MAX_LIST, INT_MAX);
     else if (!strcmp(f, "--output")) c->output = val(argc, argv, &i);
     else if (!strcmp(f, "--samples-output")) c->samples_output = val(argc, argv, &i);
     else if (!strcmp(f, "--device")) c->device = bench_parse_device(f, val(argc, argv, &i));

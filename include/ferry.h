@@ -174,8 +174,9 @@ typedef struct ferry_tensor {
 } ferry_tensor;
 
 /** Bytes the tensor's elements occupy when packed (product of shape × element size).
- *  Fails with FERRY_INVALID_ARGUMENT on a negative dimension, ndim past FERRY_MAX_NDIM or a zero-width dtype,
- *  and FERRY_OVERFLOW when the product does not fit in 64 bits. */
+ *  Fails with FERRY_INVALID_ARGUMENT on a negative dimension, ndim past FERRY_MAX_NDIM, a NULL shape with ndim
+ *  > 0 or a zero-width dtype, FERRY_UNSUPPORTED on a dtype that is not a whole number of bytes (bits x lanes not
+ *  a multiple of 8), and FERRY_OVERFLOW when the product exceeds 2^62 bytes. */
 FERRY_API ferry_status ferry_tensor_nbytes(const ferry_tensor *tensor, uint64_t *out_bytes);
 
 #define FERRY_MAX_NDIM 16
@@ -218,16 +219,19 @@ FERRY_API void ferry_transfer_options_init(ferry_transfer_options *options);
  *
  *  Tensors on `options->device` (FERRY_DEVICE_CUDA) are copied into one pinned host slab; their outputs are
  *  compact row-major FERRY_DEVICE_CPU tensors viewing it. Every other tensor (host memory, another device) is
- *  passed through: its output is the input descriptor itself. Zero-size tensors give empty outputs. When there is
- *  no driver or no device, every tensor passes through and the call succeeds.
+ *  passed through: its output is the input descriptor (its data the input's; its shape and strides copied, as
+ *  every output's, into the ticket). Zero-size tensors give empty outputs. When there is no driver or no device,
+ *  every tensor passes through and the call succeeds, after the checks a device would make of the CUDA tensors
+ *  (INVALID_ARGUMENT, OVERFLOW or UNSUPPORTED for a descriptor a device would refuse).
  *
  *  ferry reads each input descriptor (shape and strides included) once, during the call, and plans from its own
  *  copy: the arrays may change or be freed as soon as the call returns. The tensors' data must stay valid and
  *  unchanged until the transfer completes.
  *
  *  Ownership: on success *out_transfer is a new ticket the caller releases with ferry_transfer_release. On
- *  failure nothing was allocated or left pinned, *out_transfer is untouched and no memory that a queued copy may
- *  still touch is reused before that copy has finished.
+ *  failure *out_transfer is untouched, nothing the call allocated is left in use (a region it pinned stays in the
+ *  pool for later transfers, as after a success) and no memory that a queued copy may still touch is reused
+ *  before that copy has finished.
  *
  *  Same as ferry_transfer_begin_d2h, one ferry_transfer_add of all the tensors, and ferry_transfer_end (releasing
  *  the ticket when any of them fails). */

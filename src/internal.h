@@ -299,6 +299,11 @@ typedef struct ferry__plan_input {
 
 ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *entries, ferry__plan *out);
 
+/* The checks ferry__plan_make makes of one tensor it would copy (size, dtype, data, extent; `index` names it in
+ * the message), *out_bytes its size; also what a transfer without a device checks of the tensors it passes
+ * through that a device would have copied. */
+ferry_status ferry__plan_check_tensor(const ferry_tensor *t, size_t index, uint64_t *out_bytes);
+
 /* Fills the work items and layouts for every entry routed `route` (FERRY__GATHER or FERRY__PACK): each item's
  * destination is dst_base + the entry's slab offset. Sources are the tensors' own addresses (device pointers, or
  * pinned host pointers, which the device reads under unified addressing). */

@@ -197,6 +197,30 @@ static ferry_status check_layout(const ferry_tensor *t, size_t i) {
 /* A batch's slab is bounded like a tensor (2^62 bytes), so the layout's sums cannot wrap. */
 #define FERRY_SLAB_MAX ((uint64_t)1 << 62)
 
+ferry_status ferry__plan_check_tensor(const ferry_tensor *t, size_t index, uint64_t *out_bytes) {
+  uint64_t nb;
+  ferry_status st = ferry_tensor_nbytes(t, &nb);
+  if (st != FERRY_OK) {
+    char msg[sizeof ferry_last_error()->message];
+    memcpy(msg, ferry_last_error()->message, sizeof msg);
+    return FERRY_ERR(st, "tensor %zu: %s", index, msg);
+  }
+  *out_bytes = nb;
+  if (nb == 0) {
+    /* Its output carries compact strides too, and an empty shape's may not fit int64 (a non-empty one's do). */
+    int64_t strides[FERRY_MAX_NDIM];
+    char sh[200];
+    if (!ferry__compact_strides(t->ndim, t->shape, strides))
+      return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu: the compact strides of shape %s (empty) overflow 64 bits", index,
+                       dims_text(t->shape, t->ndim, sh, sizeof sh));
+    return FERRY_OK;
+  }
+  if (!t->data && t->byte_offset == 0)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "tensor %zu: data is NULL but the tensor holds %llu bytes", index,
+                     (unsigned long long)nb);
+  return check_extent(t, index, nb);
+}
+
 ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e, ferry__plan *out) {
   ferry__plan p;
   memset(&p, 0, sizeof p);
@@ -215,29 +239,13 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *e,
     x->src = NULL;
     if (!in->is_ours[i]) continue;
     uint64_t nb;
-    ferry_status st = ferry_tensor_nbytes(t, &nb);
-    if (st != FERRY_OK) {
-      char msg[sizeof ferry_last_error()->message];
-      memcpy(msg, ferry_last_error()->message, sizeof msg);
-      return FERRY_ERR(st, "tensor %zu: %s", in->first_index + i, msg);
-    }
+    ferry_status st = ferry__plan_check_tensor(t, in->first_index + i, &nb);
+    if (st != FERRY_OK) return st;
     x->nbytes = nb;
     if (nb == 0) {
-      /* Its output carries compact strides too, and an empty shape's may not fit int64 (a non-empty one's do). */
-      int64_t strides[FERRY_MAX_NDIM];
-      char sh[200];
-      if (!ferry__compact_strides(t->ndim, t->shape, strides))
-        return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu: the compact strides of shape %s (empty) overflow 64 bits",
-                         in->first_index + i,
-                         dims_text(t->shape, t->ndim, sh, sizeof sh));
       x->route = FERRY__EMPTY;
       continue;
     }
-    if (!t->data && t->byte_offset == 0) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "tensor %zu: data is NULL but "
-                                                          "the tensor holds %llu bytes", in->first_index + i,
-                                                          (unsigned long long)nb);
-    st = check_extent(t, in->first_index + i, nb);
-    if (st != FERRY_OK) return st;
     x->route = FERRY__DMA; /* provisional: pass 2 decides */
     x->src = (const char *)(uintptr_t)((uint64_t)(uintptr_t)t->data + t->byte_offset); /* data may be NULL */
     x->src_pinned = in->pinned ? in->pinned[i] : 1;

@@ -50,6 +50,7 @@ struct ferry_transfer {
   part *parts;
   size_t n_parts, cap_parts;
   ferry__fence *fence;  /* recorded when the transfer settles; its error, if any, sticks to it */
+  struct kept_dims *kept_dims; /* the passed-through outputs' shapes and strides, copied (keep_passthrough_dims) */
   atomic_bool staging_released;
 };
 
@@ -517,11 +518,53 @@ static void set_output(ferry_transfer *t, size_t i, const ferry_tensor *in, cons
   t->copied[i] = empty ? COPIED_EMPTY : COPIED_TO_SLAB;
 }
 
-/* Appends `count` pass-through outputs: the inputs' own descriptors. */
-static void append_passthrough(ferry_transfer *t, const ferry_tensor *in, size_t count) {
+/* A block of shapes and strides of outputs outside any part (passed through, or empty), owned by the ticket. */
+typedef struct kept_dims {
+  struct kept_dims *next;
+  int64_t dims[];
+} kept_dims;
+
+/* Room for `n` dimensions that lives as long as the ticket, or NULL (the error recorded). */
+static int64_t *ticket_dims(ferry_transfer *t, size_t n, size_t outputs) {
+  kept_dims *k = malloc(sizeof *k + n * sizeof(int64_t));
+  if (!k) {
+    (void)FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "allocating the shapes of %zu outputs", outputs);
+    return NULL;
+  }
+  k->next = t->kept_dims;
+  t->kept_dims = k;
+  return k->dims;
+}
+
+/* Points the passed-through outputs among [first, first + count) at copies of their shapes and strides that the
+ * ticket owns: the caller may free its arrays once the call returns (ferry.h), outputs included. */
+static ferry_status keep_passthrough_dims(ferry_transfer *t, size_t first, size_t count) {
+  size_t n = 0;
+  for (size_t i = first; i < first + count; i++)
+    if (!t->copied[i] && VALID_NDIM(t->outputs[i].ndim) && t->outputs[i].shape) n += 2 * (size_t)t->outputs[i].ndim;
+  if (n == 0) return FERRY_OK;
+  int64_t *d = ticket_dims(t, n, count);
+  if (!d) return FERRY_OUT_OF_HOST_MEMORY;
+  for (size_t i = first; i < first + count; i++) {
+    ferry_tensor *o = &t->outputs[i];
+    if (t->copied[i] || !VALID_NDIM(o->ndim) || !o->shape) continue;
+    size_t nd = (size_t)o->ndim;
+    memcpy(d, o->shape, nd * sizeof *d);
+    if (o->strides) memcpy(d + nd, o->strides, nd * sizeof *d);
+    o->shape = d;
+    o->strides = o->strides ? d + nd : NULL;
+    d += 2 * nd;
+  }
+  return FERRY_OK;
+}
+
+/* Appends `count` pass-through outputs: the inputs' descriptors, their shapes and strides copied. */
+static ferry_status append_passthrough(ferry_transfer *t, const ferry_tensor *in, size_t count) {
   memcpy(t->outputs + t->count, in, count * sizeof *in);
   memset(t->copied + t->count, 0, count);
-  t->count += count;
+  ferry_status st = keep_passthrough_dims(t, t->count, count);
+  if (st == FERRY_OK) t->count += count;
+  return st;
 }
 
 /* Fences everything queued so far: the second stream is joined into the copy stream, the parts' gather staging
@@ -644,6 +687,24 @@ cleanup:
 
 static bool should_cut(const ferry_transfer *t, const ferry__plan *plan, const ferry_tensor *in, size_t count);
 
+/* Lays out the outputs of an add: ours in the part's slab at `base` (NULL when they are all empty), their shapes
+ * and strides in `dims`; the others passed through. */
+static ferry_status lay_out(ferry_transfer *t, const ferry_tensor *in, size_t count, const part_scratch *sc,
+                           char *base, int64_t *dims) {
+  for (size_t i = 0; i < count; i++) {
+    if (sc->entries[i].route == FERRY__PASS) {
+      t->outputs[t->count + i] = in[i];
+      t->copied[t->count + i] = 0;
+      continue;
+    }
+    set_output(t, t->count + i, &sc->inputs[i], &sc->entries[i], base, dims);
+    dims += 2 * (sc->inputs[i].ndim > 0 ? sc->inputs[i].ndim : 0);
+  }
+  ferry_status st = keep_passthrough_dims(t, t->count, count);
+  if (st == FERRY_OK) t->count += count;
+  return st;
+}
+
 /* Plans and queues one part: the outputs [t->count, t->count + count). Kills the transfer on failure. With
  * `cut_instead` (a D2H part whole), a part that should_cut says is too large for the pool queues nothing and sets
  * *cut_instead: the caller adds it in sub-parts, each pinned with `exact_growth`. */
@@ -664,7 +725,7 @@ static ferry_status add_part(ferry_transfer *t, const ferry_tensor *in, size_t c
   ferry__plan plan;
   FERRY_TRY(ferry__plan_make(&pin, sc.entries, &plan));
   if (plan.n_copied == 0) { /* nothing of ours: every output is its input */
-    append_passthrough(t, in, count);
+    st = append_passthrough(t, in, count);
     goto cleanup;
   }
   if (cut_instead && should_cut(t, &plan, sc.inputs, count)) {
@@ -674,6 +735,11 @@ static ferry_status add_part(ferry_transfer *t, const ferry_tensor *in, size_t c
   size_t out_dims = 0;
   for (size_t i = 0; i < count; i++)
     if (sc.entries[i].route != FERRY__PASS) out_dims += 2 * (size_t)(sc.inputs[i].ndim > 0 ? sc.inputs[i].ndim : 0);
+  if (plan.total == 0) { /* every tensor of ours is empty: outputs that view no slab, and no part */
+    int64_t *dims = out_dims ? ticket_dims(t, out_dims, count) : NULL;
+    st = out_dims && !dims ? FERRY_OUT_OF_HOST_MEMORY : lay_out(t, in, count, &sc, NULL, dims);
+    goto cleanup;
+  }
   FERRY_TRY(new_part(t, &p));
   p->first = t->count;
   p->count = count;
@@ -683,19 +749,7 @@ static ferry_status add_part(ferry_transfer *t, const ferry_tensor *in, size_t c
   }
   FERRY_TRY(submit_part(t, &pin, &plan, &sc, exact_growth, p));
 
-  /* The copies run; lay out the outputs meanwhile. */
-  char *base = p->slab->data;
-  int64_t *dims = p->dims;
-  for (size_t i = 0; i < count; i++) {
-    if (sc.entries[i].route == FERRY__PASS) {
-      t->outputs[t->count + i] = in[i];
-      t->copied[t->count + i] = 0;
-      continue;
-    }
-    set_output(t, t->count + i, &sc.inputs[i], &sc.entries[i], base, dims);
-    dims += 2 * (sc.inputs[i].ndim > 0 ? sc.inputs[i].ndim : 0);
-  }
-  t->count += count;
+  st = lay_out(t, in, count, &sc, p->slab->data, p->dims); /* while the copies run */
 cleanup:
   if (entered) ferry__ctx_leave();
   scratch_put();
@@ -746,8 +800,8 @@ static bool should_cut(const ferry_transfer *t, const ferry__plan *plan, const f
 }
 
 /* The next sub-part of a cut part: its first `count` tensors and what they may take (`bytes`). It fills the room
- * next_room gives (at most a chunk; a tensor larger than that alone) and goes in a free range of the pool that holds it, unless that range is a large
- * tensor's (large_tensors_range). Else it shrinks to fill the largest free range smaller than it, if that holds
+ * next_room gives (at most a chunk; a tensor larger than that alone) and goes in a free range of the pool that
+ * holds it, unless that range is a large tensor's (large_tensors_range). Else it shrinks to fill the largest free range smaller than it, if that holds
  * its first tensor and is worth a sub-part (an eighth of a chunk): a batch seen before then pins little however its
  * parts were split. Otherwise a region is pinned for it (`pin`); a large tensor's range is taken only when no other
  * range is free at all. */
@@ -775,7 +829,8 @@ static sub_part fill(const ferry_tensor *in, size_t count, uint64_t room) {
 static uint64_t next_room(ferry_transfer *t) {
   if (!t->sub_part_room) t->sub_part_room = worthwhile_bytes();
   uint64_t room = t->sub_part_room;
-  if (room < ferry__pin_chunk_bytes) t->sub_part_room = room * 2 < ferry__pin_chunk_bytes ? room * 2 : ferry__pin_chunk_bytes;
+  if (room < ferry__pin_chunk_bytes)
+    t->sub_part_room = room * 2 < ferry__pin_chunk_bytes ? room * 2 : ferry__pin_chunk_bytes;
   return room;
 }
 
@@ -834,6 +889,20 @@ cleanup:
   return st;
 }
 
+/* Without a device everything passes through, after the checks a device would have made of the tensors it copies:
+ * a program that runs without a GPU does not fail on one for a bad descriptor. */
+static ferry_status check_without_a_device(const ferry_transfer *t, const ferry_tensor *in, size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    int32_t dt = in[i].device.device_type;
+    bool copied_with_a_device = t->h2d ? dt == FERRY_DEVICE_CPU || dt == FERRY_DEVICE_CUDA_HOST
+                                       : dt == FERRY_DEVICE_CUDA || dt == FERRY_DEVICE_CUDA_MANAGED;
+    uint64_t bytes;
+    ferry_status st = copied_with_a_device ? ferry__plan_check_tensor(&in[i], t->count + i, &bytes) : FERRY_OK;
+    if (st != FERRY_OK) return st;
+  }
+  return FERRY_OK;
+}
+
 ferry_status ferry_transfer_add(ferry_transfer *t, const ferry_tensor *in, size_t count) {
   ferry_status st = FERRY_OK;
   if (!t) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_transfer_add: transfer is NULL");
@@ -844,8 +913,9 @@ ferry_status ferry_transfer_add(ferry_transfer *t, const ferry_tensor *in, size_
   st = grow_outputs(t, count);
   if (st != FERRY_OK) return fail(t, st);
   if (t->device < 0) {
-    append_passthrough(t, in, count);
-    return FERRY_OK;
+    st = check_without_a_device(t, in, count);
+    if (st == FERRY_OK) st = append_passthrough(t, in, count);
+    return st == FERRY_OK ? FERRY_OK : fail(t, st);
   }
   bool cut = false;
   st = add_part(t, in, count, false, t->h2d ? NULL : &cut);
@@ -973,6 +1043,10 @@ void ferry_transfer_release(ferry_transfer *t) {
     free(t->parts[k].dims);
   }
   ferry__fence_unref(t->fence);
+  for (kept_dims *k = t->kept_dims, *next; k; k = next) {
+    next = k->next;
+    free(k);
+  }
   free(t->parts);
   free(t->outputs);
   free(t->copied);

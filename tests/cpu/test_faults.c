@@ -91,6 +91,37 @@ TEST(fake_d2h_is_exact_and_returns_slab) {
   ASSERT_EQ(fake_live_devmem, 0); /* gather staging freed */
 }
 
+/* A batch whose tensors are all empty copies nothing: no slab, no pinned or device memory, outputs with data. */
+TEST(fake_empty_tensors_take_no_slab) {
+  fake_driver_use();
+  ASSERT_OK(ferry_init());
+  ASSERT_OK(ferry_pool_trim());
+  int64_t shapes[2][2] = {{0, 3}, {5, 0}};
+  static float data[1];
+  ferry_tensor t[2];
+  for (int i = 0; i < 2; i++)
+    t[i] = (ferry_tensor){data, {FERRY_DEVICE_CUDA, 0}, 2, {FERRY_DTYPE_FLOAT, 32, 1}, shapes[i], NULL, 0};
+  ferry_transfer_options o = options(0);
+  for (int h2d = 0; h2d < 2; h2d++) {
+    if (h2d) t[0].device = t[1].device = (ferry_device){FERRY_DEVICE_CPU, 0};
+    ferry_transfer *tr = NULL;
+    ASSERT_OK(h2d ? ferry_transfer_h2d(t, 2, &o, &tr) : ferry_transfer_d2h(t, 2, &o, &tr));
+    ASSERT_OK(ferry_transfer_wait(tr));
+    ASSERT_EQ(ferry_transfer_slab_count(tr), 0);
+    ferry_pool_stats s;
+    ferry_pool_stats_get(&s);
+    ASSERT_EQ(s.bytes_pinned, 0);
+    ASSERT_EQ(fake_live_devmem, 0);
+    const ferry_tensor *out = ferry_transfer_outputs(tr);
+    for (int i = 0; i < 2; i++) {
+      ASSERT_EQ(ferry_transfer_output_copied(tr, (size_t)i), 1);
+      ASSERT(out[i].shape != shapes[i] && out[i].shape[0] == shapes[i][0] && out[i].shape[1] == shapes[i][1]);
+      ASSERT(h2d || out[i].data != NULL); /* a host output's data is valid, never read */
+    }
+    ferry_transfer_release(tr);
+  }
+}
+
 /* The D2H gather in several chunks (forced small): a strided tensor cut across chunk boundaries must come out
  * exact, its layout repeated in each chunk's work list. */
 TEST(fake_d2h_pipeline_chunks_are_exact) {

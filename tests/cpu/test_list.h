@@ -29,10 +29,12 @@
   X(plan_counts_every_item_of_a_strided_tensor_of_odd_width) \
   X(plan_refuses_early_a_strided_layout_too_deep_for_the_items) \
   X(no_driver_passes_everything_through)    \
+  X(no_driver_still_refuses_a_descriptor_a_device_would_refuse) \
   X(no_driver_reports_zero_devices)         \
   X(no_driver_pool_calls_fail_cleanly)      \
   X(options_struct_size_checked)            \
   X(fake_d2h_is_exact_and_returns_slab)     \
+  X(fake_empty_tensors_take_no_slab)        \
   X(fake_d2h_pipeline_chunks_are_exact)     \
   X(fake_h2d_is_exact_over_every_route)     \
   X(d2h_of_an_empty_tensor_with_overflowing_strides_is_refused) \

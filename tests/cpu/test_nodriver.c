@@ -21,7 +21,9 @@ TEST(no_driver_passes_everything_through) {
   ASSERT_EQ(ferry_transfer_count(tr), 1);
   ASSERT_EQ(ferry_transfer_device(tr), -1);
   ASSERT(ferry_transfer_outputs(tr)[0].data == data);
-  ASSERT(ferry_transfer_outputs(tr)[0].shape == shape);
+  shape[0] = 5; /* the caller's arrays are its own again once the call returns: the output's shape is the ticket's */
+  ASSERT_EQ(ferry_transfer_outputs(tr)[0].shape[0], 4);
+  shape[0] = 4;
   ASSERT_EQ(ferry_transfer_output_copied(tr, 0), 0);
   ASSERT(ferry_transfer_slab(tr) == NULL);
   ASSERT_OK(ferry_transfer_wait(tr));
@@ -31,6 +33,23 @@ TEST(no_driver_passes_everything_through) {
   ferry_transfer_release(tr);
   ASSERT_EQ(ferry_last_error()->status, before.status);
   ASSERT(strcmp(ferry_last_error()->message, before.message) == 0);
+}
+
+TEST(no_driver_still_refuses_a_descriptor_a_device_would_refuse) {
+  if (driver_present()) return;
+  int64_t negative[1] = {-4};
+  float data[4] = {0};
+  ferry_tensor ok = {data, {FERRY_DEVICE_CUDA, 0}, 1, {FERRY_DTYPE_FLOAT, 32, 1}, negative, NULL, 0};
+  ferry_tensor bad[3] = {ok, ok, ok};
+  int64_t four[1] = {4};
+  bad[0].shape = bad[1].shape = four;
+  ferry_transfer *tr = NULL;
+  ASSERT_EQ(ferry_transfer_d2h(bad, 3, NULL, &tr), FERRY_INVALID_ARGUMENT); /* tensor 2: a negative dimension */
+  ASSERT(tr == NULL && strstr(ferry_last_error()->message, "tensor 2: dimension 0 is negative") != NULL);
+  bad[2].device.device_type = FERRY_DEVICE_CPU; /* a host tensor in a D2H passes through unchecked, as with a device */
+  ASSERT_OK(ferry_transfer_d2h(bad, 3, NULL, &tr));
+  ferry_transfer_release(tr);
+  ASSERT_EQ(ferry_transfer_h2d(bad, 3, NULL, &tr), FERRY_INVALID_ARGUMENT); /* ... which H2D copies */
 }
 
 TEST(no_driver_reports_zero_devices) {

@@ -1,6 +1,6 @@
 /* Large batches through the fake driver. Chunked pinning: a D2H batch larger than any free range of the pool is cut
- * into sub-parts that ramp from an eighth of ferry__pin_chunk_bytes up to it, each in a slab pinned to its size, and each sub-part's copies are
- * queued before the next region is pinned; the same batch again pins nothing; a batch the pool can hold stays one
+ * into sub-parts that ramp from an eighth of ferry__pin_chunk_bytes up to it, each in a slab pinned to its size,
+ * and each sub-part's copies are queued before the next region is pinned; the same batch again pins nothing; a batch the pool can hold stays one
  * slab; a failed pin in a later chunk kills the transfer without leaking. Sizes are scaled down (4 MiB chunks). The
  * memory a pin may take: past the machine's memory, MemAvailable or a cgroup limit, it fails before any page is
  * touched. */
