@@ -50,7 +50,7 @@ struct ferry_transfer {
   part *parts;
   size_t n_parts, cap_parts;
   ferry__fence *fence;  /* recorded when the transfer settles; its error, if any, sticks to it */
-  struct kept_dims *kept_dims; /* the passed-through outputs' shapes and strides, copied (keep_passthrough_dims) */
+  struct kept_dims *kept_dims; /* shapes and strides of outputs in no part: passed through or empty (ticket_dims) */
   atomic_bool staging_released;
 };
 
@@ -244,14 +244,18 @@ static ferry_status scratch_new(const ferry_tensor *in, size_t count, part_scrat
 
 /* Copies the descriptors of the tensors on the transfer's source side, shape and strides included: from here on
  * the part is planned and submitted from these copies alone, whatever happens to the caller's arrays. */
+/* Whether a tensor on `d` is on the side this transfer copies from: host memory for H2D, a CUDA device for D2H (the
+ * transfer's own device, copy_inputs adds; any, for the checks made without one). */
+static bool on_source_side(const ferry_transfer *t, ferry_device d) {
+  return t->h2d ? d.device_type == FERRY_DEVICE_CPU || d.device_type == FERRY_DEVICE_CUDA_HOST
+                : d.device_type == FERRY_DEVICE_CUDA || d.device_type == FERRY_DEVICE_CUDA_MANAGED;
+}
+
 static void copy_inputs(const ferry_transfer *t, const ferry_tensor *in, size_t count, part_scratch *sc) {
   int64_t *dims = sc->dims;
   for (size_t i = 0; i < count; i++) {
     ferry_tensor c = in[i];
-    int32_t dt = c.device.device_type;
-    sc->is_ours[i] = t->h2d ? (dt == FERRY_DEVICE_CPU || dt == FERRY_DEVICE_CUDA_HOST)
-                            : ((dt == FERRY_DEVICE_CUDA || dt == FERRY_DEVICE_CUDA_MANAGED) &&
-                               c.device.device_id == t->device);
+    sc->is_ours[i] = on_source_side(t, c.device) && (t->h2d || c.device.device_id == t->device);
     if (sc->is_ours[i] && VALID_NDIM(c.ndim) && c.shape) {
       size_t nd = (size_t)c.ndim;
       memcpy(dims, c.shape, nd * sizeof *dims);
@@ -801,10 +805,10 @@ static bool should_cut(const ferry_transfer *t, const ferry__plan *plan, const f
 
 /* The next sub-part of a cut part: its first `count` tensors and what they may take (`bytes`). It fills the room
  * next_room gives (at most a chunk; a tensor larger than that alone) and goes in a free range of the pool that
- * holds it, unless that range is a large tensor's (large_tensors_range). Else it shrinks to fill the largest free range smaller than it, if that holds
- * its first tensor and is worth a sub-part (an eighth of a chunk): a batch seen before then pins little however its
- * parts were split. Otherwise a region is pinned for it (`pin`); a large tensor's range is taken only when no other
- * range is free at all. */
+ * holds it, unless that range is a large tensor's (large_tensors_range). Else it shrinks to fill the largest free
+ * range smaller than it, if that holds its first tensor and is worth a sub-part (an eighth of a chunk): a batch seen
+ * before then pins little however its parts were split. Otherwise a region is pinned for it (`pin`); a large
+ * tensor's range is taken only when no other range is free at all. */
 typedef struct sub_part {
   size_t count;
   uint64_t bytes;
@@ -893,11 +897,9 @@ cleanup:
  * a program that runs without a GPU does not fail on one for a bad descriptor. */
 static ferry_status check_without_a_device(const ferry_transfer *t, const ferry_tensor *in, size_t count) {
   for (size_t i = 0; i < count; i++) {
-    int32_t dt = in[i].device.device_type;
-    bool copied_with_a_device = t->h2d ? dt == FERRY_DEVICE_CPU || dt == FERRY_DEVICE_CUDA_HOST
-                                       : dt == FERRY_DEVICE_CUDA || dt == FERRY_DEVICE_CUDA_MANAGED;
     uint64_t bytes;
-    ferry_status st = copied_with_a_device ? ferry__plan_check_tensor(&in[i], t->count + i, &bytes) : FERRY_OK;
+    if (!on_source_side(t, in[i].device)) continue;
+    ferry_status st = ferry__plan_check_tensor(&in[i], t->count + i, &bytes);
     if (st != FERRY_OK) return st;
   }
   return FERRY_OK;
