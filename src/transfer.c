@@ -695,16 +695,18 @@ static bool should_cut(const ferry_transfer *t, const ferry__plan *plan, const f
  * and strides in `dims`; the others passed through. */
 static ferry_status lay_out(ferry_transfer *t, const ferry_tensor *in, size_t count, const part_scratch *sc,
                            char *base, int64_t *dims) {
+  bool passed = false;
   for (size_t i = 0; i < count; i++) {
     if (sc->entries[i].route == FERRY__PASS) {
       t->outputs[t->count + i] = in[i];
       t->copied[t->count + i] = 0;
+      passed = true;
       continue;
     }
     set_output(t, t->count + i, &sc->inputs[i], &sc->entries[i], base, dims);
     dims += 2 * (sc->inputs[i].ndim > 0 ? sc->inputs[i].ndim : 0);
   }
-  ferry_status st = keep_passthrough_dims(t, t->count, count);
+  ferry_status st = passed ? keep_passthrough_dims(t, t->count, count) : FERRY_OK; /* no second pass when none */
   if (st == FERRY_OK) t->count += count;
   return st;
 }

@@ -71,11 +71,12 @@ static int overlaps(const operand *x, const operand *out) {
 }
 
 /* Every kernel loads whole elements: a tensor whose first element is not aligned to its size would fault (a sticky
- * error) whatever the operator's own alignment requirement. */
-static ferry_status check_element_aligned(const char *what, uintptr_t at, int bytes) {
+ * error) whatever the operator's own alignment requirement. The tensor is named `what` + `name` ("operand " "A",
+ * "bias" ""), put together only in the message: this runs on every ferry_gemm_args_init. */
+static ferry_status check_element_aligned(const char *what, const char *name, uintptr_t at, int bytes) {
   if (at % (uintptr_t)bytes == 0) return FERRY_OK;
-  return FERRY_ERR(FERRY_INVALID_ARGUMENT, "%s: its first element, at 0x%llx, is not aligned to its %d-byte elements "
-                   "(every kernel would fault reading it)", what, (unsigned long long)at, bytes);
+  return FERRY_ERR(FERRY_INVALID_ARGUMENT, "%s%s: its first element, at 0x%llx, is not aligned to its %d-byte "
+                   "elements (every kernel would fault reading it)", what, name, (unsigned long long)at, bytes);
 }
 
 /* "cpu", "cuda:0", ... for error messages. */
@@ -192,9 +193,7 @@ static ferry_status read_operand(const char *name, const ferry_tensor *t, const 
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: data is NULL but the tensor has elements", name);
   o->addr = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
   o->span = empty ? 0 : (uint64_t)((last + 1) * scalar_bytes(o->type));
-  char what[16];
-  snprintf(what, sizeof what, "operand %s", name);
-  return check_element_aligned(what, o->addr, scalar_bytes(o->type));
+  return check_element_aligned("operand ", name, o->addr, scalar_bytes(o->type));
 bad_type:
   return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: dtype %s is not a GEMM type (float16, bfloat16, float32, "
                    "float8_e4m3fn, float8_e5m2, int8 or int32)", name,
@@ -366,7 +365,7 @@ ferry_status ferry_gemm_args_set_epilogue(ferry_gemm_args *args, const ferry_ten
     if (!bias->data && want > 0)
       return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias: data is NULL but the tensor has elements");
     data = (const char *)bias->data + bias->byte_offset;
-    ferry_status aligned = check_element_aligned("bias", (uintptr_t)data, scalar_bytes(p->out_type));
+    ferry_status aligned = check_element_aligned("bias", "", (uintptr_t)data, scalar_bytes(p->out_type));
     if (aligned != FERRY_OK) return aligned;
   }
   if (p->out_type == FERRY_SCALAR_I32 && (bias || activation != FERRY_ACTIVATION_NONE))
