@@ -19,7 +19,7 @@ endforeach()
 
 target_sources(ferry_objects PRIVATE
   src/rtc.c src/ops/args.c src/ops/registry.c src/ops/supports.c src/ops/target.c src/ops/source.c
-  src/ops/compile.c src/ops/cache.c src/ops/artifact.c src/ops/run.c src/ops/graph.c src/ops/sha256.c
+  src/ops/compile.c src/ops/cache.c src/ops/artifact.c src/ops/run.c src/ops/tma.c src/ops/graph.c src/ops/sha256.c
   src/ops/xxh64.c ${ferry_kernel_text_sources})
 
 if(FERRY_BUILD_TOOLS)
@@ -126,6 +126,8 @@ if(FERRY_NVCC)
         set(arch -gencode=arch=compute_90a,code=sm_90a)
         if(family STREQUAL "WGMMA_PERSISTENT")
           list(APPEND design_flags -DFERRY_PERSISTENT=1)
+        elseif(family STREQUAL "WGMMA_TMA")
+          list(APPEND design_flags -DFERRY_PERSISTENT=1 -DFERRY_TMA=1)
         endif()
       endif()
       list(APPEND design_flags -DFERRY_A_TYPE=2 -DFERRY_OUT_TYPE=2) # bf16

@@ -85,6 +85,9 @@ typedef CUresult (*ferry__batch_v13_fn)(CUdeviceptr *, CUdeviceptr *, size_t *, 
   X(cuGraphExecKernelNodeSetParams, (CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *))              \
   X(cuGraphDestroy, (CUgraph))                                                                                \
   X(cuGraphExecDestroy, (CUgraphExec))                                                                        \
+  X(cuTensorMapEncodeTiled, (CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,      \
+                             const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, \
+                             CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill))           \
   /* for the operator tests and benchmarks: plain allocations, synchronous copies, event timing */             \
   X(cuMemAlloc, (CUdeviceptr *, size_t))                                                                      \
   X(cuMemFree, (CUdeviceptr))                                                                                 \

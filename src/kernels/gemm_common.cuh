@@ -278,6 +278,29 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
                "r"(parity)
                : "memory");
 }
+// TMA (gemm_wgmma.cu's FERRY_TMA schedule): a tensor map (CUtensorMap) that the host encoded (src/ops/tma.c) and
+// passed as a __grid_constant__ parameter, opaque here; one for each operand.
+struct __align__(64) tma_map {
+  unsigned long long opaque[16];
+};
+struct tma_maps {
+  tma_map a, b;
+};
+// One arrival that also expects `bytes` more to land (by complete_tx) before the phase completes.
+__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// The box of `map` at coordinates (c0 innermost, c1, c2) into shared memory at dst, in the map's swizzle; the
+// elements outside the tensor land as zeros, and the box's whole size counts towards `bar`'s transactions.
+__device__ __forceinline__ void tma_load(u32 dst, const tma_map *map, int c0, int c1, int c2, u32 bar) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, "
+               "%4}], [%5];" ::"r"(dst),
+               "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void tma_prefetch(const tma_map *map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)map) : "memory");
+}
 // Hands registers between the warpgroups of a block (each warpgroup as a whole): the copying one needs few.
 template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));

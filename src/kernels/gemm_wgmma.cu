@@ -37,7 +37,10 @@
 // instead of block barriers. Per stage a "full" barrier completes when each copying thread's chunks have landed
 // (cp.async.mbarrier.arrive) and an "empty" one when every multiplying warp's wgmma reading it is done; the copier
 // runs up to STAGES k-tiles ahead, across tile boundaries, so the next tile's first stages load during this tile's
-// epilogue, which stages 32 columns at a time in its own shared area.
+// epilogue, which stages 32 columns at a time in its own shared area. With FERRY_TMA one thread does all the
+// copying: each stage is a few TMA boxes (tensor maps the host encoded, 128-byte swizzle: the layout above), whose
+// bytes complete the "full" barrier; the tensor unit zero-fills what lies outside the operands, so edges need no
+// code of their own.
 //
 // Edges and epilogue as in gemm_mma_sw.cu: predicated copies at the edges (an unpredicated loop while every k-tile
 // to load lies inside the operands), accumulators staged through shared memory per warp and stored 4 elements at a
@@ -62,6 +65,10 @@ namespace ferry {
 #ifndef FERRY_PERSISTENT
 #define FERRY_PERSISTENT 0
 #endif
+#ifndef FERRY_TMA
+#define FERRY_TMA 0
+#endif
+static_assert(!FERRY_TMA || FERRY_PERSISTENT, "TMA copies belong to the persistent schedule");
 
 constexpr int BM = FERRY_BM, BN = FERRY_BN, BK = FERRY_BK, STAGES = FERRY_STAGES;
 // WGS warpgroups multiply (WARPS warps); the persistent schedule adds one that copies.
@@ -76,6 +83,7 @@ constexpr unsigned PIPE_BYTES = STAGES * STAGE_BYTES;
 // one has a space of its own, since the next tile's stages are loading meanwhile, and stages 32 columns at a time.
 constexpr int EPI_COLS = FERRY_PERSISTENT ? 32 : BN, EPI_PITCH = EPI_COLS + 8;
 constexpr unsigned EPI_BYTES = WARPS * 16 * EPI_PITCH * 4;
+constexpr bool TMA = FERRY_TMA;
 constexpr unsigned BARRIER_BYTES = FERRY_PERSISTENT ? 2 * STAGES * 8 : 0; // a full and an empty mbarrier a stage
 // +1024: the swizzle atoms must start on 1024-byte boundaries; the kernel aligns the dynamic area up itself.
 constexpr unsigned SMEM_BYTES = (FERRY_PERSISTENT ? PIPE_BYTES + EPI_BYTES + BARRIER_BYTES
@@ -431,7 +439,32 @@ struct tile_walk {
   }
 };
 
+// TMA: k-tile k0 (in the tile's own elements: pairs for 8-bit operands) of output tile (m0, n0) into the stage at
+// sa, as boxes of 64 contiguous elements (128 bytes) by the tile's rows: one box for a K-major tile, one per
+// 64-wide panel for an MN-major one (panel_offset's layout). za, zb: the operands' batches (0 when broadcast).
+__device__ __forceinline__ void tma_stage(const tma_maps &maps, u32 sa, int za, int zb, int m0, int n0, int k0,
+                                          u32 bar) {
+  if (A_ROW) {
+    tma_load(sa, &maps.a, k0, m0, za, bar);
+  } else {
+#pragma unroll
+    for (int i = 0; i < BM / 64; ++i) tma_load(sa + i * BK * 128, &maps.a, m0 + 64 * i, k0, za, bar);
+  }
+  const u32 sb = sa + A_BYTES;
+  if (!B_ROW) {
+    tma_load(sb, &maps.b, k0, n0, zb, bar);
+  } else {
+#pragma unroll
+    for (int i = 0; i < BN / 64; ++i) tma_load(sb + i * BK * 128, &maps.b, n0 + 64 * i, k0, zb, bar);
+  }
+}
+
+#if FERRY_TMA
+extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const ferry_gemm_params params,
+                                                                         const __grid_constant__ tma_maps maps) {
+#else
 extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const ferry_gemm_params params) {
+#endif
   const ferry_gemm_params p = in_pairs(params);
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   if (dynamic_smem_size() < SMEM_BYTES) __trap();
@@ -445,7 +478,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full(s), COPY_THREADS);
+      mbar_init(full(s), TMA ? 1 : COPY_THREADS); // TMA: the copying thread's arrival, then the boxes' bytes
       mbar_init(empty(s), WARPS);
     }
   }
@@ -458,6 +491,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
 
   if (threadIdx.x < COPY_THREADS) {
     setmaxnreg_dec<COPY_REGS>();
+#if FERRY_TMA
+    if (threadIdx.x != 0) return; // one thread issues every box
+    tma_prefetch(&maps.a);
+    tma_prefetch(&maps.b);
+    while (walk.next(p, z, m0, n0)) {
+      const int za = p.batch_a ? z : 0, zb = p.batch_b ? z : 0;
+      for (int kt = 0; kt < ktiles; ++kt) {
+        mbar_wait(empty(stage), phase ^ 1);
+        mbar_arrive_expect_tx(full(stage), STAGE_BYTES);
+        tma_stage(maps, smem + stage * STAGE_BYTES, za, zb, m0, n0, kt * BK, full(stage));
+        if (++stage == STAGES) stage = 0, phase ^= 1;
+      }
+    }
+#else
     tile_loader loader(p, smem);
     while (walk.next(p, z, m0, n0)) {
       loader.begin(z, m0, n0);
@@ -468,6 +515,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
         if (++stage == STAGES) stage = 0, phase ^= 1;
       }
     }
+#endif
     // Not gone before the last copies have landed and been read: every stage's last fill released.
     for (int s = 0; s < STAGES; ++s) {
       mbar_wait(empty(stage), phase ^ 1);
@@ -487,7 +535,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
   // Issues the next k-tile's group into `set`, once its stage has landed.
   auto issue = [&](acc_t (&set)[BN / 2]) {
     mbar_wait(full(stage), phase);
-    fence_proxy_async_shared(); // the landed copies (generic proxy) before the tensor cores' reads (async proxy)
+    if (!TMA) fence_proxy_async_shared(); // cp.async's copies (generic proxy) before the tensor cores' reads (async)
     const u32 sa = smem + stage * STAGE_BYTES;
     mma_stage(set, sa, sa + A_BYTES, wg);
     older = newer, newer = stage;
@@ -545,7 +593,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
       int in_flight = -1; // the stage the last wgmma group reads
       for (int kt = 0; kt < ktiles; ++kt) {
         mbar_wait(full(stage), phase);
-        fence_proxy_async_shared();
+        if (!TMA) fence_proxy_async_shared();
         const u32 sa = smem + stage * STAGE_BYTES;
         mma_stage(acc, sa, sa + A_BYTES, wg);
         wgmma_wait<1>(); // the group before this one is done with its stage

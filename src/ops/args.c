@@ -22,7 +22,7 @@ const char *ferry_scalar_name(ferry_scalar scalar) {
   }
 }
 
-static int scalar_bytes(int s) {
+int ferry__scalar_bytes(int s) {
   return s == FERRY_SCALAR_F32 || s == FERRY_SCALAR_I32 ? 4 : s == FERRY_SCALAR_F16 || s == FERRY_SCALAR_BF16 ? 2 : 1;
 }
 
@@ -47,7 +47,7 @@ static int scalar_of(ferry_dtype d) {
 /* The largest power of two, up to 16, dividing an operand's address, leading dimension and batch stride (in bytes;
  * 0 divides by anything), or 0 when its address is not aligned to its elements: no operator supports that. */
 static uint8_t align_of(uintptr_t addr, int64_t ld, int64_t batch_stride, int type) {
-  uint64_t bytes = (uint64_t)scalar_bytes(type);
+  uint64_t bytes = (uint64_t)ferry__scalar_bytes(type);
   uint64_t v = (uint64_t)addr | (uint64_t)ld * bytes | (uint64_t)batch_stride * bytes | 16u;
   uint64_t align = v & (~v + 1);
   return (uint8_t)(align < bytes ? 0 : align);
@@ -185,15 +185,15 @@ static ferry_status read_operand(const char *name, const ferry_tensor *t, const 
   if (!empty)
     last = (__int128)(o->batch - 1) * o->batch_stride + (__int128)(o->rows - 1) * sr +
            (__int128)(o->cols - 1) * sc;
-  if (last * scalar_bytes(o->type) + (__int128)t->byte_offset > INT64_MAX ||
-      (__int128)o->ld * scalar_bytes(o->type) > INT64_MAX)
+  if (last * ferry__scalar_bytes(o->type) + (__int128)t->byte_offset > INT64_MAX ||
+      (__int128)o->ld * ferry__scalar_bytes(o->type) > INT64_MAX)
     return FERRY_ERR(FERRY_OVERFLOW, "operand %s: the offset of its last element passes 2^63 bytes (strides %lld, "
                      "%lld, %lld)", name, (long long)sb, (long long)sr, (long long)sc);
   if (!t->data && !empty)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: data is NULL but the tensor has elements", name);
   o->addr = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
-  o->span = empty ? 0 : (uint64_t)((last + 1) * scalar_bytes(o->type));
-  return check_element_aligned("operand ", name, o->addr, scalar_bytes(o->type));
+  o->span = empty ? 0 : (uint64_t)((last + 1) * ferry__scalar_bytes(o->type));
+  return check_element_aligned("operand ", name, o->addr, ferry__scalar_bytes(o->type));
 bad_type:
   return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operand %s: dtype %s is not a GEMM type (float16, bfloat16, float32, "
                    "float8_e4m3fn, float8_e5m2, int8 or int32)", name,
@@ -365,7 +365,7 @@ ferry_status ferry_gemm_args_set_epilogue(ferry_gemm_args *args, const ferry_ten
     if (!bias->data && want > 0)
       return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias: data is NULL but the tensor has elements");
     data = (const char *)bias->data + bias->byte_offset;
-    ferry_status aligned = check_element_aligned("bias", "", (uintptr_t)data, scalar_bytes(p->out_type));
+    ferry_status aligned = check_element_aligned("bias", "", (uintptr_t)data, ferry__scalar_bytes(p->out_type));
     if (aligned != FERRY_OK) return aligned;
   }
   if (p->out_type == FERRY_SCALAR_I32 && (bias || activation != FERRY_ACTIVATION_NONE))

@@ -50,7 +50,8 @@ ferry_status ferry__artifact_new(const ferry_op *op, uint32_t kind, int sm, cons
   a->tile_n = (uint32_t)op->info.tile_n;
   a->threads = (uint32_t)op->info.threads;
   a->smem = ferry__design_smem(op, kind);
-  a->persistent = op->family == FERRY__WGMMA_PERSISTENT;
+  a->persistent = ferry__family_is_persistent(op->family);
+  a->tma = op->family == FERRY__WGMMA_TMA;
   pthread_mutex_init(&a->lock, NULL);
   *out = a;
   return FERRY_OK;

@@ -47,14 +47,21 @@ uint64_t ferry__xxh64(const void *data, size_t n, uint64_t seed);
  * BK 64, double-buffered fragments, staged epilogue); FERRY__WGMMA: src/kernels/gemm_wgmma.cu (sm_90a only,
  * compiled for the "a" target; registered unless FERRY_WGMMA=0, see registry.c); FERRY__WGMMA_PERSISTENT: the same
  * file's persistent, warp-specialised schedule (FERRY_PERSISTENT), launched with at most one block per
- * multiprocessor (run.c). */
+ * multiprocessor (run.c); FERRY__WGMMA_TMA: that schedule with TMA copies (FERRY_TMA), its tensor maps encoded
+ * per launch (tma.c). */
 typedef enum ferry__family {
   FERRY__SIMT = 1, FERRY__MMA = 2, FERRY__CUSTOM = 3, FERRY__MMA_SW = 4, FERRY__WGMMA = 5,
-  FERRY__WGMMA_PERSISTENT = 6
+  FERRY__WGMMA_PERSISTENT = 6, FERRY__WGMMA_TMA = 7
 } ferry__family;
 
 /* gemm_wgmma.cu, in either schedule: sm_90a code. */
-static inline int ferry__family_is_wgmma(ferry__family f) { return f == FERRY__WGMMA || f == FERRY__WGMMA_PERSISTENT; }
+static inline int ferry__family_is_wgmma(ferry__family f) {
+  return f == FERRY__WGMMA || f == FERRY__WGMMA_PERSISTENT || f == FERRY__WGMMA_TMA;
+}
+/* gemm_wgmma.cu's persistent schedule (a copying warpgroup, one block per multiprocessor at most). */
+static inline int ferry__family_is_persistent(ferry__family f) {
+  return f == FERRY__WGMMA_PERSISTENT || f == FERRY__WGMMA_TMA;
+}
 /* A tensor-core design of ferry's own (ranked by its speed). */
 static inline int ferry__family_is_mma(ferry__family f) {
   return f == FERRY__MMA || f == FERRY__MMA_SW || ferry__family_is_wgmma(f);
@@ -69,6 +76,7 @@ typedef struct ferry__design {
   double speed;
 } ferry__design;
 
+#define FERRY__TMA_MAPS_BYTES 256u /* two CUtensorMap of 128 bytes: gemm_common.cuh's tma_maps */
 #define FERRY__MEMO_SLOTS 1024 /* artifacts memoised per operator (kinds with epilogues × targets); a power of 2 */
 
 struct ferry_op {
@@ -108,6 +116,9 @@ int ferry__supports_reason(const ferry_op *op, const ferry_gemm_args *args, char
 
 /* Checks struct_size and NULLs of the public entry points; records FERRY_INVALID_ARGUMENT naming `fn`. */
 ferry_status ferry__check_op_args(const char *fn, const ferry_op *op, const ferry_gemm_args *args);
+
+/* Bytes of one element of scalar type s (a ferry_scalar). */
+int ferry__scalar_bytes(int s);
 
 /* ---- targets (target.c) ---------------------------------------------------------------------------------- */
 
@@ -170,6 +181,7 @@ struct ferry_artifact {
    * persistent kernel gets (min(its tiles × l, the device's multiprocessors), 1, 1) and loops over the tiles */
   uint32_t tile_m, tile_n, threads, smem;
   int persistent;
+  int tma;                       /* a second kernel parameter: the operands' tensor maps (tma.c), per launch */
   pthread_mutex_t lock;          /* loading: the library and per-device functions */
   CUlibrary library;
   CUkernel kernel;
@@ -264,9 +276,14 @@ void ferry__stats_memo(int hit);
 typedef struct ferry__launch {
   CUfunction fn;
   unsigned grid_x, grid_z, threads, smem;
-  void *param_ptrs[1];
+  void *param_ptrs[2]; /* params, then (a TMA kernel's) maps */
   _Alignas(16) unsigned char params[FERRY_OP_PARAMS_MAX];
+  _Alignas(64) unsigned char maps[FERRY__TMA_MAPS_BYTES];
 } ferry__launch;
+
+/* The tensor maps (two CUtensorMap: A's, then B's) of a TMA kernel's launch for args, into `maps`
+ * (FERRY__TMA_MAPS_BYTES, 64-byte aligned): each operand's box is the design's tile (tma.c). */
+ferry_status ferry__tma_encode(const ferry_artifact *art, const ferry_gemm_args *args, void *maps);
 
 /* The artifact to use for a run (`art` itself, or the memo's, compiled on first need), checked against args
  * unless `flags` has FERRY_RUN_ASSUME_SUPPORTED. */

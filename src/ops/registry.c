@@ -25,7 +25,7 @@ uint32_t ferry__design_smem(const ferry_op *op, uint32_t kind) {
      * of its own, and a full and an empty mbarrier per stage), plus 1024 bytes to align the swizzle atoms */
     uint32_t pipe = (uint32_t)d->stages * (uint32_t)(d->bm + d->bn) * (uint32_t)d->bk * 2u;
     uint32_t warps = (uint32_t)(d->bm / 64 * 4);
-    if (op->family == FERRY__WGMMA_PERSISTENT)
+    if (ferry__family_is_persistent(op->family))
       return pipe + warps * 16u * 40u * 4u + 16u * (uint32_t)d->stages + 1024u;
     uint32_t epi = warps * 16u * (uint32_t)(d->bn + 8) * 4u;
     return (pipe > epi ? pipe : epi) + 1024u;
@@ -109,10 +109,11 @@ static void add_mma(ferry__family family, builtin_inputs inputs, int bm, int bn,
   static const char *const type_names[] = {"f16", "bf16", "fp8", "i8"};
   const char *t = type_names[inputs];
   const int narrow = inputs == INPUTS_FP8 || inputs == INPUTS_I8, tile_k = narrow ? 2 * bk : bk;
-  const int wgmma = ferry__family_is_wgmma(family), persistent = family == FERRY__WGMMA_PERSISTENT;
+  const int wgmma = ferry__family_is_wgmma(family), persistent = ferry__family_is_persistent(family);
+  const int tma = family == FERRY__WGMMA_TMA;
   if (wgmma)
     snprintf(name, sizeof name, "gemm_wgmma_%s_%dx%dx%d_s%d%s", t, bm, bn, tile_k, stages,
-             persistent ? "_persistent" : "");
+             tma ? "_tma" : persistent ? "_persistent" : "");
   else if (family == FERRY__MMA_SW)
     snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d_swz", t, bm, bn, tile_k, stages);
   else {
@@ -122,7 +123,8 @@ static void add_mma(ferry__family family, builtin_inputs inputs, int bm, int bn,
   }
   if (wgmma)
     snprintf(defines, sizeof defines, "#define FERRY_BM %d\n#define FERRY_BN %d\n#define FERRY_BK %d\n"
-             "#define FERRY_STAGES %d\n#define FERRY_PERSISTENT %d\n", bm, bn, bk, stages, persistent);
+             "#define FERRY_STAGES %d\n#define FERRY_PERSISTENT %d\n%s", bm, bn, bk, stages, persistent,
+             tma ? "#define FERRY_TMA 1\n" : "");
   else if (family == FERRY__MMA_SW)
     snprintf(defines, sizeof defines, "#define FERRY_BM %d\n#define FERRY_BN %d\n#define FERRY_BK %d\n"
              "#define FERRY_WARPS_M %d\n#define FERRY_WARPS_N %d\n#define FERRY_STAGES %d\n",

@@ -100,6 +100,11 @@ ferry_status ferry__launch_prepare(ferry_artifact *art, const ferry_gemm_args *a
   l->threads = art->threads;
   l->smem = art->smem;
   l->param_ptrs[0] = l->params;
+  l->param_ptrs[1] = l->maps;
+  if (art->tma) {
+    ferry_status st = ferry__tma_encode(art, args, l->maps);
+    if (st != FERRY_OK) return st;
+  }
   if (op->params) {
     op->params(args, l->params, op->user);
   } else {

@@ -203,8 +203,9 @@ static CUresult f_fn_get(int *v, CUfunction_attribute a, CUfunction f) {
 static CUresult f_launch_any(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                              unsigned sh, CUstream s, void **params, void **extra) {
   if (f != (CUfunction)&fake_gemm_function) return f_launch(f, gx, gy, gz, bx, by, bz, sh, s, params, extra);
-  fake_launch_record r = {gx, gz, bx, sh, {0}};
+  fake_launch_record r = {gx, gz, bx, sh, {0}, {{0}}};
   memcpy(r.params, params[0], sizeof r.params);
+  memcpy(r.maps, params[1], sizeof r.maps); /* ferry passes both to every GEMM launch */
   fake_last_launch = r;
   fake_launches++;
   if (capture_graph && s == capture_stream) {
@@ -254,8 +255,9 @@ static CUresult f_exec_set(CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_
   fake_graph *g = (fake_graph *)e;
   int i = (int)(uintptr_t)n - 1;
   if (i < 0 || i >= g->n || p->func != (CUfunction)&fake_gemm_function) return CUDA_ERROR_INVALID_VALUE;
-  fake_launch_record r = {p->gridDimX, p->gridDimZ, p->blockDimX, p->sharedMemBytes, {0}};
+  fake_launch_record r = {p->gridDimX, p->gridDimZ, p->blockDimX, p->sharedMemBytes, {0}, {{0}}};
   memcpy(r.params, p->kernelParams[0], sizeof r.params);
+  memcpy(r.maps, p->kernelParams[1], sizeof r.maps);
   g->nodes[i] = r;
   return CUDA_SUCCESS;
 }
@@ -274,7 +276,39 @@ static CUresult f_is_capturing(CUstream s, CUstreamCaptureStatus *st) {
 }
 static CUresult f_capture_mode(CUstreamCaptureMode *m) { (void)m; return CUDA_SUCCESS; }
 
+int fake_tensor_maps_encoded;
+_Static_assert(sizeof(fake_tensor_map) == sizeof(CUtensorMap), "a fake map fills a CUtensorMap");
+static CUresult f_tmap(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *address,
+                       const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+                       const cuuint32_t *element_strides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
+                       CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill fill) {
+  (void)l2, (void)fill;
+  if (!map || (uintptr_t)map % 64 || rank < 1 || rank > 3 || (uintptr_t)address % 16 ||
+      interleave != CU_TENSOR_MAP_INTERLEAVE_NONE)
+    return CUDA_ERROR_INVALID_VALUE;
+  const unsigned es = type == CU_TENSOR_MAP_DATA_TYPE_UINT16 ? 2 : type == CU_TENSOR_MAP_DATA_TYPE_UINT8 ? 1 : 4;
+  fake_tensor_map f;
+  memset(&f, 0, sizeof f);
+  for (cuuint32_t i = 0; i < rank; i++) {
+    if (!dims[i] || dims[i] > (1ull << 32) || !box[i] || box[i] > 256 || element_strides[i] != 1)
+      return CUDA_ERROR_INVALID_VALUE;
+    if (i && (strides[i - 1] % 16 || strides[i - 1] >= (1ull << 40))) return CUDA_ERROR_INVALID_VALUE;
+    f.dims[i] = dims[i];
+    f.box[i] = box[i];
+    if (i) f.strides[i - 1] = strides[i - 1];
+  }
+  if (swizzle == CU_TENSOR_MAP_SWIZZLE_128B && box[0] * es > 128) return CUDA_ERROR_INVALID_VALUE;
+  f.address = (uintptr_t)address;
+  f.data_type = (unsigned)type;
+  f.rank = rank;
+  f.swizzle = (unsigned)swizzle;
+  memcpy(map, &f, sizeof f);
+  fake_tensor_maps_encoded++;
+  return CUDA_SUCCESS;
+}
+
 static void fake_ops_fill(ferry__driver *d) {
+  d->cuTensorMapEncodeTiled = f_tmap;
   d->cuStreamIsCapturing = f_is_capturing; d->cuThreadExchangeStreamCaptureMode = f_capture_mode;
   d->cuDeviceGetAttribute = f_attr_ops;
   d->cuCtxGetCurrent = f_ctx_current; d->cuLibraryLoadData = f_lib_load; d->cuLibraryUnload = f_lib_unload;

@@ -522,7 +522,7 @@ TEST(wgmma_persistent_design_only_when_asked) {
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
-  ASSERT_EQ(n, 17); /* the default 16 and this one */
+  ASSERT_EQ(n, 19); /* the default 16, this one and the two TMA designs */
   ASSERT(ops[0] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4"));
   ASSERT(ops[1] == op);
   ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n));
@@ -550,6 +550,41 @@ TEST(wgmma_persistent_design_only_when_asked) {
   const char *opts[8];
   ferry__op_options(op, 90, arch, opts);
   ASSERT(!strcmp(arch, "--gpu-architecture=sm_90a"));
+  test_rm_rf(home);
+}
+
+/* The persistent schedule with TMA copies: its designs absent unless FERRY_EXPERIMENTAL_DESIGNS=1, found for sm_90
+ * alone, with the persistent schedule's threads and shared memory; compiled by NVRTC for sm_90a in every operand
+ * layout (the boxes differ for K- and MN-major operands) and in 8-bit inputs. */
+TEST(wgmma_tma_designs_only_when_asked) {
+  unsetenv("FERRY_WGMMA");
+  setenv("FERRY_EXPERIMENTAL_DESIGNS", "1", 1);
+  const ferry_op *op = ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_tma");
+  const ferry_op *square = ferry_op_by_name("gemm_wgmma_bf16_128x128x64_s6_tma");
+  const ferry_op *fp8 = ferry_op_by_name("gemm_wgmma_fp8_128x128x128_s6_tma");
+  const ferry_op *i8 = ferry_op_by_name("gemm_wgmma_i8_128x256x128_s4_tma");
+  ASSERT(op != NULL && square != NULL && fp8 != NULL && i8 != NULL);
+  ASSERT(ferry_op_by_name("gemm_wgmma_fp8_128x256x128_s4_tma") == NULL); /* promoted FP8 sums: 128 wide at most */
+  const ferry_op_info *info = ferry_op_info_get(op);
+  ASSERT_EQ(info->min_sm, 90);
+  ASSERT_EQ(info->threads, 384);
+  ASSERT_EQ(info->smem_bytes, ferry_op_info_get(ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_persistent"))->smem_bytes);
+  ferry_gemm_args args;
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 4096, 4096, 4096);
+  const ferry_op *ops[32];
+  size_t n = 0;
+  ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n));
+  for (size_t i = 0; i < n; i++) ASSERT(ops[i] != op && ops[i] != square);
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "wgmma_tma");
+  build_jobs_reset();
+  for (int majors = 0; majors < 4; majors++)
+    add_build_job(op, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, majors & 1, majors >> 1, 0);
+  add_build_job(square, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, 1, 0, 1);
+  add_build_job(fp8, 90, FERRY_SCALAR_E4M3, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 0, 1, 0);
+  add_build_job(i8, 90, FERRY_SCALAR_I8, FERRY_SCALAR_I32, FERRY_SCALAR_I32, 0, 1, 0);
+  build_jobs_run_all();
   test_rm_rf(home);
 }
 
@@ -763,6 +798,78 @@ TEST(run_persistent_design_launches_a_block_per_multiprocessor) {
                       "hand-over needs the block's whole share, 168");
   ASSERT_EQ(fake_launches, launches);
   fake_kernel_registers = 168;
+  ferry_artifact_release(art);
+  ferry_ops_clear_memo();
+  test_rm_rf(home);
+}
+
+/* A TMA design's launch carries the operands' tensor maps as its second parameter, encoded per launch: 2-byte
+ * elements (8-bit operands as pairs along k), the contiguous dimension first, byte strides, boxes of 64 elements
+ * by the tile's rows (K-major) or by 64 rows of k (MN-major), 128-byte swizzle, the batch as dimension 2 (one for
+ * a broadcast operand); a graph's update re-encodes them for its new operands. */
+static void check_map(const fake_tensor_map *t, uintptr_t address, uint64_t d0, uint64_t d1, uint64_t d2,
+                      uint64_t s0, uint64_t s1, unsigned box_rows) {
+  ASSERT_EQ(t->address, (unsigned long long)address);
+  ASSERT_EQ(t->rank, 3);
+  ASSERT_EQ(t->data_type, CU_TENSOR_MAP_DATA_TYPE_UINT16);
+  ASSERT_EQ(t->swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
+  ASSERT_EQ(t->dims[0], d0);
+  ASSERT_EQ(t->dims[1], d1);
+  ASSERT_EQ(t->dims[2], d2);
+  ASSERT_EQ(t->strides[0], s0);
+  ASSERT_EQ(t->strides[1], s1);
+  ASSERT_EQ(t->box[0], 64);
+  ASSERT_EQ(t->box[1], box_rows);
+  ASSERT_EQ(t->box[2], 1);
+}
+
+TEST(run_tma_design_passes_the_operands_tensor_maps) {
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "runtma");
+  unsetenv("FERRY_ARCH");
+  unsetenv("FERRY_WGMMA");
+  setenv("FERRY_EXPERIMENTAL_DESIGNS", "1", 1);
+  fake_driver_use();
+  const ferry_op *op = ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_tma");
+  ASSERT(op != NULL);
+  /* A 300×72 row-major (K-major: boxes of 128 rows), B 72×600 row-major (N-major: boxes of 64 rows of k) */
+  test_matrix a, b, c;
+  test_matrix_make(&a, 0x10000000, FERRY_SCALAR_BF16, 0, 300, 72, 0, 80);
+  test_matrix_make(&b, 0x20000000, FERRY_SCALAR_BF16, 0, 72, 600, 0, 0);
+  test_matrix_make(&c, 0x30000000, FERRY_SCALAR_BF16, 0, 300, 600, 0, 0);
+  ferry_gemm_args args;
+  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32));
+  ferry_artifact *art = NULL;
+  ASSERT_OK(ferry_op_compile(op, &args, &art));
+  const int encoded = fake_tensor_maps_encoded;
+  ASSERT_OK(ferry_op_run(op, &args, (void *)0x5100, art, 0));
+  ASSERT_EQ(fake_tensor_maps_encoded, encoded + 2);
+  ASSERT_EQ(fake_last_launch.grid_x, 9); /* 3 × 3 tiles */
+  check_map(&fake_last_launch.maps[0], 0x10000000, 72, 300, 1, 160, 160, 128);
+  check_map(&fake_last_launch.maps[1], 0x20000000, 600, 72, 1, 1200, 1200, 64);
+  ferry_artifact_release(art);
+  /* batches of 3: A column-major (M-major: 64 rows of k), B column-major (K-major: 256 rows), B broadcast */
+  test_matrix_make(&a, 0x10000000, FERRY_SCALAR_BF16, 3, 300, 72, 1, 304);
+  test_matrix_make(&b, 0x20000000, FERRY_SCALAR_BF16, 0, 72, 600, 1, 0);
+  test_matrix_make(&c, 0x30000000, FERRY_SCALAR_BF16, 3, 300, 600, 0, 0);
+  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32));
+  ASSERT_OK(ferry_op_compile(op, &args, &art));
+  ASSERT_OK(ferry_op_run(op, &args, (void *)0x5100, art, 0));
+  check_map(&fake_last_launch.maps[0], 0x10000000, 300, 72, 3, 608, 608 * 72, 64);
+  check_map(&fake_last_launch.maps[1], 0x20000000, 72, 600, 1, 144, 144, 256);
+  ferry_artifact_release(art);
+  /* FP8: k counted in pairs (96 values: 48 pairs), strides in bytes */
+  const ferry_op *fp8 = ferry_op_by_name("gemm_wgmma_fp8_128x128x128_s6_tma");
+  ASSERT(fp8 != NULL);
+  test_matrix_make(&a, 0x10000000, FERRY_SCALAR_E4M3, 0, 200, 96, 0, 0);
+  test_matrix_make(&b, 0x20000000, FERRY_SCALAR_E4M3, 0, 96, 136, 1, 0);
+  test_matrix_make(&c, 0x30000000, FERRY_SCALAR_BF16, 0, 200, 136, 0, 0);
+  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32));
+  ASSERT_OK(ferry_op_compile(fp8, &args, &art));
+  ASSERT_OK(ferry_op_run(fp8, &args, (void *)0x5100, art, 0));
+  check_map(&fake_last_launch.maps[0], 0x10000000, 48, 200, 1, 96, 96, 128);
+  check_map(&fake_last_launch.maps[1], 0x20000000, 48, 136, 1, 96, 96, 128);
   ferry_artifact_release(art);
   ferry_ops_clear_memo();
   test_rm_rf(home);

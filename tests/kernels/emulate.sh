@@ -43,7 +43,8 @@ i8_rcc_bf16_scaled_col_bias_silu:-DFERRY_A_TYPE=6,-DFERRY_B_TYPE=6,-DFERRY_OUT_T
 # EXPERIMENTAL (experimental ones too: the emulation needs no GPU).
 designs() { sed -n 's/^FERRY_GEMM_DESIGN(\([^)]*\)).*/\1/p' "$root/src/ops/gemm_designs.def" | tr -d ' ' | tr ',' ' '; }
 designs | awk '$1 == "MMA_SW" { print $2, $3, $4, $5, $6, $8 }' > "$out/designs"
-designs | awk '$1 == "WGMMA" { print $2, $3, $4, $8, 0 } $1 == "WGMMA_PERSISTENT" { print $2, $3, $4, $8, 1 }' \
+designs | awk '$1 == "WGMMA" { print $2, $3, $4, $8, 0, 0 } $1 == "WGMMA_PERSISTENT" { print $2, $3, $4, $8, 1, 0 }
+  $1 == "WGMMA_TMA" { print $2, $3, $4, $8, 1, 1 }' \
   > "$out/wgmma_designs"
 designs | awk '$1 == "MMA" && (($2 == 128 && $3 == 128) || $2 == 16) { print $2, $3, $4, $5, $6, $7, $8, $9 }' \
   > "$out/control_designs"
@@ -62,7 +63,7 @@ table=""
 run() { # name, flags...
   name=$1
   shift
-  if ! $cxx -std=c++17 -O2 -Wall -Wno-unknown-pragmas -I "$root/src/kernels" -I "$here" -I "$out" "$@" \
+  if ! $cxx -std=c++17 -O2 -Wall -Wno-unknown-pragmas -Wno-psabi -I "$root/src/kernels" -I "$here" -I "$out" "$@" \
       "$here/emulate_gemm.cpp" -o "$out/$name" 2> "$out/$name.build.log"; then
     cat "$out/$name.build.log"
     fail=$((fail + 1))
@@ -101,10 +102,11 @@ while read -r bm bn bk wm wn st; do
   done
 done < "$out/designs"
 
-# gemm_wgmma.cu in its registered designs, both schedules (fp32 accumulation only: the fp16-accumulator kind runs
-# with fp32). The persistent one runs each case with three blocks, each taking several tiles (emulate_gemm.cpp).
-while read -r bm bn bk st persistent; do
-  schedule=$([ "$persistent" = 1 ] && echo _persistent || true)
+# gemm_wgmma.cu in its registered designs, both schedules, the persistent one with cp.async or TMA copies (fp32
+# accumulation only: the fp16-accumulator kind runs with fp32). The persistent one runs each case with three
+# blocks, each taking several tiles (emulate_gemm.cpp).
+while read -r bm bn bk st persistent tma; do
+  schedule=$([ "$tma" = 1 ] && echo _tma || { [ "$persistent" = 1 ] && echo _persistent; } || true)
   for kind in $kinds $kinds8; do
     kname=${kind%%:*}
     # FP8 sums are promoted each k-tile, which a 256-wide tile has no registers for: not registered (registry.c)
@@ -114,7 +116,7 @@ while read -r bm bn bk st persistent; do
     # shellcheck disable=SC2086
     run "wgmma_${bm}x${bn}x${bk}_s${st}${schedule}_$kname" -DEMU_KERNEL='"gemm_wgmma.cu"' \
       -DEMU_ENTRY=ferry_gemm_wgmma -DFERRY_BM="$bm" -DFERRY_BN="$bn" -DFERRY_BK="$bk" -DFERRY_STAGES="$st" \
-      -DFERRY_PERSISTENT="$persistent" $flags
+      -DFERRY_PERSISTENT="$persistent" -DFERRY_TMA="$tma" $flags
   done
 done < "$out/wgmma_designs"
 

@@ -37,6 +37,7 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__
+#define __grid_constant__
 #define __align__(n) __attribute__((aligned(n)))
 
 struct emu_dim3 {
@@ -88,18 +89,22 @@ struct fiber {
   uint32_t waits_on;                      // AT_MBARRIER: the barrier's address
 };
 
-// An mbarrier (gemm_wgmma.cu's persistent schedule): arrivals still expected in the current phase, and the number
-// of phases completed.
+// An mbarrier (gemm_wgmma.cu's persistent schedule): arrivals still expected in the current phase, the bytes of
+// transactions (TMA) expected and not yet landed, and the number of phases completed. A phase completes when both
+// are down to zero.
 struct mbarrier {
   int expected, pending;
+  long long tx;
   unsigned completed;
 };
 
 // cp.async.mbarrier.arrive: the copies a thread issued before it, and the arrival that follows their landing, in
-// flight together until the scheduler lands them at a random later point.
+// flight together until the scheduler lands them at a random later point. A TMA box lands the same way, and its
+// bytes complete transactions on the barrier instead of an arrival (tx_bytes > 0).
 struct async_arrival {
   std::vector<copy> copies;
   uint32_t bar;
+  long long tx_bytes;
 };
 
 struct range {
@@ -181,7 +186,7 @@ inline void check_smem(uint32_t addr, uint32_t bytes, const char *what) {
 inline void check_global(const unsigned char *p, int bytes) {
   for (const range &r : globals)
     if (p >= r.begin && p + bytes <= r.end) return;
-  fail("cp.async reads outside every operand");
+  fail("a copy (cp.async or TMA) reads outside every operand");
 }
 
 inline void perform(const copy &c) {
@@ -196,19 +201,34 @@ inline mbarrier &mbarrier_at(uint32_t addr) {
   fail("mbarrier used before mbarrier.init");
 }
 
-// One arrival; the last one expected completes the phase and wakes the threads waiting for it.
-inline void mbarrier_arrive_at(uint32_t addr) {
-  mbarrier &b = mbarrier_at(addr);
-  if (--b.pending > 0) return;
+// Completes the phase once every arrival and every expected byte is in, and wakes the threads waiting for it.
+inline void mbarrier_settle(uint32_t addr, mbarrier &b) {
+  if (b.pending > 0 || b.tx > 0) return;
   b.completed++;
   b.pending = b.expected;
   for (fiber &f : fibers)
     if (f.state == AT_MBARRIER && f.waits_on == addr) f.state = READY; // it checks its parity again
 }
 
+// One arrival, expecting `tx` more bytes of transactions in this phase (mbarrier.arrive.expect_tx; 0: a plain one).
+inline void mbarrier_arrive_at(uint32_t addr, long long tx = 0) {
+  mbarrier &b = mbarrier_at(addr);
+  if (b.pending <= 0) fail("an mbarrier arrival beyond the count its phase expects");
+  b.pending--;
+  b.tx += tx;
+  mbarrier_settle(addr, b);
+}
+
 inline void land(const async_arrival &a) {
   for (const copy &c : a.copies) perform(c);
-  mbarrier_arrive_at(a.bar);
+  if (!a.tx_bytes) {
+    mbarrier_arrive_at(a.bar);
+    return;
+  }
+  mbarrier &b = mbarrier_at(a.bar);
+  b.tx -= a.tx_bytes;
+  if (b.tx < 0) fail("a TMA box's bytes landed on an mbarrier phase that did not expect them");
+  mbarrier_settle(a.bar, b);
 }
 
 // Per-warp mailboxes of the collectives.
@@ -313,7 +333,7 @@ inline void run_block(emu_dim3 b, int threads, uint32_t smem_bytes, unsigned see
   for (fiber &f : fibers)
     if (!f.open.empty() || !f.groups.empty()) fail("a thread exited with cp.async copies in flight");
   for (const auto &b : mbarriers)
-    if (b.second.pending != b.second.expected) fail("a block ended with an mbarrier phase half done");
+    if (b.second.pending != b.second.expected || b.second.tx) fail("a block ended with an mbarrier phase half done");
   after_block();
 }
 
@@ -694,13 +714,48 @@ inline void mbar_init(u32 bar, int count) {
   if (count < 1) emu::fail("mbarrier.init with no arrivals expected");
   for (auto &b : emu::mbarriers)
     if (b.first == bar) emu::fail("mbarrier initialised twice");
-  emu::mbarriers.push_back({bar, emu::mbarrier{count, count, 0}});
+  emu::mbarriers.push_back({bar, emu::mbarrier{count, count, 0, 0}});
 }
 inline void mbar_arrive(u32 bar) { emu::mbarrier_arrive_at(bar); }
 inline void cp_async_mbar_arrive(u32 bar) {
   emu::mbarrier_at(bar); // initialised
-  emu::arrivals_in_flight.push_back({emu::cur->open, bar});
+  emu::arrivals_in_flight.push_back({emu::cur->open, bar, 0});
   emu::cur->open.clear();
+}
+
+// TMA. A tensor map here is the emulation's own record of what src/ops/tma.c encodes into a CUtensorMap (the
+// kernel only passes its address on): 2-byte elements, up to three dimensions (innermost first), byte strides of
+// the outer two, a box of 64 elements (128 bytes) by box_rows, 128-byte swizzle. emulate_gemm.cpp fills it.
+struct alignas(64) tma_map {
+  const unsigned char *base;
+  uint64_t dims[3];
+  uint64_t strides[2]; // bytes between consecutive indices of dimensions 1 and 2
+  uint32_t box_rows;
+};
+struct tma_maps {
+  tma_map a, b;
+};
+inline void mbar_arrive_expect_tx(u32 bar, u32 bytes) { emu::mbarrier_arrive_at(bar, bytes); }
+inline void tma_prefetch(const tma_map *) {}
+// The box at (c0, c1, c2), as the tensor unit writes it: row r of the box is 128 bytes at dst + 128 r, its 16-byte
+// chunk j at chunk j ^ (r % 8) (the swizzle follows the shared address, hence the 1024-byte alignment); elements
+// outside the tensor land as zeros. It lands at a random later point, all at once, with its bytes.
+inline void tma_load(u32 dst, const tma_map *map, int c0, int c1, int c2, u32 bar) {
+  if (dst % 1024) emu::fail("a TMA box with 128-byte swizzle into shared memory not 1024-byte aligned");
+  if (c0 < 0 || c1 < 0 || c2 < 0) emu::fail("a TMA box at negative coordinates (not used by the kernels)");
+  emu::mbarrier_at(bar); // initialised
+  emu::async_arrival a{{}, bar, 128ll * map->box_rows};
+  for (uint32_t r = 0; r < map->box_rows; r++)
+    for (int j = 0; j < 8; j++) {
+      const uint64_t row = (uint64_t)c1 + r, first = (uint64_t)c0 + 8u * (uint64_t)j;
+      const bool inside = row < map->dims[1] && (uint64_t)c2 < map->dims[2] && first < map->dims[0];
+      const int elems = inside ? (int)std::min<uint64_t>(8, map->dims[0] - first) : 0;
+      const unsigned char *src = map->base + (uint64_t)c2 * map->strides[1] + row * map->strides[0] + first * 2;
+      if (elems) emu::check_global(src, 2 * elems);
+      a.copies.push_back({dst + 128u * r + (uint32_t)(((j ^ (int)(r % 8)) & 7) << 4), elems ? src : nullptr, 16,
+                          2 * elems});
+    }
+  emu::arrivals_in_flight.push_back(a);
 }
 inline void mbar_wait(u32 bar, u32 parity) {
   // The phase of parity P has completed when the number of completed phases has the other parity.

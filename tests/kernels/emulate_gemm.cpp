@@ -102,7 +102,12 @@ unsigned char *base_of(mat &m) {
 }
 
 ferry_gemm_params params;
+#if FERRY_TMA
+ferry::tma_maps maps;
+void kernel() { ferry::EMU_ENTRY(params, maps); }
+#else
 void kernel() { ferry::EMU_ENTRY(params); }
+#endif
 
 // The epilogue's activation in float64 (ferry_activation: 1 ReLU, 2 GELU with tanh, 3 SiLU), and the most its
 // slope reaches, by which an error before it can grow.
@@ -189,6 +194,27 @@ int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool 
   params.scale_a = &scale_a, params.scale_b = &scale_b;
   const double alpha_total = FERRY_SCALED ? (double)alpha * scale_a * scale_b : (double)alpha;
   emu::globals = {{a, a + A.elems * esize(A.type)}, {b, b + B.elems * esize(B.type)}};
+#if FERRY_TMA
+  // The tensor maps as src/ops/tma.c encodes them: 2-byte elements (8-bit operands as pairs along k), the
+  // contiguous dimension first; a K-major operand's box is the tile's rows by 64 of k, an MN-major one's 64 of m
+  // or n by the k-tile's 64 rows; a broadcast operand (batch stride 0) has one batch.
+  const auto map_of = [&](const unsigned char *base, int rows, int cols, bool row_major, long long ld,
+                          long long batch, int elem, uint32_t k_major_rows) {
+    const uint64_t pair = narrow(elem) ? 2 : 1, es = esize(elem);
+    ferry::tma_map t{};
+    t.base = base;
+    t.dims[0] = row_major ? (uint64_t)cols : (uint64_t)rows;
+    t.dims[1] = row_major ? (uint64_t)rows : (uint64_t)cols;
+    t.dims[0] /= pair;
+    t.dims[2] = batch ? (uint64_t)l : 1;
+    t.strides[0] = (uint64_t)ld * es;
+    t.strides[1] = batch ? (uint64_t)batch * es : t.strides[0];
+    t.box_rows = k_major_rows;
+    return t;
+  };
+  maps.a = map_of(a, m, k, FERRY_A_ROW, A.ld, params.batch_a, A.type, FERRY_A_ROW ? FERRY_BM : 64);
+  maps.b = map_of(b, k, n, FERRY_B_ROW, B.ld, params.batch_b, B.type, FERRY_B_ROW ? 64 : FERRY_BN);
+#endif
   emu::early_copies = early;
   emu::early_wgmma = !early;
 

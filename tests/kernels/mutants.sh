@@ -47,13 +47,22 @@ ws_mutants='copier_ignores_empty|/mbar_wait(empty(stage), phase ^ 1);/s/mbar_wai
 copier_waits_wrong_parity|/mbar_wait(empty(stage), phase ^ 1);/s/phase ^ 1/phase/
 full_arrival_before_the_copies|/load_stage<false>(loader, stage, kt);/{s/load_stage.*/cp_async_mbar_arrive(full(stage));/;n;s/cp_async_mbar_arrive(full(stage));/load_stage<false>(loader, stage, kt);/;}
 multipliers_ignore_full|/mbar_wait(full(stage), phase);/s/mbar_wait(full(stage), phase);/;/
-full_completes_at_half_the_copiers|/mbar_init(full(s), COPY_THREADS);/s/COPY_THREADS/COPY_THREADS \/ 2/
+full_completes_at_half_the_copiers|/mbar_init(full(s), TMA ? 1 : COPY_THREADS);/s/: COPY_THREADS/: COPY_THREADS \/ 2/
 empty_completes_at_one_warpgroup|/mbar_init(empty(s), WARPS);/s/WARPS/WARPS \/ 2/
 stage_released_before_its_wgmma_ends|/^        if (in_flight >= 0 \&\& lane == 0)/s/empty(in_flight)/empty(stage)/
 last_stage_of_a_tile_never_released|/^      if (in_flight >= 0 \&\& lane == 0) mbar_arrive(empty(in_flight));$/s/mbar_arrive/(void)/
 phase_never_flips|/if (++stage == STAGES) stage = 0, phase ^= 1;/s/, phase ^= 1//
 chunks_of_a_256_wide_tile_unswizzled|/return panel_offset<ROWS>(row0() + i \* STEP, col0()) - dst0();/s/return .*/return i * STEP * 128;/
 no_syncwarp_before_next_columns|/__syncwarp(); \/\/ read before the next columns/s/__syncwarp();/;/'
+
+# The persistent schedule with TMA copies: boxes at the wrong coordinates, fewer bytes expected than the boxes bring
+# (the phase completes early), the copier not waiting for a stage to be released, a box that ignores the batch.
+tma_mutants='a_box_at_the_next_k_tile|/tma_load(sa, \&maps.a, k0, m0, za, bar);/s/k0, m0/k0 + BK, m0/
+mn_major_panels_overlap|/tma_load(sb + i \* BK \* 128, \&maps.b, n0 + 64 \* i, k0, zb, bar);/s/n0 + 64 \* i/n0 + 32 * i/
+full_expects_half_the_bytes|/mbar_arrive_expect_tx(full(stage), STAGE_BYTES);/s/STAGE_BYTES/STAGE_BYTES \/ 2/
+tma_copier_ignores_empty|/^        mbar_wait(empty(stage), phase ^ 1);$/s/mbar_wait(empty(stage), phase ^ 1);/;/
+boxes_ignore_the_batch|/const int za = p.batch_a ? z : 0, zb = p.batch_b ? z : 0;/s/p.batch_b ? z : 0/0/
+multipliers_ignore_full|/mbar_wait(full(stage), phase);/s/mbar_wait(full(stage), phase);/;/'
 
 split_mutants='sets_take_the_same_k_steps|/const int ks = kk \* WARPS_K + kw;/s/kk \* WARPS_K + kw/kk * WARPS_K/
 sets_share_one_partial_slot|/return partial + ((((set - 1)/s/(set - 1)/0/
@@ -79,7 +88,7 @@ run_mutants() {
       continue
     fi
     # shellcheck disable=SC2086
-    $cxx -std=c++17 -O2 -Wno-unknown-pragmas -I "$root/src/kernels" -I "$here" -I "$out" \
+    $cxx -std=c++17 -O2 -Wno-unknown-pragmas -Wno-psabi -I "$root/src/kernels" -I "$here" -I "$out" \
       -DEMU_KERNEL="\"${entry}_$name.cu\"" -DEMU_ENTRY="$entry" $types \
       $flags "$here/emulate_gemm.cpp" -o "$out/${entry}_$name"
     # shellcheck disable=SC2086
@@ -102,6 +111,10 @@ run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_B_ROW=0" "$(echo "$wg_mutant
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_PERSISTENT=1" "$ws_mutants"
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_PERSISTENT=1" \
   "$(echo "$wg_mutants" | grep -vE '^no_barrier_in_k_tile|^wait_one_group_short|^copies_into_the_wrong_stage')"
+# The TMA copier, A and B row-major (B's MN-major panels) and B column-major, blocks taking several tiles of a batch.
+tma_flags="-DFERRY_PERSISTENT=1 -DFERRY_TMA=1"
+run_mutants gemm_wgmma.cu ferry_gemm_wgmma "$tma_flags" "$tma_mutants" "" "$cases 520,600,200,2,8,1,0.5"
+run_mutants gemm_wgmma.cu ferry_gemm_wgmma "$tma_flags -DFERRY_B_ROW=0" "$(echo "$tma_mutants" | grep -E '^a_box|^full_')"
 # gemm_mma.cu's sets of warps over k, in its 16×32×128 design with 4 sets.
 run_mutants gemm_mma.cu ferry_gemm_mma "-DFERRY_BM=16 -DFERRY_BN=32 -DFERRY_BK=128 -DFERRY_WARPS_M=1 -DFERRY_WARPS_N=2 \
 -DFERRY_WARPS_K=4 -DFERRY_STAGES=6 -DFERRY_VEC=8" "$split_mutants"
