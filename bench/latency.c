@@ -623,7 +623,8 @@ static void report(const lat_opts *o, const figures *f, const ferry_device_info 
     double best_large = 1e30;
     for (int i = 0; i < f->n_large; i++) best_large = fmin(best_large, f->large[i].ferry_us);
     double tflops = 2.0 * 4096.0 * 4096.0 * 4096.0 / (best_large * 1e-6) / 1e12;
-    printf("4096^3 bf16: best ferry %.1f TFLOP/s, cuBLAS %.1f TFLOP/s\n", tflops,
+    printf("4096^3 bf16: best mma.sync design %.1f TFLOP/s, cuBLAS %.1f TFLOP/s (every design, wgmma's too: "
+           "ferry_time_gemm)\n", tflops,
            2.0 * 4096.0 * 4096.0 * 4096.0 / (f->large[0].cublas_us * 1e-6) / 1e12);
   }
   printf("\n%-52s %11s %11s %8s %5s %12s  %s\n", "metric", "ferry", "reference", "delta", "unit", "CUTLASS nb",
