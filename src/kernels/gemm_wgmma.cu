@@ -481,6 +481,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
       mbar_init(full(s), TMA ? 1 : COPY_THREADS); // TMA: the copying thread's arrival, then the boxes' bytes
       mbar_init(empty(s), WARPS);
     }
+    if (TMA) fence_proxy_async_shared(); // the initialised barriers, before the tensor unit completes bytes on them
   }
   __syncthreads();
   const int ktiles = (p.k + BK - 1) / BK;
