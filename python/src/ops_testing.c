@@ -261,6 +261,20 @@ static CUresult s_exec_set(CUgraphExec e, CUgraphNode h, const CUDA_KERNEL_NODE_
 static CUresult s_graph_destroy(CUgraph g) { free(g); live_graphs--; return CUDA_SUCCESS; }
 static CUresult s_exec_destroy(CUgraphExec e) { free(e); live_execs--; return CUDA_SUCCESS; }
 
+/* A TMA design's tensor maps: the simulation computes from the parameters alone (gemm_on_cpu), so a map is only
+ * checked as the driver would (16-byte address and strides) and left empty. */
+static CUresult s_tmap(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *address,
+                       const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+                       const cuuint32_t *element_strides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
+                       CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill fill) {
+  (void)type, (void)dims, (void)box, (void)element_strides, (void)interleave, (void)swizzle, (void)l2, (void)fill;
+  if (!map || (uintptr_t)address % 16) return CUDA_ERROR_INVALID_VALUE;
+  for (cuuint32_t i = 0; i + 1 < rank; i++)
+    if (strides[i] % 16) return CUDA_ERROR_INVALID_VALUE;
+  memset(map, 0, sizeof *map);
+  return CUDA_SUCCESS;
+}
+
 /* ---- the hooks ----------------------------------------------------------------------------------------------- */
 
 static PyObject *ops_sim_install(PyObject *self, PyObject *unused) {
@@ -289,6 +303,7 @@ static PyObject *ops_sim_install(PyObject *self, PyObject *unused) {
   ferry__drv.cuGraphExecKernelNodeSetParams = s_exec_set;
   ferry__drv.cuGraphDestroy = s_graph_destroy;
   ferry__drv.cuGraphExecDestroy = s_exec_destroy;
+  ferry__drv.cuTensorMapEncodeTiled = s_tmap;
   ferry__drv.cuLaunchKernel = s_launch;
   Py_RETURN_NONE;
 }

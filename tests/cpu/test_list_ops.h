@@ -48,7 +48,7 @@
   X(compile_swizzled_designs_in_every_layout_for_sm90)    \
   X(wgmma_design_by_default_for_sm90a_only)               \
   X(wgmma_persistent_design_only_when_asked)              \
-  X(wgmma_tma_designs_only_when_asked)                    \
+  X(wgmma_tma_designs_by_default)                         \
   X(wgmma_decode_design_by_default)                       \
   X(wgmma_design_absent_when_turned_off)                  \
   X(compile_refuses_old_targets_and_unsupported_args)     \

@@ -417,9 +417,9 @@ static void compile_every_builtin(int sm, int layouts) {
       add_build_job(op, sm, in, in, in == FERRY_SCALAR_F16 ? FERRY_SCALAR_F16 : FERRY_SCALAR_F32, 0, 1, 0);
     }
   }
-  /* 2 × (7 gemm_mma + 4 gemm_mma_sw + 4 gemm_wgmma) for fp16 and bf16, 6 gemm_mma + 3 gemm_wgmma for FP8 (no
-   * 256-wide tile), 6 gemm_mma + 4 gemm_wgmma for int8, SIMT */
-  ASSERT_EQ(designs, 50);
+  /* 2 × (7 gemm_mma + 4 gemm_mma_sw + 6 gemm_wgmma) for fp16 and bf16, 6 gemm_mma + 4 gemm_wgmma for FP8 (no
+   * 256-wide tile), 6 gemm_mma + 6 gemm_wgmma for int8, SIMT */
+  ASSERT_EQ(designs, 57);
   pthread_t threads[4];
   int started = 0;
   for (; started < 4; started++)
@@ -467,9 +467,11 @@ TEST(wgmma_design_by_default_for_sm90a_only) {
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
-  ASSERT_EQ(n, 16);
-  /* first (measured fastest at 4096³ on the H200); the any-alignment design and SIMT last */
-  ASSERT(ops[0] == op);
+  ASSERT_EQ(n, 18);
+  /* right behind the same tile with TMA copies (181.8 against 196.7 µs at 4096³ on an H100); the any-alignment
+   * design and SIMT last */
+  ASSERT(ops[0] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_tma"));
+  ASSERT(ops[1] == op);
   ASSERT(!strcmp(ferry_op_info_get(ops[n - 2])->name, "gemm_mma_bf16_64x64x32_s2_align2"));
   ASSERT_OK(ferry_ops_find(&args, 100, NULL, NULL, ops, 32, &n)); /* sm_90a code: not for sm_100 */
   for (size_t i = 0; i < n; i++) ASSERT(ops[i] != op);
@@ -502,8 +504,9 @@ TEST(wgmma_design_by_default_for_sm90a_only) {
 }
 
 /* gemm_wgmma.cu's persistent schedule: its 128×256 design absent unless FERRY_EXPERIMENTAL_DESIGNS=1 (read when the
- * registry first fills: in this test's own process, now), then found for sm_90 alone, right behind the plain schedule
- * at 4096³ (203.0 against 199.3 µs on the H200), with its copying warpgroup's threads and its shared memory (stages,
+ * registry first fills: in this test's own process, now), then found for sm_90 alone, behind the plain schedule and
+ * the TMA designs at 4096³ (203.0 against 199.3 µs on the H200; TMA: 181.8 µs on an H100), with its copying
+ * warpgroup's threads and its shared memory (stages,
  * the epilogue's own space, the mbarriers, the alignment slack); compiled by NVRTC for sm_90a in the layouts and input
  * types its source branches on, FP8's promoted sums in the 128×128 design (registered by default) among them. */
 TEST(wgmma_persistent_design_only_when_asked) {
@@ -522,9 +525,11 @@ TEST(wgmma_persistent_design_only_when_asked) {
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
-  ASSERT_EQ(n, 19); /* the default 16, this one and the two TMA designs */
-  ASSERT(ops[0] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4"));
-  ASSERT(ops[1] == op);
+  ASSERT_EQ(n, 19); /* the default 18 and this one */
+  ASSERT(ops[0] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_tma"));
+  ASSERT(ops[1] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4"));
+  ASSERT(ops[2] == ferry_op_by_name("gemm_wgmma_bf16_128x128x64_s6_tma"));
+  ASSERT(ops[3] == op);
   ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n));
   for (size_t i = 0; i < n; i++) ASSERT(ops[i] != op);
   /* not for FP8 at 256 wide: its sums are promoted to fp32 each k-tile, and such a tile has no registers for that;
@@ -553,12 +558,12 @@ TEST(wgmma_persistent_design_only_when_asked) {
   test_rm_rf(home);
 }
 
-/* The persistent schedule with TMA copies: its designs absent unless FERRY_EXPERIMENTAL_DESIGNS=1, found for sm_90
- * alone, with the persistent schedule's threads and shared memory; compiled by NVRTC for sm_90a in every operand
- * layout (the boxes differ for K- and MN-major operands) and in 8-bit inputs. */
-TEST(wgmma_tma_designs_only_when_asked) {
+/* The persistent schedule with TMA copies: registered by default (unless FERRY_WGMMA=0), for sm_90 alone, with the
+ * persistent schedule's threads and shared memory; compiled by NVRTC for sm_90a in every operand layout (the boxes
+ * differ for K- and MN-major operands) and in 8-bit inputs. */
+TEST(wgmma_tma_designs_by_default) {
   unsetenv("FERRY_WGMMA");
-  setenv("FERRY_EXPERIMENTAL_DESIGNS", "1", 1);
+  unsetenv("FERRY_EXPERIMENTAL_DESIGNS");
   const ferry_op *op = ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_tma");
   const ferry_op *square = ferry_op_by_name("gemm_wgmma_bf16_128x128x64_s6_tma");
   const ferry_op *fp8 = ferry_op_by_name("gemm_wgmma_fp8_128x128x128_s6_tma");
@@ -568,11 +573,13 @@ TEST(wgmma_tma_designs_only_when_asked) {
   const ferry_op_info *info = ferry_op_info_get(op);
   ASSERT_EQ(info->min_sm, 90);
   ASSERT_EQ(info->threads, 384);
-  ASSERT_EQ(info->smem_bytes, ferry_op_info_get(ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_persistent"))->smem_bytes);
+  ASSERT_EQ(info->smem_bytes, 4 * (128 + 256) * 64 * 2 + 8 * 16 * 40 * 4 + 2 * 4 * 8 + 1024); /* as persistent */
   ferry_gemm_args args;
   test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 4096, 4096, 4096);
   const ferry_op *ops[32];
   size_t n = 0;
+  ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
+  ASSERT(ops[0] == op);
   ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n));
   for (size_t i = 0; i < n; i++) ASSERT(ops[i] != op && ops[i] != square);
   if (!test_have_nvrtc()) return;
@@ -633,6 +640,7 @@ TEST(wgmma_design_absent_when_turned_off) {
   ASSERT(ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_persistent") == NULL);
   ASSERT(ferry_op_by_name("gemm_wgmma_fp8_128x128x128_s6_persistent") == NULL);
   ASSERT(ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4") == NULL);
+  ASSERT(ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_tma") == NULL);
   ASSERT(ferry_op_by_name("gemm_mma_bf16_128x256x64_s4_swz") != NULL);
 }
 
@@ -829,7 +837,6 @@ TEST(run_tma_design_passes_the_operands_tensor_maps) {
   test_cache_home(home, sizeof home, "runtma");
   unsetenv("FERRY_ARCH");
   unsetenv("FERRY_WGMMA");
-  setenv("FERRY_EXPERIMENTAL_DESIGNS", "1", 1);
   fake_driver_use();
   const ferry_op *op = ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_tma");
   ASSERT(op != NULL);
@@ -848,6 +855,29 @@ TEST(run_tma_design_passes_the_operands_tensor_maps) {
   ASSERT_EQ(fake_last_launch.grid_x, 9); /* 3 × 3 tiles */
   check_map(&fake_last_launch.maps[0], 0x10000000, 72, 300, 1, 160, 160, 128);
   check_map(&fake_last_launch.maps[1], 0x20000000, 600, 72, 1, 1200, 1200, 64);
+  /* an encoding the driver refuses (B's, the second) is the run's error, named, with nothing launched */
+  const int launches = fake_launches;
+  ferry__fault_arm("cuTensorMapEncodeTiled", 2, CUDA_ERROR_INVALID_VALUE);
+  ASSERT_STATUS(ferry_op_run(op, &args, (void *)0x5100, art, 0), FERRY_DRIVER_ERROR);
+  ferry__fault_disarm();
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "encoding the tensor map of operand B");
+  ASSERT_STR_CONTAINS(ferry_last_error()->call, "cuTensorMapEncodeTiled");
+  ASSERT_EQ(fake_launches, launches);
+  ASSERT_OK(ferry_op_run(op, &args, (void *)0x5100, art, 0));
+  ASSERT_EQ(fake_launches, launches + 1);
+  /* captured in a graph, then updated to operands elsewhere: the node's maps are the new operands' */
+  ferry_graph *g = NULL;
+  ASSERT_OK(ferry_graph_begin((void *)0x5200, &g));
+  ASSERT_OK(ferry_graph_run(g, op, &args, art, 0, NULL));
+  ASSERT_OK(ferry_graph_end(g));
+  check_map(&fake_exec_node(ferry__test_graph_exec(g), 0)->maps[0], 0x10000000, 72, 300, 1, 160, 160, 128);
+  test_matrix_make(&a, 0x40000000, FERRY_SCALAR_BF16, 0, 300, 72, 0, 88);
+  test_matrix_make(&b, 0x50000000, FERRY_SCALAR_BF16, 0, 72, 600, 0, 0);
+  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32));
+  ASSERT_OK(ferry_graph_update(g, 0, &args));
+  check_map(&fake_exec_node(ferry__test_graph_exec(g), 0)->maps[0], 0x40000000, 72, 300, 1, 176, 176, 128);
+  check_map(&fake_exec_node(ferry__test_graph_exec(g), 0)->maps[1], 0x50000000, 600, 72, 1, 1200, 1200, 64);
+  ferry_graph_destroy(g);
   ferry_artifact_release(art);
   /* batches of 3: A column-major (M-major: 64 rows of k), B column-major (K-major: 256 rows), B broadcast */
   test_matrix_make(&a, 0x10000000, FERRY_SCALAR_BF16, 3, 300, 72, 1, 304);
