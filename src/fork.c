@@ -18,8 +18,7 @@
  * the order in which the code nests them, outermost first (a thread only ever waits for a lock later in the list
  * than any it holds, so prepare cannot deadlock against it):
  *
- *   1. the registry, then every operator's lock in registry order (registry.c): an operator's lock nests nothing
- *      but driver calls
+ *   1. the registry, then the operators' memo lock (registry.c): the memo lock nests nothing but driver calls
  *   2. the driver's and NVRTC's one-time loads (driver.c, rtc.c): held while loading, so a fork waits for a load
  *      in progress instead of leaving the child a half-initialised library
  *   3. the primary-context lock (device.c), the device-memory pools' (devmem.c), the gather kernel's modules'

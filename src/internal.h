@@ -74,7 +74,7 @@ void ferry__fork_guard_install(void);
 void ferry__fork_guard_install_rtc(void);
 ferry_status ferry__fork_refuse(void);
 /* Lock (1) or unlock (0) a file's locks around fork(), for the atfork handlers; fork.c gives the order. */
-void ferry__registry_fork_lock(int lock); /* the registry's lock, then every operator's */
+void ferry__registry_fork_lock(int lock); /* the registry's lock, then the operators' memo lock */
 void ferry__driver_fork_lock(int lock);
 void ferry__rtc_fork_lock(int lock);
 void ferry__device_fork_lock(int lock);

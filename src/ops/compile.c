@@ -2,9 +2,9 @@
  *
  * The memo is a small open-addressed table per operator, keyed by (kind, target). A run without an artifact
  * reads it lock-free on every call, borrowing the memo's reference (ferry_ops_clear_memo must not run beside such
- * runs, as the header says); a compile takes its own reference under the operator's lock, as inserts and
- * ferry_ops_clear_memo do, so a clear can never free the artifact between a compile's lookup and its retain.
- * Compiles run outside the lock, so one operator's kinds compile in parallel; two threads asking for the same
+ * runs, as the header says); a compile takes its own reference under the memo lock (ferry__ops_memo_lock), as
+ * inserts and ferry_ops_clear_memo do, so a clear can never free the artifact between a compile's lookup and its
+ * retain. Compiles run outside the lock, so kinds and operators compile in parallel; two threads asking for the same
  * kernel at the same moment may both compile it, and the first to insert wins.
  */
 #include "ops.h"
@@ -30,7 +30,7 @@ ferry_artifact *ferry__memo_lookup(const ferry_op *op, uint32_t kind, int sm) {
   return NULL;
 }
 
-/* Under op->lock. */
+/* Under ferry__ops_memo_lock. */
 static void memo_insert_locked(ferry_op *op, ferry_artifact *art) {
   unsigned s = slot_of(art->kind, art->sm);
   for (unsigned probe = 0; probe < FERRY__MEMO_SLOTS; probe++, s = (s + 1) & (FERRY__MEMO_SLOTS - 1)) {
@@ -48,10 +48,10 @@ void ferry_ops_clear_memo(void) {
   size_t n = ferry_ops_count();
   for (size_t i = 0; i < n; i++) {
     ferry_op *op = (ferry_op *)ferry_ops_get(i);
-    pthread_mutex_lock(&op->lock);
+    pthread_mutex_lock(&ferry__ops_memo_lock);
     for (unsigned s = 0; s < FERRY__MEMO_SLOTS; s++)
       ferry_artifact_release(atomic_exchange_explicit(&op->memo[s], NULL, memory_order_acq_rel));
-    pthread_mutex_unlock(&op->lock);
+    pthread_mutex_unlock(&ferry__ops_memo_lock);
   }
 }
 
@@ -177,19 +177,19 @@ ferry_status ferry_op_compile_for(const ferry_op *op, const ferry_gemm_args *arg
     return FERRY_ERR(FERRY_UNSUPPORTED, "operator %s needs sm_%d or newer; the target is sm_%d", op->info.name,
                      (int)op->info.min_sm, target_sm);
   uint32_t kind = args->problem.kind;
-  pthread_mutex_lock(&((ferry_op *)op)->lock);
+  pthread_mutex_lock(&ferry__ops_memo_lock);
   art = ferry_artifact_retain(ferry__memo_lookup(op, kind, target_sm));
-  pthread_mutex_unlock(&((ferry_op *)op)->lock);
+  pthread_mutex_unlock(&ferry__ops_memo_lock);
   if (art) {
     ferry__stats_memo(1);
     *out = art;
     return FERRY_OK;
   }
-  /* Build without holding the operator's lock, so that its other kinds compile in parallel; should two threads
+  /* Build without holding the memo lock, so that other kinds and operators compile in parallel; should two threads
    * build the same artifact, the first to insert wins and the other's copy is dropped. */
   ferry__stats_memo(0);
   FERRY_TRY(build(op, kind, target_sm, &art));
-  pthread_mutex_lock(&((ferry_op *)op)->lock);
+  pthread_mutex_lock(&ferry__ops_memo_lock);
   ferry_artifact *winner = ferry__memo_lookup(op, kind, target_sm);
   if (winner) {
     ferry_artifact_release(art);
@@ -197,7 +197,7 @@ ferry_status ferry_op_compile_for(const ferry_op *op, const ferry_gemm_args *arg
   } else {
     memo_insert_locked((ferry_op *)op, art);
   }
-  pthread_mutex_unlock(&((ferry_op *)op)->lock);
+  pthread_mutex_unlock(&ferry__ops_memo_lock);
   /* Load now when it will run here, so the first run pays no load; elsewhere it loads on first use. */
   ferry_error saved = *ferry_last_error();
   if (ferry__driver_quiet() && ferry__device_sm(args->problem.device, &dev_sm) == FERRY_OK) {

@@ -76,6 +76,11 @@ typedef struct ferry__design {
   double speed;
 } ferry__design;
 
+/* One lock for every operator's memo inserts and body digest (short sections; runs read the memo without it). One
+ * rather than one per operator, so that fork() holds two locks for the operators however many are registered
+ * (ferry__registry_fork_lock). */
+extern pthread_mutex_t ferry__ops_memo_lock;
+
 #define FERRY__TMA_MAPS_BYTES 256u /* two CUtensorMap of 128 bytes: gemm_common.cuh's tma_maps */
 #define FERRY__MEMO_SLOTS 1024 /* artifacts memoised per operator (kinds with epilogues × targets); a power of 2 */
 
@@ -94,7 +99,6 @@ struct ferry_op {
   uint32_t params_size;          /* bytes of the kernel's parameter */
   void *user;
   uint8_t digest[32];            /* SHA-256 of the text, defines, options and entry: what an artifact was made from */
-  pthread_mutex_t lock;          /* serialises compiles of this operator, memo inserts and making body_digest */
   _Atomic(ferry_artifact *) memo[FERRY__MEMO_SLOTS];
   uint8_t body_digest[32];       /* SHA-256 of the source after its per-kind head (source.c), made on first need */
   atomic_int body_digest_ready;  /* 1 once body_digest is written (release); zero-initialised with the operator */
@@ -248,7 +252,7 @@ ferry_status ferry__write_atomic(const char *path, const void *data, size_t size
 /* ---- memo (compile.c) ------------------------------------------------------------------------------------ */
 
 /* The memoised artifact of (op, kind, sm), borrowed (no reference taken), or NULL. Lock-free; a caller that keeps
- * the artifact takes its reference under op->lock, where ferry_ops_clear_memo drops the memo's. */
+ * the artifact takes its reference under ferry__ops_memo_lock, where ferry_ops_clear_memo drops the memo's. */
 ferry_artifact *ferry__memo_lookup(const ferry_op *op, uint32_t kind, int sm);
 
 /* ---- disk cache (cache.c) -------------------------------------------------------------------------------- */

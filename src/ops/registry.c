@@ -67,17 +67,14 @@ static void op_digest(ferry_op *op) {
   ferry__sha256_final(&s, op->digest);
 }
 
-static ferry_op *op_alloc(void) {
-  ferry_op *op = calloc(1, sizeof *op);
-  if (op) pthread_mutex_init(&op->lock, NULL);
-  return op;
-}
+pthread_mutex_t ferry__ops_memo_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static ferry_op *op_alloc(void) { return calloc(1, sizeof(ferry_op)); }
 
 /* Frees a built-in operator that could not be registered (what it owns: its name and its macros). */
 static void builtin_free(ferry_op *op) {
   free((char *)op->info.name);
   free(op->defines);
-  pthread_mutex_destroy(&op->lock);
   free(op);
 }
 
@@ -440,7 +437,6 @@ static void op_free(ferry_op *op) {
   free(op->defines);
   for (int i = 0; i < op->n_options; i++) free(op->options[i]);
   free(op->options);
-  pthread_mutex_destroy(&op->lock);
   free(op);
 }
 
@@ -526,14 +522,13 @@ cleanup:
   return st;
 }
 
-/* fork.c: the registry's lock, then every operator's in registry order (the operators are all reachable from the
- * registry, which only grows), held across fork() so a child inherits none of them held. */
+/* fork.c: the registry's lock, then the operators' memo lock, held across fork() so a child inherits neither held. */
 void ferry__registry_fork_lock(int lock) {
   if (lock) {
     pthread_mutex_lock(&registry_lock);
-    for (size_t i = 0; i < n_ops; i++) pthread_mutex_lock(&ops[i]->lock);
+    pthread_mutex_lock(&ferry__ops_memo_lock);
   } else {
-    for (size_t i = n_ops; i-- > 0;) pthread_mutex_unlock(&ops[i]->lock);
+    pthread_mutex_unlock(&ferry__ops_memo_lock);
     pthread_mutex_unlock(&registry_lock);
   }
 }

@@ -109,12 +109,12 @@ void ferry__builtin_headers_digest(uint8_t out[32]) {
 static const uint8_t *body_digest(const ferry_op *op) {
   ferry_op *o = (ferry_op *)op;
   if (atomic_load_explicit(&o->body_digest_ready, memory_order_acquire)) return o->body_digest;
-  pthread_mutex_lock(&o->lock);
+  pthread_mutex_lock(&ferry__ops_memo_lock);
   if (!atomic_load_explicit(&o->body_digest_ready, memory_order_relaxed)) {
     ferry__op_body_digest(op, o->body_digest);
     atomic_store_explicit(&o->body_digest_ready, 1, memory_order_release);
   }
-  pthread_mutex_unlock(&o->lock);
+  pthread_mutex_unlock(&ferry__ops_memo_lock);
   return o->body_digest;
 }
 

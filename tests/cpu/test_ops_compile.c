@@ -278,7 +278,7 @@ TEST(compile_is_memoised) {
 
 /* ---- every built-in design through NVRTC ------------------------------------------------------------------- */
 
-/* A memo hit takes its reference under the operator's lock, so ferry_ops_clear_memo (which drops the memo's
+/* A memo hit takes its reference under the memo lock, so ferry_ops_clear_memo (which drops the memo's
  * references) cannot free the artifact between the lookup and the retain: two threads compile the same kernel
  * over and over while a third clears the memo. A reference taken too late shows as a use after free under ASan,
  * or as a freed artifact's cubin handed out. */
