@@ -165,30 +165,8 @@ __device__ __forceinline__ void store4(out_t *at, int row, int col, const sum_t 
     v[3] += beta * to_f32<FERRY_OUT_TYPE>((u16)(old.y >> 16));
   }
 #endif
-#if FERRY_BIAS == 1
-  // a bias per column: the chunk's four values in one load where they are aligned (they are unless the caller's
-  // bias vector starts off a multiple of four elements), one at a time otherwise
-  const out_t *bias = e.bias + col;
-  float b[4];
-  if ((unsigned long long)bias % (4 * sizeof(out_t)) == 0) {
-#if FERRY_OUT_TYPE == FERRY_SCALAR_F32
-    const f32x4 q = *reinterpret_cast<const f32x4 *>(bias);
-    b[0] = q.x, b[1] = q.y, b[2] = q.z, b[3] = q.w;
-#else
-    const u32x2 q = *reinterpret_cast<const u32x2 *>(bias);
-    b[0] = to_f32<FERRY_OUT_TYPE>((u16)(q.x & 0xffffu)), b[1] = to_f32<FERRY_OUT_TYPE>((u16)(q.x >> 16));
-    b[2] = to_f32<FERRY_OUT_TYPE>((u16)(q.y & 0xffffu)), b[3] = to_f32<FERRY_OUT_TYPE>((u16)(q.y >> 16));
-#endif
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) b[i] = bias_at(e, row, col + i);
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = activate(v[i] + b[i]);
-#else
 #pragma unroll
   for (int i = 0; i < 4; ++i) v[i] = activate(v[i] + bias_at(e, row, col + i));
-#endif
 #if FERRY_OUT_TYPE == FERRY_SCALAR_F32
   *reinterpret_cast<f32x4 *>(at) = f32x4{v[0], v[1], v[2], v[3]};
 #else

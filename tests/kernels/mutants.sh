@@ -125,7 +125,6 @@ run_mutants gemm_mma.cu ferry_gemm_mma "-DFERRY_BM=16 -DFERRY_BN=32 -DFERRY_BK=1
 epilogue_mutants='row_bias_read_by_row|/return to_f32<FERRY_OUT_TYPE>(e.bias\[col\]);/s/bias\[col\]/bias[row]/|-DFERRY_BIAS=1
 col_bias_read_by_column|/return to_f32<FERRY_OUT_TYPE>(e.bias\[row\]);/s/bias\[row\]/bias[col]/|-DFERRY_BIAS=2 -DFERRY_OUT_ROW=0
 wide_store_one_bias_for_four|/bias_at(e, row, col + i)/s/col + i/col/|-DFERRY_BIAS=1
-aligned_bias_chunk_out_of_order|/b\[0\] = q.x, b\[1\] = q.y/s/b\[1\] = q.y/b[1] = q.x/|-DFERRY_BIAS=1
 bias_after_the_activation|/activate(v + bias_at(e, row, col))/s/activate(v + bias_at(e, row, col))/activate(v) + bias_at(e, row, col)/|-DFERRY_BIAS=2 -DFERRY_ACTIVATION=1 -DFERRY_OUT_ROW=0
 gelu_cubic_coefficient|/0.044715f/s/0.044715f/0.04f/|-DFERRY_ACTIVATION=2
 silu_sign|/return times_sigmoid(x, x);/s/times_sigmoid(x, x)/times_sigmoid(x, -x)/|-DFERRY_ACTIVATION=3
