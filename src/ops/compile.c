@@ -47,7 +47,7 @@ static void memo_insert_locked(ferry_op *op, ferry_artifact *art) {
 void ferry_ops_clear_memo(void) {
   size_t n = ferry_ops_count();
   for (size_t i = 0; i < n; i++) {
-    ferry_op *op = (ferry_op *)ferry_ops_get(i);
+    ferry_op *op = (ferry_op *)ferry_ops_get(i); /* under the registry's lock, which nests outside the memo lock */
     pthread_mutex_lock(&ferry__ops_memo_lock);
     for (unsigned s = 0; s < FERRY__MEMO_SLOTS; s++)
       ferry_artifact_release(atomic_exchange_explicit(&op->memo[s], NULL, memory_order_acq_rel));
