@@ -38,22 +38,22 @@ static void memo_insert_locked(ferry_op *op, ferry_artifact *art) {
     if (a && a->kind == art->kind && a->sm == art->sm) return; /* already memoised */
     if (!a) {
       atomic_store_explicit(&op->memo[s], ferry_artifact_retain(art), memory_order_release);
+      op->memo_used++;
       return;
     }
   }
   /* Full: the artifact works, it is just not remembered. */
 }
 
-void ferry_ops_clear_memo(void) {
-  size_t n = ferry_ops_count();
-  for (size_t i = 0; i < n; i++) {
-    ferry_op *op = (ferry_op *)ferry_ops_get(i); /* under the registry's lock, which nests outside the memo lock */
-    pthread_mutex_lock(&ferry__ops_memo_lock);
-    for (unsigned s = 0; s < FERRY__MEMO_SLOTS; s++)
-      ferry_artifact_release(atomic_exchange_explicit(&op->memo[s], NULL, memory_order_acq_rel));
-    pthread_mutex_unlock(&ferry__ops_memo_lock);
+/* Under ferry__ops_memo_lock. */
+static void memo_clear_locked(ferry_op *op) {
+  for (unsigned s = 0; s < FERRY__MEMO_SLOTS && op->memo_used; s++) {
+    ferry_artifact *a = atomic_exchange_explicit(&op->memo[s], NULL, memory_order_acq_rel);
+    if (a) ferry_artifact_release(a), op->memo_used--;
   }
 }
+
+void ferry_ops_clear_memo(void) { ferry__ops_each_under_memo_lock(memo_clear_locked); }
 
 /* ---- NVRTC ------------------------------------------------------------------------------------------------- */
 

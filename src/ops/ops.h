@@ -80,6 +80,9 @@ typedef struct ferry__design {
  * rather than one per operator, so that fork() holds two locks for the operators however many are registered
  * (ferry__registry_fork_lock). */
 extern pthread_mutex_t ferry__ops_memo_lock;
+/* Calls fn on every registered operator, holding the registry's lock and then the memo lock (fork's order) once for
+ * the whole walk, so that a clear of every memo is one short section rather than one per operator. */
+void ferry__ops_each_under_memo_lock(void (*fn)(ferry_op *op));
 
 #define FERRY__TMA_MAPS_BYTES 256u /* two CUtensorMap of 128 bytes: gemm_common.cuh's tma_maps */
 #define FERRY__MEMO_SLOTS 1024 /* artifacts memoised per operator (kinds with epilogues × targets); a power of 2 */
@@ -100,6 +103,7 @@ struct ferry_op {
   void *user;
   uint8_t digest[32];            /* SHA-256 of the text, defines, options and entry: what an artifact was made from */
   _Atomic(ferry_artifact *) memo[FERRY__MEMO_SLOTS];
+  unsigned memo_used;             /* filled memo slots, under ferry__ops_memo_lock: a clear skips an empty memo */
   uint8_t body_digest[32];       /* SHA-256 of the source after its per-kind head (source.c), made on first need */
   atomic_int body_digest_ready;  /* 1 once body_digest is written (release); zero-initialised with the operator */
 };

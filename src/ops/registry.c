@@ -294,6 +294,15 @@ const ferry_op *ferry_ops_get(size_t index) {
   return op;
 }
 
+void ferry__ops_each_under_memo_lock(void (*fn)(ferry_op *op)) {
+  ferry__registry_init();
+  pthread_mutex_lock(&registry_lock);
+  pthread_mutex_lock(&ferry__ops_memo_lock);
+  for (size_t i = 0; i < n_ops; i++) fn(ops[i]);
+  pthread_mutex_unlock(&ferry__ops_memo_lock);
+  pthread_mutex_unlock(&registry_lock);
+}
+
 const ferry_op *ferry_op_by_name(const char *name) {
   const ferry_op *found = NULL;
   if (!name) return NULL;
