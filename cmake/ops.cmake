@@ -128,6 +128,8 @@ if(FERRY_NVCC)
           list(APPEND design_flags -DFERRY_PERSISTENT=1)
         elseif(family STREQUAL "WGMMA_TMA")
           list(APPEND design_flags -DFERRY_PERSISTENT=1 -DFERRY_TMA=1)
+        elseif(family STREQUAL "WGMMA_TMA_CLUSTER")
+          list(APPEND design_flags -DFERRY_PERSISTENT=1 -DFERRY_TMA=1 -DFERRY_CLUSTER=2)
         endif()
       endif()
       list(APPEND design_flags -DFERRY_A_TYPE=2 -DFERRY_OUT_TYPE=2) # bf16

@@ -88,6 +88,7 @@ typedef CUresult (*ferry__batch_v13_fn)(CUdeviceptr *, CUdeviceptr *, size_t *, 
   X(cuTensorMapEncodeTiled, (CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,      \
                              const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, \
                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill))           \
+  X(cuOccupancyMaxActiveClusters, (int *, CUfunction, const CUlaunchConfig *))                                \
   /* for the operator tests and benchmarks: plain allocations, synchronous copies, event timing */             \
   X(cuMemAlloc, (CUdeviceptr *, size_t))                                                                      \
   X(cuMemFree, (CUdeviceptr))                                                                                 \

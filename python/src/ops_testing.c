@@ -275,6 +275,13 @@ static CUresult s_tmap(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t ra
   return CUDA_SUCCESS;
 }
 
+/* A cluster design's clusters at once: an H100's or H200's figure for one block per multiprocessor. */
+static CUresult s_max_clusters(int *n, CUfunction f, const CUlaunchConfig *config) {
+  if (!n || f != (CUfunction)&gemm_function || !config || !config->blockDimX) return CUDA_ERROR_INVALID_VALUE;
+  *n = 66;
+  return CUDA_SUCCESS;
+}
+
 /* ---- the hooks ----------------------------------------------------------------------------------------------- */
 
 static PyObject *ops_sim_install(PyObject *self, PyObject *unused) {
@@ -304,6 +311,7 @@ static PyObject *ops_sim_install(PyObject *self, PyObject *unused) {
   ferry__drv.cuGraphDestroy = s_graph_destroy;
   ferry__drv.cuGraphExecDestroy = s_exec_destroy;
   ferry__drv.cuTensorMapEncodeTiled = s_tmap;
+  ferry__drv.cuOccupancyMaxActiveClusters = s_max_clusters;
   ferry__drv.cuLaunchKernel = s_launch;
   Py_RETURN_NONE;
 }

@@ -298,6 +298,40 @@ __device__ __forceinline__ void tma_load(u32 dst, const tma_map *map, int c0, in
                "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
                : "memory");
 }
+// Clusters (gemm_wgmma.cu's FERRY_CLUSTER): blocks of a cluster run at once on one GPC and reach each other's
+// shared memory. This block's rank in its cluster.
+__device__ __forceinline__ int cluster_rank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return (int)r;
+}
+// Every thread of every block of the cluster, with release/acquire: what each wrote before is visible to all after.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// This thread's mbarrier.init, visible to the cluster's other blocks (before their arrivals and multicasts).
+__device__ __forceinline__ void fence_mbarrier_init_cluster() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// The shared::cluster address of this block's shared address `addr` in the cluster's block `rank`.
+__device__ __forceinline__ u32 cluster_map(u32 addr, int rank) {
+  u32 r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+// An arrival on the mbarrier at a shared::cluster address (cluster_map's), possibly another block's.
+__device__ __forceinline__ void mbar_arrive_cluster(u32 cluster_addr) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
+}
+// tma_load into every block of `cta_mask` (bit r: rank r) at the same shared offset dst, each completing the bytes on
+// its own mbarrier at offset bar.
+__device__ __forceinline__ void tma_load_multicast(u32 dst, const tma_map *map, int c0, int c1, int c2, u32 bar,
+                                                   u16 cta_mask) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
+               "[%1, {%2, %3, %4}], [%5], %6;" ::"r"(dst),
+               "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(cta_mask)
+               : "memory");
+}
 __device__ __forceinline__ void tma_prefetch(const tma_map *map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)map) : "memory");
 }

@@ -40,7 +40,9 @@
 // epilogue, which stages 32 columns at a time in its own shared area. With FERRY_TMA one thread does all the
 // copying: each stage is a few TMA boxes (tensor maps the host encoded, 128-byte swizzle: the layout above), whose
 // bytes complete the "full" barrier; the tensor unit zero-fills what lies outside the operands, so edges need no
-// code of their own.
+// code of their own. With FERRY_CLUSTER 2 (TMA only), two blocks of a cluster take two tiles one above the other,
+// which read the same tile of B: each block loads half of it into both blocks' shared memory (a multicast), so B
+// crosses L2 once per pair; a stage is then refilled only once the warps of both blocks have freed it.
 //
 // Edges and epilogue as in gemm_mma_sw.cu: predicated copies at the edges (an unpredicated loop while every k-tile
 // to load lies inside the operands), accumulators staged through shared memory per warp and stored 4 elements at a
@@ -68,7 +70,11 @@ namespace ferry {
 #ifndef FERRY_TMA
 #define FERRY_TMA 0
 #endif
+#ifndef FERRY_CLUSTER
+#define FERRY_CLUSTER 1
+#endif
 static_assert(!FERRY_TMA || FERRY_PERSISTENT, "TMA copies belong to the persistent schedule");
+static_assert(FERRY_CLUSTER == 1 || (FERRY_CLUSTER == 2 && FERRY_TMA), "clusters of two share TMA multicasts");
 
 constexpr int BM = FERRY_BM, BN = FERRY_BN, BK = FERRY_BK, STAGES = FERRY_STAGES;
 // WGS warpgroups multiply (WARPS warps); the persistent schedule adds one that copies.
@@ -84,6 +90,7 @@ constexpr unsigned PIPE_BYTES = STAGES * STAGE_BYTES;
 constexpr int EPI_COLS = FERRY_PERSISTENT ? 32 : BN, EPI_PITCH = EPI_COLS + 8;
 constexpr unsigned EPI_BYTES = WARPS * 16 * EPI_PITCH * 4;
 constexpr bool TMA = FERRY_TMA;
+constexpr int CLUSTER = FERRY_CLUSTER;
 constexpr unsigned BARRIER_BYTES = FERRY_PERSISTENT ? 2 * STAGES * 8 : 0; // a full and an empty mbarrier a stage
 // +1024: the swizzle atoms must start on 1024-byte boundaries; the kernel aligns the dynamic area up itself.
 constexpr unsigned SMEM_BYTES = (FERRY_PERSISTENT ? PIPE_BYTES + EPI_BYTES + BARRIER_BYTES
@@ -422,28 +429,34 @@ static_assert(WGS == 2 && (BN == 256 || BN == 128),
               "the register split assumes one copying and two multiplying warpgroups");
 
 // The grid is at most one block per SM; block b takes tiles b, b + gridDim.x, ... of all batches (tile index
-// t: batch t / tiles, then tile_of_index's order within it). Both sides walk the same sequence.
+// t: batch t / tiles, then tile_of_index's order within it). Both sides walk the same sequence. In a cluster the
+// unit is a CLUSTER·BM × BN tile, cluster c taking c, c + gridDim.x / CLUSTER, ..., and block `rank` its rows
+// rank·BM.. (past m for the second block of a last, half-empty one: it loads and multiplies zeros, and stores
+// nothing), so the cluster's blocks walk in step, as their shared copies need.
 struct tile_walk {
-  int tiles;
+  int tiles, rank;
   i64 total, t;
-  __device__ __forceinline__ tile_walk(const ferry_gemm_params &p)
-      : tiles(((p.m + BM - 1) / BM) * ((p.n + BN - 1) / BN)), total((i64)tiles * p.l), t(blockIdx.x) {}
+  __device__ __forceinline__ tile_walk(const ferry_gemm_params &p, int rank_)
+      : tiles(((p.m + CLUSTER * BM - 1) / (CLUSTER * BM)) * ((p.n + BN - 1) / BN)), rank(rank_),
+        total((i64)tiles * p.l), t(blockIdx.x / CLUSTER) {}
   __device__ __forceinline__ bool next(const ferry_gemm_params &p, int &z, int &m0, int &n0) {
     if (t >= total) return false;
     int tm, tn;
     z = (int)(t / tiles);
-    tile_of_index(p.m, p.n, BM, BN, (int)(t % tiles), tm, tn);
-    m0 = tm * BM, n0 = tn * BN;
-    t += gridDim.x;
+    tile_of_index(p.m, p.n, CLUSTER * BM, BN, (int)(t % tiles), tm, tn);
+    m0 = tm * CLUSTER * BM + rank * BM, n0 = tn * BN;
+    t += gridDim.x / CLUSTER;
     return true;
   }
 };
 
 // TMA: k-tile k0 (in the tile's own elements: pairs for 8-bit operands) of output tile (m0, n0) into the stage at
 // sa, as boxes of 64 contiguous elements (128 bytes) by the tile's rows: one box for a K-major tile, one per
-// 64-wide panel for an MN-major one (panel_offset's layout). za, zb: the operands' batches (0 when broadcast).
+// 64-wide panel for an MN-major one (panel_offset's layout). za, zb: the operands' batches (0 when broadcast). In a
+// cluster the blocks share B's tile: block `rank` loads its share of it (half of a K-major tile's rows, whose box
+// the host made that tall, or half of the panels) into every block of the cluster.
 __device__ __forceinline__ void tma_stage(const tma_maps &maps, u32 sa, int za, int zb, int m0, int n0, int k0,
-                                          u32 bar) {
+                                          u32 bar, int rank) {
   if (A_ROW) {
     tma_load(sa, &maps.a, k0, m0, za, bar);
   } else {
@@ -451,7 +464,21 @@ __device__ __forceinline__ void tma_stage(const tma_maps &maps, u32 sa, int za, 
     for (int i = 0; i < BM / 64; ++i) tma_load(sa + i * BK * 128, &maps.a, m0 + 64 * i, k0, za, bar);
   }
   const u32 sb = sa + A_BYTES;
-  if (!B_ROW) {
+  if constexpr (CLUSTER > 1) {
+    constexpr u16 every_block = (1u << CLUSTER) - 1;
+    if (!B_ROW) {
+      constexpr int ROWS = BN / CLUSTER;
+      tma_load_multicast(sb + rank * ROWS * 128, &maps.b, k0, n0 + rank * ROWS, zb, bar, every_block);
+    } else {
+      constexpr int PANELS = BN / 64 / CLUSTER;
+      static_assert(PANELS * 64 * CLUSTER == BN, "whole panels of B per block of the cluster");
+#pragma unroll
+      for (int j = 0; j < PANELS; ++j) {
+        const int i = rank * PANELS + j;
+        tma_load_multicast(sb + i * BK * 128, &maps.b, n0 + 64 * i, k0, zb, bar, every_block);
+      }
+    }
+  } else if (!B_ROW) {
     tma_load(sb, &maps.b, k0, n0, zb, bar);
   } else {
 #pragma unroll
@@ -459,9 +486,15 @@ __device__ __forceinline__ void tma_stage(const tma_maps &maps, u32 sa, int za, 
   }
 }
 
+#if FERRY_CLUSTER > 1 // the cluster's shape is the kernel's own: the host launches it as any other, an even grid
+#define FERRY_CLUSTER_DIMS __cluster_dims__(FERRY_CLUSTER, 1, 1)
+#else
+#define FERRY_CLUSTER_DIMS
+#endif
+
 #if FERRY_TMA
-extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const ferry_gemm_params params,
-                                                                         const __grid_constant__ tma_maps maps) {
+extern "C" __global__ void __launch_bounds__(THREADS, 1) FERRY_CLUSTER_DIMS
+    ferry_gemm_wgmma(const ferry_gemm_params params, const __grid_constant__ tma_maps maps) {
 #else
 extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const ferry_gemm_params params) {
 #endif
@@ -471,7 +504,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
   const u32 raw = smem_addr(smem_raw), smem = (raw + 1023u) & ~1023u;
   unsigned char *smem_aligned = smem_raw + (smem - raw);
   // Stage s is loaded when full(s) completes a phase (one arrival per copying thread, when its chunks have landed)
-  // and may be refilled when empty(s) does (one arrival per multiplying warp, when its wgmma reading it is done).
+  // and may be refilled when empty(s) does (one arrival per multiplying warp, when its wgmma reading it is done; in
+  // a cluster, per multiplying warp of every block, since each block's copies also land in the others).
   const u32 bars = smem + PIPE_BYTES + EPI_BYTES;
   auto full = [bars](int s) { return bars + 8u * (u32)s; };
   auto empty = [bars](int s) { return bars + 8u * (u32)(STAGES + s); };
@@ -479,13 +513,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full(s), TMA ? 1 : COPY_THREADS); // TMA: the copying thread's arrival, then the boxes' bytes
-      mbar_init(empty(s), WARPS);
+      mbar_init(empty(s), WARPS * CLUSTER);
     }
     if (TMA) fence_proxy_async_shared(); // the initialised barriers, before the tensor unit completes bytes on them
+    if (CLUSTER > 1) fence_mbarrier_init_cluster(); // and before the other blocks arrive or multicast on them
   }
-  __syncthreads();
+  int rank = 0;
+  if constexpr (CLUSTER > 1) {
+    rank = cluster_rank();
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
   const int ktiles = (p.k + BK - 1) / BK;
-  tile_walk walk(p);
+  tile_walk walk(p, rank);
   int z, m0, n0;
   int stage = 0;
   u32 phase = 0; // parity of the stage's current phase, flipped at each pass over the stages
@@ -501,7 +542,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
       for (int kt = 0; kt < ktiles; ++kt) {
         mbar_wait(empty(stage), phase ^ 1);
         mbar_arrive_expect_tx(full(stage), STAGE_BYTES);
-        tma_stage(maps, smem + stage * STAGE_BYTES, za, zb, m0, n0, kt * BK, full(stage));
+        tma_stage(maps, smem + stage * STAGE_BYTES, za, zb, m0, n0, kt * BK, full(stage), rank);
         if (++stage == STAGES) stage = 0, phase ^= 1;
       }
     }
@@ -517,7 +558,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
       }
     }
 #endif
-    // Not gone before the last copies have landed and been read: every stage's last fill released.
+    // Not gone before the last copies have landed and been read: every stage's last fill released (in a cluster,
+    // by every block's warps: so no other block's arrival or copy can still target this block once it is gone).
     for (int s = 0; s < STAGES; ++s) {
       mbar_wait(empty(stage), phase ^ 1);
       if (++stage == STAGES) stage = 0, phase ^= 1;
@@ -533,6 +575,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
   // acc (otherwise unused, and compiled away). In flight: the groups reading stages `older` (the earlier) and `newer`.
   acc_t sums0[BN / 2], sums1[BN / 2];
   int older = -1, newer = -1;
+  // Frees stage s for the copier (lane 0 for its warp): in a cluster, in every block, whose copies fill it here too.
+  auto release = [&](int s) {
+    if (lane != 0) return;
+    if constexpr (CLUSTER > 1) {
+#pragma unroll
+      for (int r = 0; r < CLUSTER; ++r) mbar_arrive_cluster(cluster_map(empty(s), r));
+    } else {
+      mbar_arrive(empty(s));
+    }
+  };
   // Issues the next k-tile's group into `set`, once its stage has landed.
   auto issue = [&](acc_t (&set)[BN / 2]) {
     mbar_wait(full(stage), phase);
@@ -547,7 +599,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
     wgmma_wait<1>();
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(set[i]);
-    if (lane == 0) mbar_arrive(empty(older));
+    release(older);
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) {
       acc[i] += set[i];
@@ -557,7 +609,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
   // Adds the last group, whose sums are `set`, once it is done, and frees its stage.
   auto finish = [&](acc_t (&set)[BN / 2]) {
     wgmma_wait<0>();
-    if (lane == 0) mbar_arrive(empty(newer));
+    release(newer);
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) {
       wgmma_fence_operand(set[i]);
@@ -600,16 +652,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
         wgmma_wait<1>(); // the group before this one is done with its stage
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
-        if (in_flight >= 0 && lane == 0) mbar_arrive(empty(in_flight));
+        if (in_flight >= 0) release(in_flight);
         in_flight = stage;
         if (++stage == STAGES) stage = 0, phase ^= 1;
       }
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) wgmma_fence_operand(acc[i]);
-      if (in_flight >= 0 && lane == 0) mbar_arrive(empty(in_flight));
+      if (in_flight >= 0) release(in_flight);
     }
-    store_accumulators(p, acc, z, m0, n0, warp, staging);
+    if (CLUSTER == 1 || m0 < p.m) store_accumulators(p, acc, z, m0, n0, warp, staging);
   }
 }
 

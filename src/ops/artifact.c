@@ -51,7 +51,8 @@ ferry_status ferry__artifact_new(const ferry_op *op, uint32_t kind, int sm, cons
   a->threads = (uint32_t)op->info.threads;
   a->smem = ferry__design_smem(op, kind);
   a->persistent = ferry__family_is_persistent(op->family);
-  a->tma = op->family == FERRY__WGMMA_TMA;
+  a->tma = ferry__family_is_tma(op->family);
+  a->cluster = ferry__family_cluster(op->family);
   pthread_mutex_init(&a->lock, NULL);
   *out = a;
   return FERRY_OK;
@@ -127,6 +128,29 @@ cleanup:
   return st;
 }
 
+/* How many of a cluster kernel's clusters run at once on `device` (a persistent grid of more would run its last
+ * clusters after the others, doubling the time): they must fit within one GPC each, so fewer than SMs / cluster. */
+static ferry_status count_clusters(ferry_artifact *art, CUfunction f, int device) {
+  ferry_status st = FERRY_OK;
+  int sms = 0, n = 0;
+  FERRY_TRY(ferry__device_sms(device, &sms));
+  CUlaunchConfig config;
+  memset(&config, 0, sizeof config);
+  config.gridDimX = (unsigned)(sms - sms % art->cluster);
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = art->threads;
+  config.blockDimY = config.blockDimZ = 1;
+  config.sharedMemBytes = art->smem;
+  FERRY_TRY_CU(("counting the clusters of operator %s that fit on cuda:%d", art->op->info.name, device),
+               cuOccupancyMaxActiveClusters, &n, f, &config);
+  if (n < 1)
+    st = FERRY_ERR(FERRY_UNSUPPORTED, "operator %s: no cluster of %d of its blocks (%u bytes of shared memory "
+                   "each) fits on cuda:%d", art->op->info.name, art->cluster, art->smem, device);
+  art->max_clusters[device] = n;
+cleanup:
+  return st;
+}
+
 ferry_status ferry__artifact_function(ferry_artifact *art, int device, CUfunction *out) {
   ferry_status st = FERRY_OK;
   int entered = 0, sm = 0;
@@ -152,6 +176,7 @@ ferry_status ferry__artifact_function(ferry_artifact *art, int device, CUfunctio
   if (art->smem > 48u * 1024u)
     FERRY_TRY_CU(("allowing operator %s %u bytes of shared memory on cuda:%d", art->op->info.name, art->smem,
                   device), cuFuncSetAttribute, f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)art->smem);
+  if (art->cluster > 1) FERRY_TRY(count_clusters(art, f, device));
   atomic_store_explicit(&art->fn[device], f, memory_order_release);
 cleanup:
   if (entered) ferry__ctx_leave();

@@ -48,19 +48,26 @@ uint64_t ferry__xxh64(const void *data, size_t n, uint64_t seed);
  * compiled for the "a" target; registered unless FERRY_WGMMA=0, see registry.c); FERRY__WGMMA_PERSISTENT: the same
  * file's persistent, warp-specialised schedule (FERRY_PERSISTENT), launched with at most one block per
  * multiprocessor (run.c); FERRY__WGMMA_TMA: that schedule with TMA copies (FERRY_TMA), its tensor maps encoded
- * per launch (tma.c). */
+ * per launch (tma.c); FERRY__WGMMA_TMA_CLUSTER: that one in clusters of two blocks sharing B's tiles
+ * (FERRY_CLUSTER), launched with at most as many clusters as can run at once. */
 typedef enum ferry__family {
   FERRY__SIMT = 1, FERRY__MMA = 2, FERRY__CUSTOM = 3, FERRY__MMA_SW = 4, FERRY__WGMMA = 5,
-  FERRY__WGMMA_PERSISTENT = 6, FERRY__WGMMA_TMA = 7
+  FERRY__WGMMA_PERSISTENT = 6, FERRY__WGMMA_TMA = 7, FERRY__WGMMA_TMA_CLUSTER = 8
 } ferry__family;
 
+/* gemm_wgmma.cu's TMA copies. */
+static inline int ferry__family_is_tma(ferry__family f) {
+  return f == FERRY__WGMMA_TMA || f == FERRY__WGMMA_TMA_CLUSTER;
+}
+/* Blocks per cluster (the kernel's own __cluster_dims__). */
+static inline int ferry__family_cluster(ferry__family f) { return f == FERRY__WGMMA_TMA_CLUSTER ? 2 : 1; }
 /* gemm_wgmma.cu, in either schedule: sm_90a code. */
 static inline int ferry__family_is_wgmma(ferry__family f) {
-  return f == FERRY__WGMMA || f == FERRY__WGMMA_PERSISTENT || f == FERRY__WGMMA_TMA;
+  return f == FERRY__WGMMA || f == FERRY__WGMMA_PERSISTENT || ferry__family_is_tma(f);
 }
 /* gemm_wgmma.cu's persistent schedule (a copying warpgroup, one block per multiprocessor at most). */
 static inline int ferry__family_is_persistent(ferry__family f) {
-  return f == FERRY__WGMMA_PERSISTENT || f == FERRY__WGMMA_TMA;
+  return f == FERRY__WGMMA_PERSISTENT || ferry__family_is_tma(f);
 }
 /* A tensor-core design of ferry's own (ranked by its speed). */
 static inline int ferry__family_is_mma(ferry__family f) {
@@ -186,10 +193,13 @@ struct ferry_artifact {
   size_t cubin_size;
   void *cubin_block;             /* the allocation holding the cubin (NVRTC's copy, or the file it was read in) */
   /* the launch layout, fixed at creation: grid = (ceil(m/tile_m)*ceil(n/tile_n), 1, l), block = threads; a
-   * persistent kernel gets (min(its tiles × l, the device's multiprocessors), 1, 1) and loops over the tiles */
+   * persistent kernel gets (min(its tiles × l, the device's multiprocessors), 1, 1) and loops over the tiles (in
+   * clusters: min(its cluster tiles × l, max_clusters) clusters) */
   uint32_t tile_m, tile_n, threads, smem;
   int persistent;
   int tma;                       /* a second kernel parameter: the operands' tensor maps (tma.c), per launch */
+  int cluster;                   /* blocks per cluster: a persistent grid of that many times max_clusters at most */
+  int max_clusters[FERRY_MAX_DEVICES]; /* clusters that fit on the device at once; set before fn[device] is */
   pthread_mutex_t lock;          /* loading: the library and per-device functions */
   CUlibrary library;
   CUkernel kernel;

@@ -107,10 +107,12 @@ static void add_mma(ferry__family family, builtin_inputs inputs, int bm, int bn,
   const char *t = type_names[inputs];
   const int narrow = inputs == INPUTS_FP8 || inputs == INPUTS_I8, tile_k = narrow ? 2 * bk : bk;
   const int wgmma = ferry__family_is_wgmma(family), persistent = ferry__family_is_persistent(family);
-  const int tma = family == FERRY__WGMMA_TMA;
+  const int tma = ferry__family_is_tma(family), cluster = ferry__family_cluster(family);
+  char schedule[32];
+  if (cluster > 1) snprintf(schedule, sizeof schedule, "_tma_cluster%d", cluster);
+  else snprintf(schedule, sizeof schedule, "%s", tma ? "_tma" : persistent ? "_persistent" : "");
   if (wgmma)
-    snprintf(name, sizeof name, "gemm_wgmma_%s_%dx%dx%d_s%d%s", t, bm, bn, tile_k, stages,
-             tma ? "_tma" : persistent ? "_persistent" : "");
+    snprintf(name, sizeof name, "gemm_wgmma_%s_%dx%dx%d_s%d%s", t, bm, bn, tile_k, stages, schedule);
   else if (family == FERRY__MMA_SW)
     snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d_swz", t, bm, bn, tile_k, stages);
   else {
@@ -118,10 +120,12 @@ static void add_mma(ferry__family family, builtin_inputs inputs, int bm, int bn,
     if (vec == 8) snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d%s", t, bm, bn, tile_k, stages, split);
     else snprintf(name, sizeof name, "gemm_mma_%s_%dx%dx%d_s%d%s_align%d", t, bm, bn, tile_k, stages, split, 2 * vec);
   }
+  char cluster_define[40] = "";
+  if (cluster > 1) snprintf(cluster_define, sizeof cluster_define, "#define FERRY_CLUSTER %d\n", cluster);
   if (wgmma)
     snprintf(defines, sizeof defines, "#define FERRY_BM %d\n#define FERRY_BN %d\n#define FERRY_BK %d\n"
-             "#define FERRY_STAGES %d\n#define FERRY_PERSISTENT %d\n%s", bm, bn, bk, stages, persistent,
-             tma ? "#define FERRY_TMA 1\n" : "");
+             "#define FERRY_STAGES %d\n#define FERRY_PERSISTENT %d\n%s%s", bm, bn, bk, stages, persistent,
+             tma ? "#define FERRY_TMA 1\n" : "", cluster_define);
   else if (family == FERRY__MMA_SW)
     snprintf(defines, sizeof defines, "#define FERRY_BM %d\n#define FERRY_BN %d\n#define FERRY_BK %d\n"
              "#define FERRY_WARPS_M %d\n#define FERRY_WARPS_N %d\n#define FERRY_STAGES %d\n",

@@ -96,6 +96,13 @@ ferry_status ferry__launch_prepare(ferry_artifact *art, const ferry_gemm_args *a
     uint64_t tiles = (uint64_t)l->grid_x * (uint64_t)p->l;
     l->grid_x = tiles < (uint64_t)sms ? (unsigned)tiles : (unsigned)sms;
     l->grid_z = 1;
+    if (art->cluster > 1) { /* whole clusters, each taking tiles of `cluster` tiles along m, as many as fit */
+      const uint32_t cluster_m = art->tile_m * (uint32_t)art->cluster;
+      const uint64_t cluster_tiles = (uint64_t)(((uint32_t)p->m + cluster_m - 1) / cluster_m) *
+                                     (((uint32_t)p->n + art->tile_n - 1) / art->tile_n) * (uint64_t)p->l;
+      const uint64_t fit = (uint64_t)art->max_clusters[p->device];
+      l->grid_x = (unsigned)(cluster_tiles < fit ? cluster_tiles : fit) * (unsigned)art->cluster;
+    }
   }
   l->threads = art->threads;
   l->smem = art->smem;

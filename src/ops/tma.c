@@ -49,6 +49,7 @@ ferry_status ferry__tma_encode(const ferry_artifact *art, const ferry_gemm_args 
   ferry_status st = encode_operand(&m[0], "A", args->a, p->m, p->k, 0, p->a_major == FERRY_MAJOR_ROW, p->lda,
                                    p->l > 1 ? p->batch_a : 0, p->l, es_a, art->tile_m);
   if (st != FERRY_OK) return st;
+  /* a cluster's blocks each load 1/cluster of B's tile for all of them: a K-major box is that many rows */
   return encode_operand(&m[1], "B", args->b, p->k, p->n, 1, p->b_major == FERRY_MAJOR_ROW, p->ldb,
-                        p->l > 1 ? p->batch_b : 0, p->l, es_b, art->tile_n);
+                        p->l > 1 ? p->batch_b : 0, p->l, es_b, art->tile_n / (uint32_t)art->cluster);
 }

@@ -307,8 +307,18 @@ static CUresult f_tmap(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t ra
   return CUDA_SUCCESS;
 }
 
+int fake_max_clusters = 60;
+static CUresult f_max_clusters(int *n, CUfunction f, const CUlaunchConfig *config) {
+  if (!n || f != (CUfunction)&fake_gemm_function || !config || config->gridDimX % 2 || !config->blockDimX ||
+      config->numAttrs)
+    return CUDA_ERROR_INVALID_VALUE;
+  *n = fake_max_clusters;
+  return CUDA_SUCCESS;
+}
+
 static void fake_ops_fill(ferry__driver *d) {
   d->cuTensorMapEncodeTiled = f_tmap;
+  d->cuOccupancyMaxActiveClusters = f_max_clusters;
   d->cuStreamIsCapturing = f_is_capturing; d->cuThreadExchangeStreamCaptureMode = f_capture_mode;
   d->cuDeviceGetAttribute = f_attr_ops;
   d->cuCtxGetCurrent = f_ctx_current; d->cuLibraryLoadData = f_lib_load; d->cuLibraryUnload = f_lib_unload;

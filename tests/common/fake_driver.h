@@ -31,5 +31,6 @@ typedef struct fake_launch_record {
 extern _Atomic int fake_live_libraries, fake_live_graphs, fake_live_execs, fake_launches, fake_replays;
 extern fake_launch_record fake_last_launch;
 extern int fake_kernel_registers; /* CU_FUNC_ATTRIBUTE_NUM_REGS of every fake kernel (168) */
+extern int fake_max_clusters;     /* what cuOccupancyMaxActiveClusters answers for every kernel (60) */
 const fake_launch_record *fake_exec_node(void *exec, int index);
 #endif

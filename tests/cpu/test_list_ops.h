@@ -49,6 +49,7 @@
   X(wgmma_design_by_default_for_sm90a_only)               \
   X(wgmma_persistent_design_only_when_asked)              \
   X(wgmma_tma_designs_by_default)                         \
+  X(wgmma_cluster_designs_only_when_asked)                 \
   X(wgmma_decode_design_by_default)                       \
   X(wgmma_design_absent_when_turned_off)                  \
   X(compile_refuses_old_targets_and_unsupported_args)     \
@@ -59,6 +60,7 @@
   X(run_swizzled_design_lays_out_the_launch)              \
   X(run_persistent_design_launches_a_block_per_multiprocessor) \
   X(run_tma_design_passes_the_operands_tensor_maps)       \
+  X(run_cluster_design_launches_whole_clusters_that_fit) \
   X(run_without_artifact_compiles_once)                   \
   X(run_checks_artifact_and_support)                      \
   X(graph_records_runs_and_updates_in_place)              \

@@ -505,7 +505,8 @@ TEST(wgmma_design_by_default_for_sm90a_only) {
 
 /* gemm_wgmma.cu's persistent schedule: its 128×256 design absent unless FERRY_EXPERIMENTAL_DESIGNS=1 (read when the
  * registry first fills: in this test's own process, now), then found for sm_90 alone, behind the plain schedule and
- * the TMA designs at 4096³ (203.0 against 199.3 µs on the H200; TMA: 181.8 µs on an H100), with its copying
+ * the TMA designs (and the cluster designs, ranked by a prediction) at 4096³ (203.0 against 199.3 µs on the H200;
+ * TMA: 181.8 µs on an H100), with its copying
  * warpgroup's threads and its shared memory (stages,
  * the epilogue's own space, the mbarriers, the alignment slack); compiled by NVRTC for sm_90a in the layouts and input
  * types its source branches on, FP8's promoted sums in the 128×128 design (registered by default) among them. */
@@ -525,11 +526,13 @@ TEST(wgmma_persistent_design_only_when_asked) {
   const ferry_op *ops[32];
   size_t n = 0;
   ASSERT_OK(ferry_ops_find(&args, 90, NULL, NULL, ops, 32, &n));
-  ASSERT_EQ(n, 19); /* the default 18 and this one */
-  ASSERT(ops[0] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_tma"));
-  ASSERT(ops[1] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4"));
-  ASSERT(ops[2] == ferry_op_by_name("gemm_wgmma_bf16_128x128x64_s6_tma"));
-  ASSERT(ops[3] == op);
+  ASSERT_EQ(n, 21); /* the default 18, this one and the two cluster designs (first: their speed is a prediction) */
+  ASSERT(ops[0] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_tma_cluster2"));
+  ASSERT(ops[1] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_tma"));
+  ASSERT(ops[2] == ferry_op_by_name("gemm_wgmma_bf16_128x128x64_s6_tma_cluster2"));
+  ASSERT(ops[3] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4"));
+  ASSERT(ops[4] == ferry_op_by_name("gemm_wgmma_bf16_128x128x64_s6_tma"));
+  ASSERT(ops[5] == op);
   ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n));
   for (size_t i = 0; i < n; i++) ASSERT(ops[i] != op);
   /* not for FP8 at 256 wide: its sums are promoted to fp32 each k-tile, and such a tile has no registers for that;
@@ -555,6 +558,37 @@ TEST(wgmma_persistent_design_only_when_asked) {
   const char *opts[8];
   ferry__op_options(op, 90, arch, opts);
   ASSERT(!strcmp(arch, "--gpu-architecture=sm_90a"));
+  test_rm_rf(home);
+}
+
+/* The TMA schedule in clusters of two: registered only with FERRY_EXPERIMENTAL_DESIGNS=1 (not yet measured on a
+ * GPU), for sm_90 alone, with the TMA designs' threads and shared memory; compiled by NVRTC for sm_90a in every
+ * operand layout (B's share is rows of a K-major box or panels of an MN-major one) and in 8-bit inputs. */
+TEST(wgmma_cluster_designs_only_when_asked) {
+  unsetenv("FERRY_WGMMA");
+  setenv("FERRY_EXPERIMENTAL_DESIGNS", "1", 1);
+  const ferry_op *op = ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_tma_cluster2");
+  const ferry_op *square = ferry_op_by_name("gemm_wgmma_bf16_128x128x64_s6_tma_cluster2");
+  const ferry_op *fp8 = ferry_op_by_name("gemm_wgmma_fp8_128x128x128_s6_tma_cluster2");
+  const ferry_op *i8 = ferry_op_by_name("gemm_wgmma_i8_128x256x128_s4_tma_cluster2");
+  ASSERT(op && square && fp8 && i8);
+  ASSERT(ferry_op_by_name("gemm_wgmma_fp8_128x256x128_s4_tma_cluster2") == NULL); /* FP8 sums: 128 wide at most */
+  const ferry_op_info *info = ferry_op_info_get(op);
+  ASSERT_EQ(info->min_sm, 90);
+  ASSERT_EQ(info->threads, 384);
+  ASSERT_EQ(info->smem_bytes, ferry_op_info_get(ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_tma"))->smem_bytes);
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "wgmma_cluster");
+  build_jobs_reset();
+  for (int layout = 0; layout < 4; layout++) {
+    add_build_job(op, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, layout & 1, layout >> 1, 0);
+    add_build_job(square, 90, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, FERRY_SCALAR_F32, layout & 1, layout >> 1, 1);
+  }
+  add_build_job(fp8, 90, FERRY_SCALAR_E4M3, FERRY_SCALAR_BF16, FERRY_SCALAR_F32, 0, 1, 0);
+  add_build_job(i8, 90, FERRY_SCALAR_I8, FERRY_SCALAR_I32, FERRY_SCALAR_I32, 0, 1, 0);
+  build_jobs_run_all();
+  unsetenv("FERRY_EXPERIMENTAL_DESIGNS");
   test_rm_rf(home);
 }
 
@@ -902,6 +936,62 @@ TEST(run_tma_design_passes_the_operands_tensor_maps) {
   check_map(&fake_last_launch.maps[1], 0x20000000, 48, 136, 1, 96, 96, 128);
   ferry_artifact_release(art);
   ferry_ops_clear_memo();
+  test_rm_rf(home);
+}
+
+/* Clusters of two: whole clusters, each over two tiles stacked along m, no more than fit on the device at once (the
+ * driver's count, asked once per device); B's K-major box is half the tile's rows, each block loading its half. */
+TEST(run_cluster_design_launches_whole_clusters_that_fit) {
+  if (!test_have_nvrtc()) return;
+  char home[300];
+  test_cache_home(home, sizeof home, "runcluster");
+  unsetenv("FERRY_ARCH");
+  unsetenv("FERRY_WGMMA");
+  setenv("FERRY_EXPERIMENTAL_DESIGNS", "1", 1);
+  fake_driver_use();
+  const ferry_op *op = ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4_tma_cluster2");
+  ASSERT(op != NULL);
+  ASSERT_EQ(ferry_op_info_get(op)->threads, 384);
+  ferry_gemm_args args;
+  test_args(&args, FERRY_SCALAR_BF16, FERRY_SCALAR_BF16, 4096, 4096, 4096);
+  ferry_artifact *art = NULL;
+  ASSERT_OK(ferry_op_compile(op, &args, &art));
+  ASSERT_OK(ferry_op_run(op, &args, (void *)0x5100, art, 0));
+  ASSERT_EQ(fake_last_launch.grid_x, 120); /* 256 cluster tiles; 60 clusters fit */
+  ASSERT_EQ(fake_last_launch.grid_z, 1);
+  ASSERT_EQ(fake_last_launch.block, 384);
+  /* 300 × 600: 2 × 3 cluster tiles of 256 × 256, the second row's second tile past m */
+  test_matrix a, b, c;
+  test_matrix_make(&a, 0x10000000, FERRY_SCALAR_BF16, 0, 300, 72, 0, 80);
+  test_matrix_make(&b, 0x20000000, FERRY_SCALAR_BF16, 0, 72, 600, 1, 0); /* column-major: K-major, 128-row boxes */
+  test_matrix_make(&c, 0x30000000, FERRY_SCALAR_BF16, 0, 300, 600, 0, 0);
+  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32));
+  ASSERT_OK(ferry_op_compile(op, &args, &art));
+  ASSERT_OK(ferry_op_run(op, &args, (void *)0x5100, art, 0));
+  ASSERT_EQ(fake_last_launch.grid_x, 12);
+  check_map(&fake_last_launch.maps[0], 0x10000000, 72, 300, 1, 160, 160, 128);
+  check_map(&fake_last_launch.maps[1], 0x20000000, 72, 600, 1, 144, 144, 128);
+  ferry_artifact_release(art);
+  /* the count is the driver's, asked on the function's first use on a device: its failure is the run's, named */
+  ferry_ops_clear_memo();
+  int launches = fake_launches;
+  ferry__fault_arm("cuOccupancyMaxActiveClusters", 1, CUDA_ERROR_INVALID_VALUE);
+  ASSERT_STATUS(ferry_op_run(op, &args, (void *)0x5100, NULL, 0), FERRY_DRIVER_ERROR);
+  ferry__fault_disarm();
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "counting the clusters of operator");
+  ASSERT_EQ(fake_launches, launches);
+  ASSERT_OK(ferry_op_run(op, &args, (void *)0x5100, NULL, 0));
+  ASSERT_EQ(fake_launches, launches + 1);
+  /* a device where no cluster fits: refused, nothing launched */
+  ferry_ops_clear_memo();
+  fake_max_clusters = 0;
+  launches = fake_launches;
+  ASSERT_STATUS(ferry_op_run(op, &args, (void *)0x5100, NULL, 0), FERRY_UNSUPPORTED);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "no cluster of 2 of its blocks");
+  ASSERT_EQ(fake_launches, launches);
+  fake_max_clusters = 60;
+  ferry_ops_clear_memo();
+  unsetenv("FERRY_EXPERIMENTAL_DESIGNS");
   test_rm_rf(home);
 }
 

@@ -43,8 +43,8 @@ i8_rcc_bf16_scaled_col_bias_silu:-DFERRY_A_TYPE=6,-DFERRY_B_TYPE=6,-DFERRY_OUT_T
 # EXPERIMENTAL (experimental ones too: the emulation needs no GPU).
 designs() { sed -n 's/^FERRY_GEMM_DESIGN(\([^)]*\)).*/\1/p' "$root/src/ops/gemm_designs.def" | tr -d ' ' | tr ',' ' '; }
 designs | awk '$1 == "MMA_SW" { print $2, $3, $4, $5, $6, $8 }' > "$out/designs"
-designs | awk '$1 == "WGMMA" { print $2, $3, $4, $8, 0, 0 } $1 == "WGMMA_PERSISTENT" { print $2, $3, $4, $8, 1, 0 }
-  $1 == "WGMMA_TMA" { print $2, $3, $4, $8, 1, 1 }' \
+designs | awk '$1 == "WGMMA" { print $2, $3, $4, $8, 0, 0, 1 } $1 == "WGMMA_PERSISTENT" { print $2, $3, $4, $8, 1, 0, 1 }
+  $1 == "WGMMA_TMA" { print $2, $3, $4, $8, 1, 1, 1 } $1 == "WGMMA_TMA_CLUSTER" { print $2, $3, $4, $8, 1, 1, 2 }' \
   > "$out/wgmma_designs"
 designs | awk '$1 == "MMA" && (($2 == 128 && $3 == 128) || $2 == 16) { print $2, $3, $4, $5, $6, $7, $8, $9 }' \
   > "$out/control_designs"
@@ -56,6 +56,10 @@ done
 sed 's/asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));/have = dynamic_smem_size();/' \
   "$root/src/kernels/gemm_mma.cu" > "$out/gemm_mma_host.cu"
 grep -q 'have = dynamic_smem_size();' "$out/gemm_mma_host.cu"
+# gemm_wgmma.cu's blocks of a cluster run together here, so its shared memory is the running block's.
+sed 's/extern __shared__ __align__(1024) unsigned char smem_raw\[\];/unsigned char *const smem_raw = emu::smem_here();/' \
+  "$root/src/kernels/gemm_wgmma.cu" > "$out/gemm_wgmma_host.cu"
+grep -q 'smem_raw = emu::smem_here();' "$out/gemm_wgmma_host.cu"
 
 pass=0
 fail=0
@@ -102,11 +106,12 @@ while read -r bm bn bk wm wn st; do
   done
 done < "$out/designs"
 
-# gemm_wgmma.cu in its registered designs, both schedules, the persistent one with cp.async or TMA copies (fp32
-# accumulation only: the fp16-accumulator kind runs with fp32). The persistent one runs each case with three
-# blocks, each taking several tiles (emulate_gemm.cpp).
-while read -r bm bn bk st persistent tma; do
+# gemm_wgmma.cu in its registered designs, both schedules, the persistent one with cp.async or TMA copies, the TMA
+# one also in clusters of two (fp32 accumulation only: the fp16-accumulator kind runs with fp32). The persistent
+# one runs each case with three blocks, or two clusters of two, each taking several tiles (emulate_gemm.cpp).
+while read -r bm bn bk st persistent tma cluster; do
   schedule=$([ "$tma" = 1 ] && echo _tma || { [ "$persistent" = 1 ] && echo _persistent; } || true)
+  [ "$cluster" = 1 ] || schedule=${schedule}_cluster$cluster
   for kind in $kinds $kinds8; do
     kname=${kind%%:*}
     # FP8 sums are promoted each k-tile, which a 256-wide tile has no registers for: not registered (registry.c)
@@ -114,9 +119,9 @@ while read -r bm bn bk st persistent tma; do
     run_cases=$(cases_for "$kname" "$persistent")
     flags=$(echo "${kind#*:}" | tr ',' ' ' | sed 's/-DFERRY_ACC_TYPE=1//')
     # shellcheck disable=SC2086
-    run "wgmma_${bm}x${bn}x${bk}_s${st}${schedule}_$kname" -DEMU_KERNEL='"gemm_wgmma.cu"' \
+    run "wgmma_${bm}x${bn}x${bk}_s${st}${schedule}_$kname" -DEMU_KERNEL='"gemm_wgmma_host.cu"' \
       -DEMU_ENTRY=ferry_gemm_wgmma -DFERRY_BM="$bm" -DFERRY_BN="$bn" -DFERRY_BK="$bk" -DFERRY_STAGES="$st" \
-      -DFERRY_PERSISTENT="$persistent" -DFERRY_TMA="$tma" $flags
+      -DFERRY_PERSISTENT="$persistent" -DFERRY_TMA="$tma" -DFERRY_CLUSTER="$cluster" $flags
   done
 done < "$out/wgmma_designs"
 

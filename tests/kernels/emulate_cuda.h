@@ -57,7 +57,8 @@ inline unsigned __float_as_uint(float f) {
   return u;
 }
 
-// The kernels' `extern __shared__ unsigned char smem_raw[]`: one block's shared memory at a time.
+// The kernels' `extern __shared__ unsigned char smem_raw[]`: the shared memory of the block running (of the first
+// block of a cluster; emulate.sh has gemm_wgmma.cu ask emu::smem_here() instead, which knows the second).
 namespace ferry {
 alignas(1024) inline unsigned char smem_raw[232448];
 }
@@ -75,7 +76,7 @@ struct copy {
   int bytes, src_bytes;
 };
 
-enum { READY, AT_BLOCK_BARRIER, AT_WARP_BARRIER, AT_WARPGROUP_BARRIER, AT_MBARRIER, DONE };
+enum { READY, AT_BLOCK_BARRIER, AT_CLUSTER_BARRIER, AT_WARP_BARRIER, AT_WARPGROUP_BARRIER, AT_MBARRIER, DONE };
 
 struct fiber {
   ucontext_t ctx;                         // how it starts
@@ -83,6 +84,8 @@ struct fiber {
   bool started;                           // system call per switch, as swapcontext would make)
   std::vector<char> stack;
   emu_dim3 tid;
+  int cta;                                // its block's rank in the cluster (0 outside clusters)
+  int index;                              // cta · threads + tid.x: its warp is index / 32 among all the cluster's
   int state;
   std::vector<copy> open;                 // cp.async issued since the last commit
   std::deque<std::vector<copy>> groups;   // committed, not yet waited for
@@ -105,29 +108,42 @@ struct async_arrival {
   std::vector<copy> copies;
   uint32_t bar;
   long long tx_bytes;
+  int cta;  // the block whose shared memory and mbarrier they land in
+  int from; // the block that issued them
 };
 
 struct range {
   const unsigned char *begin, *end;
 };
 
-// One block's world.
+// One block's world, or one cluster's: its blocks run together, their threads' fibers side by side.
+constexpr int MAX_CTAS = 2, MAX_WARPS = 64;
+struct cta_state {
+  emu_dim3 block;
+  int block_arrived;
+  int running;    // its threads not yet exited: once none is, nothing may land in its shared memory
+  bool published; // a cluster barrier came after its last mbarrier.init: the other blocks may use its mbarriers
+  std::vector<std::pair<uint32_t, mbarrier>> mbarriers; // by shared address
+};
+alignas(1024) inline unsigned char smem_second[sizeof ferry::smem_raw]; // the second block of a cluster's
 inline fiber *cur;
 inline ucontext_t scheduler;
 inline jmp_buf scheduler_jb;
 inline std::vector<fiber> fibers;
-inline int nthreads;
-inline emu_dim3 block, grid;
-inline int block_arrived;
-inline int warp_arrived[32];
-inline int warpgroup_arrived[8];
-inline unsigned char *const smem = ferry::smem_raw;
+inline int nthreads; // a block's
+inline int nctas;    // blocks running together: the cluster's size
+inline cta_state ctas[MAX_CTAS];
+inline emu_dim3 grid;
+inline int cluster_arrived;
+inline int warp_arrived[MAX_WARPS];
+inline int warpgroup_arrived[MAX_WARPS / 4];
+inline unsigned char *smem_of(int cta) { return cta ? smem_second : ferry::smem_raw; }
+inline unsigned char *smem_here() { return smem_of(cur->cta); }
 inline uint32_t dyn_smem;       // the launch's dynamic shared memory
 inline bool early_copies;       // perform cp.async at issue instead of at the issuer's wait
 inline bool early_wgmma;        // perform wgmma at issue instead of when its group is waited for
 inline std::vector<range> globals; // where cp.async may read
 inline void (*entry)();
-inline std::vector<std::pair<uint32_t, mbarrier>> mbarriers; // by shared address, for this block
 inline std::vector<async_arrival> arrivals_in_flight;
 
 inline void (*after_block)() = [] {}; // set by the wgmma emulation: nothing may be left in flight
@@ -136,19 +152,31 @@ inline void yield() {
   if (!_setjmp(cur->jb)) _longjmp(scheduler_jb, 1);
 }
 
+// __syncthreads: the threads of the caller's block. cluster_barrier: every thread of the cluster.
 inline void block_barrier() {
   cur->state = AT_BLOCK_BARRIER;
-  if (++block_arrived == nthreads) {
+  const int c = cur->cta;
+  if (++ctas[c].block_arrived == nthreads) {
     for (fiber &f : fibers)
-      if (f.state == AT_BLOCK_BARRIER) f.state = READY;
-    block_arrived = 0;
+      if (f.state == AT_BLOCK_BARRIER && f.cta == c) f.state = READY;
+    ctas[c].block_arrived = 0;
   }
   while (cur->state == AT_BLOCK_BARRIER) yield();
+}
+inline void cluster_barrier() {
+  cur->state = AT_CLUSTER_BARRIER;
+  if (++cluster_arrived == nthreads * nctas) {
+    for (fiber &f : fibers)
+      if (f.state == AT_CLUSTER_BARRIER) f.state = READY;
+    cluster_arrived = 0;
+    for (int c = 0; c < nctas; c++) ctas[c].published = true;
+  }
+  while (cur->state == AT_CLUSTER_BARRIER) yield();
 }
 
 // All 32 lanes of the caller's warp arrive; the last to arrive runs `last` (the collective's work) first.
 template <typename F> inline void warp_arrive(F last) {
-  const int w = (int)cur->tid.x / 32;
+  const int w = cur->index / 32;
   cur->state = AT_WARP_BARRIER;
   if (++warp_arrived[w] == 32) {
     last();
@@ -163,7 +191,7 @@ template <typename F> inline void warp_arrive(F last) {
 
 // All 128 threads of the caller's warpgroup (4 consecutive warps) arrive; the last runs `last` first.
 template <typename F> inline void warpgroup_arrive(F last) {
-  const int g = (int)cur->tid.x / 128;
+  const int g = cur->index / 128;
   cur->state = AT_WARPGROUP_BARRIER;
   if (++warpgroup_arrived[g] == 128) {
     last();
@@ -189,46 +217,60 @@ inline void check_global(const unsigned char *p, int bytes) {
   fail("a copy (cp.async or TMA) reads outside every operand");
 }
 
-inline void perform(const copy &c) {
+// A copy into the shared memory of block `cta` of the cluster.
+inline void perform(const copy &c, int cta) {
+  if (!ctas[cta].running) fail("a copy landed in the shared memory of a block that had exited");
   check_smem(c.dst, (uint32_t)c.bytes, "cp.async");
-  memset(smem + c.dst, 0, (size_t)c.bytes);
-  if (c.src_bytes) memcpy(smem + c.dst, c.src, (size_t)c.src_bytes);
+  memset(smem_of(cta) + c.dst, 0, (size_t)c.bytes);
+  if (c.src_bytes) memcpy(smem_of(cta) + c.dst, c.src, (size_t)c.src_bytes);
 }
 
-inline mbarrier &mbarrier_at(uint32_t addr) {
-  for (auto &b : mbarriers)
+inline mbarrier &mbarrier_at(int cta, uint32_t addr) {
+  for (auto &b : ctas[cta].mbarriers)
     if (b.first == addr) return b.second;
   fail("mbarrier used before mbarrier.init");
 }
 
-// Completes the phase once every arrival and every expected byte is in, and wakes the threads waiting for it.
-inline void mbarrier_settle(uint32_t addr, mbarrier &b) {
-  if (b.pending > 0 || b.tx > 0) return;
+// Completes the phase once every arrival and every expected byte is in (a multicast's bytes may land before the
+// arrival that expects them, as on the GPU: the count of bytes goes below zero meanwhile), and wakes the threads
+// waiting for it.
+inline void mbarrier_settle(int cta, uint32_t addr, mbarrier &b) {
+  if (b.pending > 0 || b.tx != 0) return;
   b.completed++;
   b.pending = b.expected;
   for (fiber &f : fibers)
-    if (f.state == AT_MBARRIER && f.waits_on == addr) f.state = READY; // it checks its parity again
+    if (f.state == AT_MBARRIER && f.cta == cta && f.waits_on == addr) f.state = READY; // it checks its parity again
 }
 
 // One arrival, expecting `tx` more bytes of transactions in this phase (mbarrier.arrive.expect_tx; 0: a plain one).
-inline void mbarrier_arrive_at(uint32_t addr, long long tx = 0) {
-  mbarrier &b = mbarrier_at(addr);
+inline void mbarrier_arrive_at(int cta, uint32_t addr, long long tx = 0) {
+  if (!ctas[cta].running) fail("an mbarrier arrival on a block that had exited");
+  mbarrier &b = mbarrier_at(cta, addr);
   if (b.pending <= 0) fail("an mbarrier arrival beyond the count its phase expects");
   b.pending--;
   b.tx += tx;
-  mbarrier_settle(addr, b);
+  if (b.pending == 0 && b.tx < 0) fail("an mbarrier phase's arrivals are in with more bytes landed than expected");
+  mbarrier_settle(cta, addr, b);
+}
+
+// Another block's use of block `cta`'s mbarriers: only after a cluster barrier made their initialisation visible.
+inline void check_published(int cta, int from) {
+  if (cta != from && !ctas[cta].published)
+    fail("a block used another's mbarrier before a cluster barrier followed its mbarrier.init");
 }
 
 inline void land(const async_arrival &a) {
-  for (const copy &c : a.copies) perform(c);
+  check_published(a.cta, a.from);
+  for (const copy &c : a.copies) perform(c, a.cta);
   if (!a.tx_bytes) {
-    mbarrier_arrive_at(a.bar);
+    mbarrier_arrive_at(a.cta, a.bar);
     return;
   }
-  mbarrier &b = mbarrier_at(a.bar);
+  if (!ctas[a.cta].running) fail("a TMA box's bytes landed on a block that had exited");
+  mbarrier &b = mbarrier_at(a.cta, a.bar);
   b.tx -= a.tx_bytes;
-  if (b.tx < 0) fail("a TMA box's bytes landed on an mbarrier phase that did not expect them");
-  mbarrier_settle(a.bar, b);
+  if (b.pending == 0 && b.tx < 0) fail("a TMA box's bytes landed on an mbarrier phase that did not expect them");
+  mbarrier_settle(a.cta, a.bar, b);
 }
 
 // Per-warp mailboxes of the collectives.
@@ -238,7 +280,7 @@ struct warp_slot {
   float c[32][4];
   double c8[32][4]; // the 8-bit mma's accumulators (fp32 or int32 values, exact in a double)
 };
-inline warp_slot slots[32];
+inline warp_slot slots[MAX_WARPS];
 
 // Runs `f` until it blocks or finishes. Kept out of the scheduler's loop so that no local of the loop lives
 // across _setjmp.
@@ -257,29 +299,40 @@ __attribute__((noinline)) inline void switch_to(fiber &f) {
 static void trampoline() {
   entry();
   cur->state = DONE;
+  ctas[cur->cta].running--;
   _longjmp(scheduler_jb, 1);
 }
 
-// Runs one block of `threads` threads to completion. Returns normally only if every thread finished with no
-// cp.async left in flight.
-inline void run_block(emu_dim3 b, int threads, uint32_t smem_bytes, unsigned seed, void (*kernel)()) {
-  block = b;
+// Runs the cluster of blocks b[0..ctas) (one block outside clusters), `threads` threads each, to completion.
+// Returns normally only if every thread finished with no copy left in flight.
+inline void run_cluster(const emu_dim3 *b, int n, int threads, uint32_t smem_bytes, unsigned seed, void (*kernel)()) {
+  if (n < 1 || n > MAX_CTAS || n * threads > 32 * MAX_WARPS) fail("a cluster larger than the emulation holds");
+  nctas = n;
   nthreads = threads;
   dyn_smem = smem_bytes;
   entry = kernel;
-  block_arrived = 0;
+  cluster_arrived = 0;
   memset(warp_arrived, 0, sizeof warp_arrived);
   memset(warpgroup_arrived, 0, sizeof warpgroup_arrived);
-  memset(smem, 0xff, sizeof ferry::smem_raw);
-  mbarriers.clear();
+  for (int c = 0; c < n; c++) {
+    ctas[c].block = b[c];
+    ctas[c].block_arrived = 0;
+    ctas[c].running = threads;
+    ctas[c].published = false;
+    ctas[c].mbarriers.clear();
+    memset(smem_of(c), 0xff, sizeof ferry::smem_raw);
+  }
   arrivals_in_flight.clear();
+  threads *= n;
   fibers.resize((size_t)threads); // stacks are kept from block to block
   for (int t = 0; t < threads; t++) {
     fiber &f = fibers[(size_t)t];
     f.stack.resize(128 * 1024);
     f.open.clear();
     f.groups.clear();
-    f.tid = {(unsigned)t, 0, 0};
+    f.tid = {(unsigned)(t % nthreads), 0, 0};
+    f.cta = t / nthreads;
+    f.index = t;
     f.state = READY;
     f.started = false;
     getcontext(&f.ctx);
@@ -332,16 +385,22 @@ inline void run_block(emu_dim3 b, int threads, uint32_t smem_bytes, unsigned see
   }
   for (fiber &f : fibers)
     if (!f.open.empty() || !f.groups.empty()) fail("a thread exited with cp.async copies in flight");
-  for (const auto &b : mbarriers)
-    if (b.second.pending != b.second.expected || b.second.tx) fail("a block ended with an mbarrier phase half done");
+  for (int c = 0; c < n; c++)
+    for (const auto &m : ctas[c].mbarriers)
+      if (m.second.pending != m.second.expected || m.second.tx) fail("a block ended with an mbarrier phase half done");
   after_block();
+}
+
+inline void run_block(emu_dim3 b, int threads, uint32_t smem_bytes, unsigned seed, void (*kernel)()) {
+  run_cluster(&b, 1, threads, smem_bytes, seed, kernel);
 }
 
 } // namespace emu
 
 #define threadIdx (emu::cur->tid)
-#define blockIdx (emu::block)
+#define blockIdx (emu::ctas[emu::cur->cta].block)
 #define gridDim (emu::grid)
+#define __cluster_dims__(...)
 inline void __syncthreads() { emu::block_barrier(); }
 inline void __syncwarp() { emu::warp_arrive([] {}); }
 [[noreturn]] inline void __trap() { emu::fail("__trap()"); }
@@ -422,8 +481,9 @@ inline double narrow_value(unsigned char byte, int type) {
 
 inline u32 smem_addr(const void *p) {
   const unsigned char *c = static_cast<const unsigned char *>(p);
-  if (c < emu::smem || c > emu::smem + sizeof smem_raw) emu::fail("smem_addr of a non-shared pointer");
-  return (u32)(c - emu::smem);
+  const unsigned char *base = emu::smem_here();
+  if (c < base || c > base + sizeof smem_raw) emu::fail("smem_addr of a non-shared pointer (or another block's)");
+  return (u32)(c - base);
 }
 
 template <int BYTES> inline void cp_async(u32 dst, const void *src, int src_bytes) {
@@ -434,7 +494,7 @@ template <int BYTES> inline void cp_async(u32 dst, const void *src, int src_byte
   if (src_bytes) emu::check_global(s, src_bytes);
   emu::check_smem(dst, BYTES, "cp.async");
   const emu::copy c = {dst, s, BYTES, src_bytes};
-  if (emu::early_copies) emu::perform(c);
+  if (emu::early_copies) emu::perform(c, emu::cur->cta);
   else emu::cur->open.push_back(c);
 }
 inline void cp_async16(u32 dst, const void *src) { cp_async<16>(dst, src, 16); }
@@ -444,7 +504,7 @@ inline void cp_async_commit() {
 }
 template <int N> inline void cp_async_wait() {
   while (emu::cur->groups.size() > (size_t)N) {
-    for (const emu::copy &c : emu::cur->groups.front()) emu::perform(c);
+    for (const emu::copy &c : emu::cur->groups.front()) emu::perform(c, emu::cur->cta);
     emu::cur->groups.pop_front();
   }
 }
@@ -453,7 +513,7 @@ inline unsigned dynamic_smem_size() { return emu::dyn_smem; }
 // ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes 8q..8q+7 address the rows of matrix q; lane l receives
 // row l/4, columns 2(l%4) and 2(l%4)+1 of matrix q (of its transpose with .trans), low half first.
 template <bool TRANS> inline void ldmatrix(u32 r[4], u32 addr) {
-  const int w = (int)emu::cur->tid.x / 32, lane = (int)emu::cur->tid.x % 32;
+  const int w = emu::cur->index / 32, lane = (int)emu::cur->tid.x % 32;
   emu::slots[w].addr[lane] = addr;
   emu::warp_arrive([w] {
     emu::warp_slot &s = emu::slots[w];
@@ -463,7 +523,7 @@ template <bool TRANS> inline void ldmatrix(u32 r[4], u32 addr) {
         const u32 a = s.addr[8 * q + i];
         if (a % 16) emu::fail("ldmatrix row address not 16-byte aligned");
         emu::check_smem(a, 16, "ldmatrix");
-        memcpy(e[i], emu::smem + a, 16);
+        memcpy(e[i], emu::smem_here() + a, 16);
       }
       for (int l = 0; l < 32; l++) {
         const int g = l / 4, t = l % 4;
@@ -480,7 +540,7 @@ inline void ldmatrix_x4_trans(u32 r[4], u32 addr) { ldmatrix<true>(r, addr); }
 // mma.sync.aligned.m16n8k16.row.col: lane l = 4g + t holds A[g][2t..], A[g+8][2t..], A[g][2t+8..],
 // A[g+8][2t+8..]; B[2t..][g], B[2t+8..][g]; C/D[g][2t], [g][2t+1], [g+8][2t], [g+8][2t+1].
 template <int IN, bool F16_ACC> inline void mma_emulated(float d[4], const u32 a[4], const u32 b[2]) {
-  const int w = (int)emu::cur->tid.x / 32, lane = (int)emu::cur->tid.x % 32;
+  const int w = emu::cur->index / 32, lane = (int)emu::cur->tid.x % 32;
   emu::warp_slot &s = emu::slots[w];
   for (int i = 0; i < 4; i++) s.a[lane][i] = a[i], s.c[lane][i] = d[i];
   s.b[lane][0] = b[0], s.b[lane][1] = b[1];
@@ -534,7 +594,7 @@ typedef float narrow_acc;
 // byte first), A[g+8][4t..] (a1), A[g][16+4t..] (a2), A[g+8][16+4t..] (a3); B[4t..4t+3][g] (b0), B[16+4t..][g] (b1);
 // C/D as m16n8k16. int8 sums are exact; FP8 ones are rounded to fp32 once per instruction.
 inline void mma_k32(narrow_acc d[4], const u32 a[4], const u32 b[2]) {
-  const int w = (int)emu::cur->tid.x / 32, lane = (int)emu::cur->tid.x % 32;
+  const int w = emu::cur->index / 32, lane = (int)emu::cur->tid.x % 32;
   emu::warp_slot &s = emu::slots[w];
   for (int i = 0; i < 4; i++) s.a[lane][i] = a[i], s.c8[lane][i] = (double)d[i];
   s.b[lane][0] = b[0], s.b[lane][1] = b[1];
@@ -593,7 +653,7 @@ struct state {
   void *d[128];
   bool fenced;                        // wgmma.fence since the last accumulator access by other code
 };
-inline state groups[8];
+inline state groups[emu::MAX_WARPS / 4];
 
 // Elements of `bytes` bytes: T = 16 / bytes of them per 16-byte core-matrix row.
 inline uint32_t element_address(unsigned long long desc, int trans, int mn, int k, uint32_t bytes) {
@@ -612,9 +672,9 @@ inline double element(const op &o, int type, unsigned long long desc, int trans,
   const bool narrow = type >= FERRY_SCALAR_E4M3 && type <= FERRY_SCALAR_I8;
   const uint32_t a = element_address(desc, trans, mn, k, narrow ? 1 : 2);
   emu::check_smem(a, narrow ? 1 : 2, "wgmma operand");
-  if (narrow) return narrow_value(emu::smem[a], type);
+  if (narrow) return narrow_value(emu::smem_here()[a], type);
   u16 h;
-  memcpy(&h, emu::smem + a, 2);
+  memcpy(&h, emu::smem_here() + a, 2);
   (void)o;
   return (double)(type == FERRY_SCALAR_BF16 ? bf16_to_f32(h) : f16_to_f32(h));
 }
@@ -643,7 +703,7 @@ inline void perform(const op &o) {
 // Issues one wgmma for the calling thread's warpgroup: a collective whose last arrival records the op.
 inline void issue(void *d, int n, unsigned long long desc_a, unsigned long long desc_b, int in_a, int in_b, int ta,
                   int tb, bool int_acc) {
-  const int g = (int)emu::cur->tid.x / 128, t = (int)emu::cur->tid.x % 128;
+  const int g = emu::cur->index / 128, t = (int)emu::cur->tid.x % 128;
   state &s = groups[g];
   s.da[t] = desc_a, s.db[t] = desc_b, s.d[t] = d;
   emu::warpgroup_arrive([=] {
@@ -674,11 +734,11 @@ template <int R> inline void wgmma_k32(narrow_acc (&d)[R], unsigned long long de
 }
 #endif
 inline void wgmma_fence() {
-  const int g = (int)emu::cur->tid.x / 128;
+  const int g = emu::cur->index / 128;
   emu::warpgroup_arrive([g] { wg::groups[g].fenced = true; });
 }
 inline void wgmma_commit() {
-  const int g = (int)emu::cur->tid.x / 128;
+  const int g = emu::cur->index / 128;
   emu::warpgroup_arrive([g] {
     wg::state &s = wg::groups[g];
     s.groups.push_back(s.open);
@@ -687,7 +747,7 @@ inline void wgmma_commit() {
   });
 }
 template <int N> inline void wgmma_wait() {
-  const int g = (int)emu::cur->tid.x / 128;
+  const int g = emu::cur->index / 128;
   emu::warpgroup_arrive([g] {
     wg::state &s = wg::groups[g];
     while (s.groups.size() > (size_t)N) {
@@ -712,15 +772,34 @@ inline void mbar_init(u32 bar, int count) {
   if (bar % 8) emu::fail("mbarrier not 8-byte aligned");
   emu::check_smem(bar, 8, "mbarrier.init");
   if (count < 1) emu::fail("mbarrier.init with no arrivals expected");
-  for (auto &b : emu::mbarriers)
+  auto &table = emu::ctas[emu::cur->cta].mbarriers;
+  for (auto &b : table)
     if (b.first == bar) emu::fail("mbarrier initialised twice");
-  emu::mbarriers.push_back({bar, emu::mbarrier{count, count, 0, 0}});
+  table.push_back({bar, emu::mbarrier{count, count, 0, 0}});
+  emu::ctas[emu::cur->cta].published = false;
 }
-inline void mbar_arrive(u32 bar) { emu::mbarrier_arrive_at(bar); }
+inline void mbar_arrive(u32 bar) { emu::mbarrier_arrive_at(emu::cur->cta, bar); }
 inline void cp_async_mbar_arrive(u32 bar) {
-  emu::mbarrier_at(bar); // initialised
-  emu::arrivals_in_flight.push_back({emu::cur->open, bar, 0});
+  emu::mbarrier_at(emu::cur->cta, bar); // initialised
+  emu::arrivals_in_flight.push_back({emu::cur->open, bar, 0, emu::cur->cta, emu::cur->cta});
   emu::cur->open.clear();
+}
+
+// Clusters. A shared::cluster address here is the shared address with the block's rank + 1 above bit 24.
+constexpr u32 CLUSTER_RANK_SHIFT = 24;
+inline int cluster_rank() { return emu::cur->cta; }
+inline void cluster_sync() { emu::cluster_barrier(); }
+inline void fence_mbarrier_init_cluster() {}
+inline u32 cluster_map(u32 addr, int rank) {
+  if (addr >> CLUSTER_RANK_SHIFT) emu::fail("mapa of an address that is not this block's shared address");
+  if (rank < 0 || rank >= emu::nctas) emu::fail("mapa to a rank outside the cluster");
+  return addr | (u32)(rank + 1) << CLUSTER_RANK_SHIFT;
+}
+inline void mbar_arrive_cluster(u32 cluster_addr) {
+  const int rank = (int)(cluster_addr >> CLUSTER_RANK_SHIFT) - 1;
+  if (rank < 0) emu::fail("a shared::cluster arrival on an address mapa did not make");
+  emu::check_published(rank, emu::cur->cta);
+  emu::mbarrier_arrive_at(rank, cluster_addr & ((1u << CLUSTER_RANK_SHIFT) - 1));
 }
 
 // TMA. A tensor map here is the emulation's own record of what src/ops/tma.c encodes into a CUtensorMap (the
@@ -735,16 +814,18 @@ struct alignas(64) tma_map {
 struct tma_maps {
   tma_map a, b;
 };
-inline void mbar_arrive_expect_tx(u32 bar, u32 bytes) { emu::mbarrier_arrive_at(bar, bytes); }
+inline void mbar_arrive_expect_tx(u32 bar, u32 bytes) { emu::mbarrier_arrive_at(emu::cur->cta, bar, bytes); }
 inline void tma_prefetch(const tma_map *) {}
 // The box at (c0, c1, c2), as the tensor unit writes it: row r of the box is 128 bytes at dst + 128 r, its 16-byte
 // chunk j at chunk j ^ (r % 8) (the swizzle follows the shared address, hence the 1024-byte alignment); elements
-// outside the tensor land as zeros. It lands at a random later point, all at once, with its bytes.
-inline void tma_load(u32 dst, const tma_map *map, int c0, int c1, int c2, u32 bar) {
+// outside the tensor land as zeros. It lands at a random later point, all at once, with its bytes; a multicast's
+// copy in each block of its mask lands on its own.
+inline void tma_load_multicast(u32 dst, const tma_map *map, int c0, int c1, int c2, u32 bar, u16 cta_mask) {
   if (dst % 1024) emu::fail("a TMA box with 128-byte swizzle into shared memory not 1024-byte aligned");
   if (c0 < 0 || c1 < 0 || c2 < 0) emu::fail("a TMA box at negative coordinates (not used by the kernels)");
-  emu::mbarrier_at(bar); // initialised
-  emu::async_arrival a{{}, bar, 128ll * map->box_rows};
+  if (!cta_mask || cta_mask >> emu::nctas) emu::fail("a TMA multicast to blocks outside the cluster");
+  emu::mbarrier_at(emu::cur->cta, bar); // initialised
+  emu::async_arrival a{{}, bar, 128ll * map->box_rows, 0, emu::cur->cta};
   for (uint32_t r = 0; r < map->box_rows; r++)
     for (int j = 0; j < 8; j++) {
       const uint64_t row = (uint64_t)c1 + r, first = (uint64_t)c0 + 8u * (uint64_t)j;
@@ -755,11 +836,15 @@ inline void tma_load(u32 dst, const tma_map *map, int c0, int c1, int c2, u32 ba
       a.copies.push_back({dst + 128u * r + (uint32_t)(((j ^ (int)(r % 8)) & 7) << 4), elems ? src : nullptr, 16,
                           2 * elems});
     }
-  emu::arrivals_in_flight.push_back(a);
+  for (a.cta = 0; a.cta < emu::nctas; a.cta++)
+    if (cta_mask >> a.cta & 1) emu::arrivals_in_flight.push_back(a);
+}
+inline void tma_load(u32 dst, const tma_map *map, int c0, int c1, int c2, u32 bar) {
+  tma_load_multicast(dst, map, c0, c1, c2, bar, (u16)(1u << emu::cur->cta));
 }
 inline void mbar_wait(u32 bar, u32 parity) {
   // The phase of parity P has completed when the number of completed phases has the other parity.
-  while ((emu::mbarrier_at(bar).completed & 1u) == (parity & 1u)) {
+  while ((emu::mbarrier_at(emu::cur->cta, bar).completed & 1u) == (parity & 1u)) {
     emu::cur->state = emu::AT_MBARRIER;
     emu::cur->waits_on = bar;
     while (emu::cur->state == emu::AT_MBARRIER) emu::yield();

@@ -213,15 +213,25 @@ int run_case(int m, int n, int k, int l, int pad, float alpha, float beta, bool 
     return t;
   };
   maps.a = map_of(a, m, k, FERRY_A_ROW, A.ld, params.batch_a, A.type, FERRY_A_ROW ? FERRY_BM : 64);
-  maps.b = map_of(b, k, n, FERRY_B_ROW, B.ld, params.batch_b, B.type, FERRY_B_ROW ? 64 : FERRY_BN);
+  maps.b = map_of(b, k, n, FERRY_B_ROW, B.ld, params.batch_b, B.type, FERRY_B_ROW ? 64 : FERRY_BN / ferry::CLUSTER);
 #endif
   emu::early_copies = early;
   emu::early_wgmma = !early;
 
   // The kernel's own figure (src/ops/registry.c computes the same; the CPU tests compare the two).
   const unsigned smem = ferry::SMEM_BYTES;
-  const int tiles = (m + FERRY_BM - 1) / FERRY_BM * ((n + FERRY_BN - 1) / FERRY_BN);
-#if FERRY_PERSISTENT
+  [[maybe_unused]] const int tiles = (m + FERRY_BM - 1) / FERRY_BM * ((n + FERRY_BN - 1) / FERRY_BN);
+#if FERRY_PERSISTENT && FERRY_CLUSTER > 1
+  // Clusters of two: two clusters here (as src/ops/run.c sizes the grid: whole clusters, no more than there are
+  // cluster tiles), each cluster's blocks running together.
+  const int cluster_tiles = (m + 2 * FERRY_BM - 1) / (2 * FERRY_BM) * ((n + FERRY_BN - 1) / FERRY_BN);
+  const int clusters = std::min(cluster_tiles * l, 2);
+  emu::grid = {(unsigned)(2 * clusters), 1, 1};
+  for (int c = 0; c < clusters; c++) {
+    const emu_dim3 pair[2] = {{(unsigned)(2 * c), 0, 0}, {(unsigned)(2 * c + 1), 0, 0}};
+    emu::run_cluster(pair, 2, ferry::THREADS, smem, seed + (unsigned)(c * 131), kernel);
+  }
+#elif FERRY_PERSISTENT
   // A persistent kernel gets at most one block per SM and loops over the tiles of every batch; three "SMs" here, so
   // that blocks take several tiles each, across batches.
   const int blocks = std::min(tiles * l, 3);

@@ -3,10 +3,10 @@
 # each mutant is gemm_mma_sw.cu or gemm_wgmma.cu with one plausible bug (a missing barrier or wait, a copy into a
 # stage still being read, a wrong swizzle or descriptor, an off-by-one at an edge, a full-tile copy past k, a
 # missing __syncwarp or wgmma.fence, a wide store past n, a wrong accumulator row, a broken mbarrier protocol in the
-# persistent schedule, FP8 sums promoted wrongly in either schedule), gemm_mma.cu with its sets of warps over k
-# summed wrongly, or gemm_output.cuh with a wrong epilogue (bias index, order, activation) or 8-bit handling (pairs
-# along k, scales), and each must FAIL the emulated cases. A surviving mutant means the emulation cannot see that
-# kind of bug.
+# persistent schedule or between the blocks of a cluster, FP8 sums promoted wrongly in either schedule), gemm_mma.cu
+# with its sets of warps over k summed wrongly, or gemm_output.cuh with a wrong epilogue (bias index, order,
+# activation) or 8-bit handling (pairs along k, scales), and each must FAIL the emulated cases. A surviving mutant
+# means the emulation cannot see that kind of bug.
 #
 # usage: tests/kernels/mutants.sh [BUILD_DIR]
 set -eu
@@ -17,6 +17,8 @@ mkdir -p "$out"
 cxx=${CXX:-c++}
 cases="129,127,65,1,8,1,0 127,129,129,3,8,-1.5,0.25 264,392,328,1,8,1,0 392,264,456,1,8,0.5,0"
 rm -f "$out/survivors" # the loops below run in subshells: survivors are counted in this file
+# gemm_wgmma.cu's 128×128 design, K-major B (8-bit operands take no other)
+wgmma_128="-DFERRY_BM=128 -DFERRY_BN=128 -DFERRY_BK=64 -DFERRY_STAGES=6 -DFERRY_A_ROW=1 -DFERRY_B_ROW=0"
 
 # name | sed expression (addressed by a pattern that matches one line of the kernel)
 sw_mutants='no_barrier_in_k_tile|/^        __syncthreads();$/s/__syncthreads();/;/
@@ -48,9 +50,9 @@ copier_waits_wrong_parity|/mbar_wait(empty(stage), phase ^ 1);/s/phase ^ 1/phase
 full_arrival_before_the_copies|/load_stage<false>(loader, stage, kt);/{s/load_stage.*/cp_async_mbar_arrive(full(stage));/;n;s/cp_async_mbar_arrive(full(stage));/load_stage<false>(loader, stage, kt);/;}
 multipliers_ignore_full|/mbar_wait(full(stage), phase);/s/mbar_wait(full(stage), phase);/;/
 full_completes_at_half_the_copiers|/mbar_init(full(s), TMA ? 1 : COPY_THREADS);/s/: COPY_THREADS/: COPY_THREADS \/ 2/
-empty_completes_at_one_warpgroup|/mbar_init(empty(s), WARPS);/s/WARPS/WARPS \/ 2/
-stage_released_before_its_wgmma_ends|/^        if (in_flight >= 0 \&\& lane == 0)/s/empty(in_flight)/empty(stage)/
-last_stage_of_a_tile_never_released|/^      if (in_flight >= 0 \&\& lane == 0) mbar_arrive(empty(in_flight));$/s/mbar_arrive/(void)/
+empty_completes_at_one_warpgroup|/mbar_init(empty(s), WARPS \* CLUSTER);/s/WARPS \*/WARPS \/ 2 */
+stage_released_before_its_wgmma_ends|/^        if (in_flight >= 0) release(in_flight);$/s/release(in_flight)/release(stage)/
+last_stage_of_a_tile_never_released|/^      if (in_flight >= 0) release(in_flight);$/s/release/(void)/
 phase_never_flips|/if (++stage == STAGES) stage = 0, phase ^= 1;/s/, phase ^= 1//
 chunks_of_a_256_wide_tile_unswizzled|/return panel_offset<ROWS>(row0() + i \* STEP, col0()) - dst0();/s/return .*/return i * STEP * 128;/
 no_syncwarp_before_next_columns|/__syncwarp(); \/\/ read before the next columns/s/__syncwarp();/;/'
@@ -64,10 +66,26 @@ tma_copier_ignores_empty|/^        mbar_wait(empty(stage), phase ^ 1);$/s/mbar_w
 boxes_ignore_the_batch|/const int za = p.batch_a ? z : 0, zb = p.batch_b ? z : 0;/s/p.batch_b ? z : 0/0/
 multipliers_ignore_full|/mbar_wait(full(stage), phase);/s/mbar_wait(full(stage), phase);/;/'
 
+# Clusters of two sharing B (TMA multicast): a stage refilled once one block's warps freed it, or freed in one block
+# only, B's share not multicast, both blocks loading the same rows of a K-major B, both taking the same output rows,
+# the walk stepping by blocks instead of clusters, the peer's multicast bytes not expected, no cluster barrier
+# between the mbarriers' initialisation and the other block's use of them.
+cluster_mutants='empty_counts_one_block|/mbar_init(empty(s), WARPS \* CLUSTER);/s/WARPS \* CLUSTER/WARPS/
+stage_freed_in_own_block_only|/mbar_arrive_cluster(cluster_map(empty(s), r));/s/empty(s), r)/empty(s), rank)/
+mn_major_share_not_multicast|/tma_load_multicast(sb + i \* BK \* 128/s/every_block);/(u16)(1u << rank));/
+k_major_share_at_the_same_rows|/tma_load_multicast(sb + rank \* ROWS \* 128/s/n0 + rank \* ROWS/n0/
+blocks_take_the_same_rows|/m0 = tm \* CLUSTER \* BM + rank \* BM/s/ + rank \* BM//
+walk_steps_by_blocks|/t += gridDim.x \/ CLUSTER;/s/ \/ CLUSTER//
+full_expects_own_share_of_b|/mbar_arrive_expect_tx(full(stage), STAGE_BYTES);/s/STAGE_BYTES/A_BYTES + B_BYTES \/ 2/
+no_cluster_barrier_after_init|/^    cluster_sync();$/s/cluster_sync();/__syncthreads();/'
+
 split_mutants='sets_take_the_same_k_steps|/const int ks = kk \* WARPS_K + kw;/s/kk \* WARPS_K + kw/kk * WARPS_K/
 sets_share_one_partial_slot|/return partial + ((((set - 1)/s/(set - 1)/0/
 partials_read_before_written|/^    __syncthreads();$/s/__syncthreads();/;/
 stages_reused_for_partials_early|/__syncthreads(); \/\/ every warp is done reading the stages/s/__syncthreads();/;/'
+
+host_smem='s/asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));/have = dynamic_smem_size();/
+s/extern __shared__ __align__(1024) unsigned char smem_raw\[\];/unsigned char *const smem_raw = emu::smem_here();/'
 
 # kernel file | entry | design flags | mutants
 run_mutants() {
@@ -78,11 +96,10 @@ run_mutants() {
   types=${5:--DFERRY_A_TYPE=2 -DFERRY_OUT_TYPE=2}
   run_cases=${6:-$cases}
   echo "$list" | while IFS='|' read -r name expr; do
-    # (gemm_mma.cu reads its shared-memory size with inline PTX; the emulation answers instead, as in emulate.sh)
-    sed -e "$expr" -e 's/asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));/have = dynamic_smem_size();/' \
-      "$root/src/kernels/$kernel" > "$out/${entry}_$name.cu"
-    if [ "$(sed -e 's/asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));/have = dynamic_smem_size();/' \
-        "$root/src/kernels/$kernel" | cmp -s - "$out/${entry}_$name.cu"; echo $?)" = 0 ]; then
+    # (gemm_mma.cu reads its shared-memory size with inline PTX, and gemm_wgmma.cu's blocks of a cluster need their
+    # own shared memory: the emulation answers instead, as in emulate.sh)
+    sed -e "$expr" -e "$host_smem" "$root/src/kernels/$kernel" > "$out/${entry}_$name.cu"
+    if [ "$(sed -e "$host_smem" "$root/src/kernels/$kernel" | cmp -s - "$out/${entry}_$name.cu"; echo $?)" = 0 ]; then
       echo "STALE    $entry $name: the expression no longer matches $kernel"
       echo 1 >> "$out/survivors"
       continue
@@ -115,6 +132,12 @@ run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_PERSISTENT=1" \
 tma_flags="-DFERRY_PERSISTENT=1 -DFERRY_TMA=1"
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "$tma_flags" "$tma_mutants" "" "$cases 520,600,200,2,8,1,0.5"
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "$tma_flags -DFERRY_B_ROW=0" "$(echo "$tma_mutants" | grep -E '^a_box|^full_')"
+# Clusters: B's MN-major panels and its K-major rows, in 128×256 and 128×128 tiles.
+cluster_flags="-DFERRY_PERSISTENT=1 -DFERRY_TMA=1 -DFERRY_CLUSTER=2"
+run_mutants gemm_wgmma.cu ferry_gemm_wgmma "$cluster_flags" "$(echo "$cluster_mutants" | grep -v '^k_major')" "" \
+  "$cases 520,600,200,2,8,1,0.5"
+run_mutants gemm_wgmma.cu ferry_gemm_wgmma "$cluster_flags $wgmma_128" \
+  "$(echo "$cluster_mutants" | grep -E '^k_major|^stage_freed|^full_expects')" "" "$cases 520,600,200,2,8,1,0.5"
 # gemm_mma.cu's sets of warps over k, in its 16×32×128 design with 4 sets.
 run_mutants gemm_mma.cu ferry_gemm_mma "-DFERRY_BM=16 -DFERRY_BN=32 -DFERRY_BK=128 -DFERRY_WARPS_M=1 -DFERRY_WARPS_N=2 \
 -DFERRY_WARPS_K=4 -DFERRY_STAGES=6 -DFERRY_VEC=8" "$split_mutants"
@@ -157,7 +180,6 @@ run_header_mutants "$epilogue_mutants" "-DFERRY_A_TYPE=2 -DFERRY_OUT_TYPE=3" "$c
 # 8-bit inputs: the pairs along k and the per-tensor scales, under the wgmma kernel's 128×128 design (FP8 has no
 # wider one), over cases whose k and strides are whole 16-byte chunks (a batch among them).
 cases8="129,127,80,1,16,1,0 127,129,144,3,16,-1.5,0.25 392,264,464,1,16,0.5,0"
-wgmma_128="-DFERRY_BM=128 -DFERRY_BN=128 -DFERRY_BK=64 -DFERRY_STAGES=6 -DFERRY_A_ROW=1 -DFERRY_B_ROW=0"
 narrow_mutants='pairs_keep_a_batch_stride|/p.k \/= 2, p.lda \/= 2/s/p.batch_a \/= 2, //|-DFERRY_A_TYPE=6 -DFERRY_OUT_TYPE=7 -DFERRY_ACC_TYPE=7
 scales_ignored|/p.alpha \* \*p.scale_a \* \*p.scale_b;/s/ \* \*p.scale_a \* \*p.scale_b//|-DFERRY_A_TYPE=4 -DFERRY_OUT_TYPE=3 -DFERRY_SCALED=1
 scale_a_read_twice|/p.alpha \* \*p.scale_a \* \*p.scale_b;/s/\*p.scale_b;/*p.scale_a;/|-DFERRY_A_TYPE=6 -DFERRY_OUT_TYPE=2 -DFERRY_ACC_TYPE=7 -DFERRY_SCALED=1'
@@ -174,7 +196,7 @@ run_mutants gemm_wgmma.cu ferry_gemm_wgmma "$wgmma_128" "$promote_mutants" "-DFE
 # waited for. Cases with one to four k-tiles (odd and even tails), blocks taking several tiles.
 persistent_promote_mutants='sets_not_cleared_after_adding|/^      set\[i\] = 0;$/s/set\[i\] = 0;/;/
 set_added_while_its_group_runs|/^    wgmma_wait<1>();$/s/wgmma_wait<1>/wgmma_wait<2>/
-running_groups_stage_released|/mbar_arrive(empty(older));/s/older/newer/
+running_groups_stage_released|/^    release(older);$/s/older/newer/
 tail_adds_the_wrong_set|/^          finish(sums1);$/s/sums1/sums0/
 last_group_not_waited_for|/^    wgmma_wait<0>();$/s/wgmma_wait<0>/wgmma_wait<1>/'
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_PERSISTENT=1 $wgmma_128" "$persistent_promote_mutants" \
