@@ -264,7 +264,13 @@ static int walk_dict(walker *w, PyObject *obj, uint32_t *count) {
   PyObject *k, *v;
   for (Py_ssize_t at = 0; PyDict_Next(obj, &pos, &k, &v); at = pos) {
     if (walk_child(w, v, k) < 0) return -1; /* its node holds `k`: the address below is still k's */
-    (*count)++;
+    /* A key removed before the one walked and another added keep the size and the walked key's place, but the
+     * iteration then meets more entries than the dict holds. */
+    if (++*count > (uint32_t)size) {
+      PyErr_Format(PyExc_RuntimeError, "a %s in the batch changed its keys while ferry walked it (a key before %R "
+                   "was removed and another added)", Py_TYPE(obj)->tp_name, k);
+      return -1;
+    }
     /* Python code ran (a __dlpack__, a property, another thread at a release point): the dict may have changed
      * under the iteration, which would skip or repeat entries without a word. A change of size shows it; a key
      * removed and another added keeps the size, but moves or removes the entry just walked. */
@@ -311,8 +317,20 @@ static int walk_children(walker *w, PyObject *obj, uint8_t kind, PyObject *field
   case FERRY_PY_LIST_SUB:
     /* Python code runs during the walk and may change the list: a change of size would skip or repeat items. */
     for (Py_ssize_t i = 0, size = PyList_GET_SIZE(obj); i < PyList_GET_SIZE(obj); i++, (*count)++) {
-      if (walk_child(w, PyList_GET_ITEM(obj, i), NULL) < 0) return -1;
+      PyObject *child = PyList_GET_ITEM(obj, i);
+      Py_INCREF(child); /* for the identity check below: the walk may drop it from the list */
+      int rc = walk_child(w, child, NULL);
+      bool moved = rc == 0 && PyList_GET_SIZE(obj) == size && PyList_GET_ITEM(obj, i) != child;
+      Py_DECREF(child);
+      if (rc < 0) return -1;
       if (PyList_GET_SIZE(obj) != size) return changed_size(obj, size, PyList_GET_SIZE(obj));
+      /* Items removed and as many inserted keep the size but shift the items: the walk would skip or repeat
+       * some. The item just walked is no longer where it was then. */
+      if (moved) {
+        PyErr_Format(PyExc_RuntimeError, "a %s in the batch changed while ferry walked it (item %zd was replaced "
+                     "or moved)", Py_TYPE(obj)->tp_name, i);
+        return -1;
+      }
     }
     return 0;
   case FERRY_PY_TUPLE:
@@ -637,6 +655,13 @@ static PyObject *rebuild_keyed(rebuilder *r, size_t *pos, uint32_t count, bool *
     if (v && python_keys) ferry_py_gc_lend();
     int rc = v ? PyDict_SetItem(d, key, v) : -1;
     if (v && python_keys) ferry_py_gc_reclaim();
+    if (rc == 0 && PyDict_GET_SIZE(d) != (Py_ssize_t)i + 1) {
+      /* The key compared equal to an earlier one (its __eq__/__hash__ answer differently than when the batch was
+       * built): the entry would replace another's, and the batch come back with entries lost. */
+      PyErr_Format(PyExc_RuntimeError, "key %R of a mapping in the batch compared equal to another key while ferry "
+                   "rebuilt it: its __hash__/__eq__ changed during the transfer", key);
+      rc = -1;
+    }
     if (rc < 0) {
       Py_XDECREF(v);
       Py_DECREF(d);

@@ -323,6 +323,7 @@ struct ferry_py_pace {
   uint32_t holds;            /* number of holds ended */
   uint32_t hold_hist[8];     /* holds by length: < 25, 50, 100, 200, 400, 800, 1600 us, and longer */
   uint32_t tape_grown_holding; /* the cleared tapes' grown_holding */
+  bool interrupted;          /* a release point raised a signal handler's exception (Ctrl-C) */
 };
 
 /* Starts a pace (GIL held): the current hold begins now. `slice_ns` 0 turns release points off. */

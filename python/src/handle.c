@@ -129,7 +129,9 @@ static PyObject *transfer_wait(Transfer *self, PyObject *unused) {
   if (finisher != 0 && await_finisher(self) < 0) return NULL;
   if (self->job.state != FERRY_PY_JOB_SUBMITTED) return outcome(self);
   atomic_store(&self->finisher, me); /* under the GIL: no other thread can be here at the same time */
-  if (ferry_py_job_finish(&self->job) < 0) {
+  if (ferry_py_job_finish(&self->job) < 0 && self->job.state != FERRY_PY_JOB_SUBMITTED) {
+    /* Failed for good (the job was cleared): every later wait() raises the same. An interruption (Ctrl-C) leaves
+     * the job submitted, and the next wait() finishes it. */
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
@@ -147,7 +149,10 @@ static PyObject *transfer_wait(Transfer *self, PyObject *unused) {
 }
 
 static PyObject *transfer_done(Transfer *self, PyObject *unused) {
-  if (self->error || atomic_load(&self->finisher) != 0) Py_RETURN_TRUE; /* finishing: the copies are done */
+  if (self->error) Py_RETURN_TRUE;
+  /* Another thread may be in wait(), possibly still waiting for the copies (finisher is set before the wait):
+   * ask the ticket, which may be queried while another thread waits on it. The finisher drops job.ticket (and
+   * sets the state) under the GIL before it releases the ticket, so a non-NULL ticket here is alive. */
   return PyBool_FromLong(ferry_py_job_query(&self->job));
 }
 

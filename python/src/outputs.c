@@ -27,7 +27,7 @@ struct ferry_py_outputs {
   int device;                           /* the transfer's device */
   const DLPackExchangeAPI *api;         /* the framework of its exchange-path outputs, NULL when none */
   atomic_uintptr_t recorded;            /* 1 + the stream last recorded on the slabs, 0 before any */
-  size_t count;
+  size_t first, count;                  /* its outputs are the transfer's [first, first + count) */
   DLManagedTensorVersioned *entries;    /* one per transfer output; used for copied ones only */
   atomic_uchar *handed;                 /* 1 while entry i is owned by a framework (makes its deleter idempotent) */
   uint8_t *copied;
@@ -93,6 +93,7 @@ ferry_py_outputs *ferry_py_outputs_new(ferry_transfer *ticket, size_t first, siz
   o->copied = (uint8_t *)p;
   atomic_init(&o->refs, 1);
   atomic_init(&o->recorded, 0);
+  o->first = first;
   o->count = count;
   o->device = ferry_transfer_device(ticket);
   for (size_t i = 0; i < count; i++) {
@@ -272,7 +273,7 @@ static void name_refused_output(const ferry_py_outputs *o, size_t index, PyObjec
   PyObject *who = consumer_name(consumer);
   PyObject *exc = who ? PyObject_CallFunction(PyExc_BufferError, "N",
                                               PyUnicode_FromFormat("%U cannot take output %zu (DLPack dtype code %u, "
-                                                                   "%u bits, %u lanes): %S", who, index,
+                                                                   "%u bits, %u lanes): %S", who, o->first + index,
                                                                    (unsigned)dt.code, (unsigned)dt.bits,
                                                                    (unsigned)dt.lanes, cause))
                       : NULL;

@@ -75,7 +75,9 @@ static int hand_over(ferry_py_pace *p, bool signals) {
 int ferry_py_pace_check(ferry_py_pace *p) {
   if (now_ns() - p->since < p->slice_ns) return 0;
   /* Long work is interruptible: Ctrl-C raises here (on the main thread) instead of after the whole batch. */
-  return hand_over(p, true);
+  if (hand_over(p, true) == 0) return 0;
+  p->interrupted = true;
+  return -1;
 }
 
 void ferry_py_pace_check_quiet(ferry_py_pace *p) {

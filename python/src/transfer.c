@@ -277,6 +277,7 @@ int ferry_py_job_finish(ferry_py_job *job) {
   int sharing = ferry_py_gil_share_begin(), deferring_gc = 0;
   if (sharing < 0) goto fail;
   ferry_py_pace_resume(&job->pace);
+  job->pace.interrupted = false;
   ferry_status st = wait_copies(job);
   if (st != FERRY_OK) {
     ferry_py_raise(st);
@@ -325,12 +326,15 @@ int ferry_py_job_finish(ferry_py_job *job) {
 fail:
   ferry_py_gc_defer_end(deferring_gc);
   ferry_py_gil_share_end(sharing);
+  /* Interrupted (Ctrl-C at a release point) rather than failed: the copies are fine and every step above can be
+   * run again, so the job stays submitted for the next wait(); its caller clears it if it wants no retry. */
+  if (job->pace.interrupted) return -1;
   ferry_py_job_clear(job, true);
   return -1;
 }
 
 int ferry_py_job_query(ferry_py_job *job) {
-  if (job->state != FERRY_PY_JOB_SUBMITTED) return 1;
+  if (job->state != FERRY_PY_JOB_SUBMITTED || !job->ticket) return 1; /* finished, failed or being cleared */
   return ferry_transfer_query(job->ticket) != FERRY_NOT_READY; /* a failure is reported by wait() */
 }
 
@@ -363,7 +367,10 @@ void ferry_py_job_clear(ferry_py_job *job, bool release_gil) {
 static PyObject *transfer(bool h2d, const char *name, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   ferry_py_job job;
   if (ferry_py_job_start(&job, h2d, name, args, nargs, kwnames) < 0) return NULL;
-  if (ferry_py_job_finish(&job) < 0) return NULL;
+  if (ferry_py_job_finish(&job) < 0) {
+    ferry_py_job_clear(&job, true); /* no-op unless it was interrupted */
+    return NULL;
+  }
   PyObject *result = job.result;
   job.result = NULL;
   ferry_py_job_clear(&job, true);

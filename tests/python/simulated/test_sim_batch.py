@@ -362,6 +362,80 @@ def test_a_list_that_changes_size_while_walked_raises_runtime_error():
     assert ferry.pool.stats()["bytes_in_use"] == 0
 
 
+def test_a_list_whose_items_shift_at_the_same_size_while_walked_raises_runtime_error():
+    """Items removed and as many added keep the size but shift the others: the walk would skip one and repeat
+    another, returning a list the batch never was."""
+    for change in (lambda: (batch.pop(0), batch.append(device(A * 9))), lambda: (batch.insert(0, 5), batch.pop())):
+        batch = []
+
+        class Shifter:  # a host object whose __dlpack_device__ shifts the list being walked
+            def __dlpack_device__(self):
+                change()
+                return (1, 0)
+
+            def __dlpack__(self, **kwargs):
+                raise AssertionError("not exported")
+
+        batch += [Shifter(), device(A), device(A * 2)]
+        with pytest.raises(RuntimeError, match="list in the batch changed while ferry walked it"):
+            d2h(batch)
+    assert ferry.pool.stats()["bytes_in_use"] == 0
+
+
+def test_a_dict_losing_an_earlier_key_and_gaining_one_while_walked_raises_runtime_error():
+    """A key before the one walked removed and another added: the size and the walked key's place hold, but the
+    iteration then meets more entries than the dict ever held."""
+    batch = {}
+
+    class Remover:  # a host object whose __dlpack_device__ drops an earlier key and adds one at the end
+        def __dlpack_device__(self):
+            del batch["a"]
+            batch["z"] = device(A * 3)
+            return (1, 0)
+
+        def __dlpack__(self, **kwargs):
+            raise AssertionError("not exported")
+
+    batch.update(a=device(A), b=Remover(), c=device(A * 2))
+    with pytest.raises(RuntimeError, match="changed its keys while ferry walked it"):
+        d2h(batch)
+    assert ferry.pool.stats()["bytes_in_use"] == 0
+
+
+def test_keys_that_compare_equal_at_the_rebuild_raise_instead_of_losing_an_entry():
+    """Keys whose __eq__ changes during the transfer would collapse into one entry of the rebuilt dict, one key
+    carrying another's tensor."""
+    same = [False]
+
+    class Key:
+        def __init__(self, v):
+            self.v = v
+
+        def __hash__(self):
+            return 0
+
+        def __eq__(self, other):
+            return same[0] or (isinstance(other, Key) and other.v == self.v)
+
+        def __repr__(self):
+            return f"Key({self.v})"
+
+    class Flip:  # a producer that makes every Key equal once the walk has read it
+        def __init__(self):
+            self.inner = device(A * 2)
+
+        def __dlpack_device__(self):
+            return self.inner.__dlpack_device__()
+
+        def __dlpack__(self, **kwargs):
+            same[0] = True
+            return self.inner.__dlpack__(**kwargs)
+
+    with pytest.raises(RuntimeError, match="compared equal to another key while ferry rebuilt it"):
+        d2h({Key(1): device(A), Key(2): Flip()})
+    assert ferry.pool.stats()["bytes_in_use"] == 0
+
+
 def test_a_device_id_past_32_bits_is_no_device_and_passes_through():
     """(kDLCUDA, 2**32) must not wrap into cuda:0."""
 

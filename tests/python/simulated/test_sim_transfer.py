@@ -502,6 +502,89 @@ def test_a_copy_error_seen_by_done_is_raised_by_every_wait():
     assert in_use() == 0
 
 
+def test_done_stays_false_while_another_thread_is_in_wait_before_the_copies_end():
+    """wait() marks the handle as being finished before it waits for the copies: a poll from another thread in that
+    window must still ask the copies, or a producer recycling its buffers would overwrite them mid-copy. The window
+    is made visible through sys.getswitchinterval, which wait() calls (GIL sharing) before it waits."""
+    _ferry._sim_hold(True)  # the simulated copies stay pending until something waits for them
+    h = ferry.transfer_tensor_d2h_async([device(np.arange(10))])
+    assert not h.done()
+    answers, ask, answered = {}, threading.Event(), threading.Event()
+
+    def poller():
+        ask.wait(10)
+        answers["done"] = h.done()
+        answered.set()
+
+    t = threading.Thread(target=poller)
+    t.start()
+    real, armed = sys.getswitchinterval, [True]
+
+    def pause():  # on the waiting thread, inside wait(), before the copies are waited for
+        if armed[0]:
+            armed[0] = False
+            ask.set()
+            answered.wait(10)
+        return real()
+
+    sys.getswitchinterval = pause
+    try:
+        out = h.wait()
+    finally:
+        sys.getswitchinterval = real
+    t.join(10)
+    assert answers == {"done": False}
+    np.testing.assert_array_equal(out[0], np.arange(10))
+    assert h.done()
+
+
+def test_a_wait_interrupted_by_a_signal_handler_can_be_retried():
+    """Ctrl-C (a signal handler's exception) at a release point of wait() is not the copies' error: the transfer
+    stays whole, and the next wait() returns the batch."""
+    import signal
+
+    data = [np.arange(i % 13 + 1, dtype=np.int32) for i in range(100_000)]
+    batch = [device(a) for a in data]
+    armed = [False]
+
+    def interrupt(signum, frame):
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    inside = 0
+    try:
+        for attempt in range(40):
+            h = ferry.transfer_tensor_d2h_async(batch)
+            try:
+                armed[0] = True
+                signal.setitimer(signal.ITIMER_REAL, 0.0005 * (attempt % 20 + 1), 0.0005)
+                h.wait()
+            except KeyboardInterrupt:
+                pass
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                armed[0] = False
+            assert "failed" not in repr(h)  # an interrupt is not the transfer's outcome
+            if "submitted" in repr(h):  # interrupted inside wait(): the job was kept for the next one
+                inside += 1
+                out = h.wait()
+                assert len(out) == len(data)
+                assert all(np.array_equal(a, o) for a, o in zip(data, out))
+                assert "finished" in repr(h)
+                del out
+            del h
+            if inside >= 2:
+                break
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    if not inside:
+        pytest.skip("no signal landed inside wait() in 40 tries")
+    gc.collect()
+    assert in_use() == 0
+
+
 # ---- leaks ----------------------------------------------------------------------------------------------------------
 
 
