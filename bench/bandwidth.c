@@ -143,11 +143,16 @@ static void parse(int argc, char **argv, bw_args *a) {
       usage();
       exit(0);
     } else if (!strcmp(f, "--sizes")) {
-      while (i + 1 < argc && argv[i + 1][0] != '-' && a->nsizes < 16) a->sizes[a->nsizes++] = parse_size(argv[++i]);
+      while (i + 1 < argc && argv[i + 1][0] != '-') {
+        if (a->nsizes == 16) bench_usage_error("bench bandwidth", "--sizes takes at most 16 values");
+        a->sizes[a->nsizes++] = parse_size(argv[++i]);
+      }
       if (!a->nsizes) bench_usage_error("bench bandwidth", "--sizes expects at least one size");
     } else if (!strcmp(f, "--num-tensors")) {
-      while (i + 1 < argc && argv[i + 1][0] != '-' && a->ncounts < 16)
+      while (i + 1 < argc && argv[i + 1][0] != '-') {
+        if (a->ncounts == 16) bench_usage_error("bench bandwidth", "--num-tensors takes at most 16 values");
         a->counts[a->ncounts++] = bench_parse_long(f, argv[++i], 1, INT_MAX);
+      }
       if (!a->ncounts) bench_usage_error("bench bandwidth", "--num-tensors expects at least one count");
     } else if (!strcmp(f, "--repeats")) {
       a->repeats = (int)bench_parse_long(f, bench_value("bench bandwidth", argc, argv, &i), 1, INT_MAX);

@@ -59,7 +59,10 @@ static void usage(void) {
 
 static int take_list(int argc, char **argv, int *i, const char *flag, long *out, int cap, long max) {
   int n = 0;
-  while (*i + 1 < argc && argv[*i + 1][0] != '-' && n < cap) out[n++] = bench_parse_long(flag, argv[++*i], 1, max);
+  while (*i + 1 < argc && argv[*i + 1][0] != '-') {
+    if (n == cap) bench_usage_error("bench overlap", "%s takes at most %d values", flag, cap);
+    out[n++] = bench_parse_long(flag, argv[++*i], 1, max);
+  }
   if (n == 0) bench_usage_error("bench overlap", "%s expects at least one positive integer", flag);
   return n;
 }

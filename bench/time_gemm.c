@@ -250,13 +250,18 @@ int main(int argc, char **argv) {
   m_ = n_ = k_ = 4096;
   type_ = FERRY_SCALAR_BF16;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--size") && i + 1 < argc) m_ = n_ = k_ = atoi(argv[++i]);
+    /* Whole integers that fit an int (bench_parse_long exits 2 naming the flag; atoi took "4096x" and "1e3" and
+     * wrapped 5000000000); the ranges are checked below. */
+    if (!strcmp(argv[i], "--size") && i + 1 < argc)
+      m_ = n_ = k_ = (int)bench_parse_long("--size", argv[++i], 0, INT_MAX);
     else if (!strcmp(argv[i], "--shape") && i + 3 < argc) {
-      m_ = atoi(argv[++i]);
-      n_ = atoi(argv[++i]);
-      k_ = atoi(argv[++i]);
-    } else if (!strcmp(argv[i], "--launches") && i + 1 < argc) launches_ = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats_ = atoi(argv[++i]);
+      m_ = (int)bench_parse_long("--shape M", argv[++i], 0, INT_MAX);
+      n_ = (int)bench_parse_long("--shape N", argv[++i], 0, INT_MAX);
+      k_ = (int)bench_parse_long("--shape K", argv[++i], 0, INT_MAX);
+    } else if (!strcmp(argv[i], "--launches") && i + 1 < argc)
+      launches_ = (int)bench_parse_long("--launches", argv[++i], 0, INT_MAX);
+    else if (!strcmp(argv[i], "--repeats") && i + 1 < argc)
+      repeats_ = (int)bench_parse_long("--repeats", argv[++i], 0, INT_MAX);
     else if (!strcmp(argv[i], "--fp16") || !strcmp(argv[i], "--int8") || !strcmp(argv[i], "--fp8")) {
       if (type_ != FERRY_SCALAR_BF16) {
         fprintf(stderr, "ferry_time_gemm: one of --fp16, --int8, --fp8 at most\n%s", usage);
@@ -267,7 +272,7 @@ int main(int argc, char **argv) {
     }
     else if (!strcmp(argv[i], "--b-col")) b_col_ = 1;
     else if (!strcmp(argv[i], "--epilogues")) epilogues_ = 1;
-    else if (!strcmp(argv[i], "--help")) {
+    else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(usage, stdout);
       return 0;
     } else {

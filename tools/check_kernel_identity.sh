@@ -139,7 +139,9 @@ case "${1:-}" in
   "" | -h | --help) usage ;;
   build) [ $# -ge 2 ] || { usage >&2; exit 2; }; build "$2" "${3:-$root/src/kernels}" ;;
   compare) [ $# -eq 3 ] || { usage >&2; exit 2; }; compare "$2" "$3" ;;
+  -*) echo "unknown option '$1' (see --help)" >&2; exit 2 ;;
   *)
+    [ $# -le 2 ] || { usage >&2; exit 2; }
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     for i in 1 2; do

@@ -53,6 +53,12 @@ probe_sorted() { # sets $probed to the probe's "CPU ms" lines, fastest first, an
   echo "speed probe (CPU ms): $(echo $probed)"
 }
 
+if [ "$1" = ab ] || [ "$1" = idleab ]; then # ROUNDS is evaluated arithmetically below: digits only
+  case ${2:-} in
+  '' | *[!0-9]*) echo "$1: ROUNDS must be a positive integer, got '${2:-}' (see --help)" >&2; exit 2 ;;
+  esac
+  [ "$2" -ge 1 ] && [ $# -ge 3 ] || { echo "$1: needs ROUNDS >= 1 and a COMMAND (see --help)" >&2; exit 2; }
+fi
 case $1 in
 topology)
   echo "allowed CPUs: $(allowed) (nproc $(nproc))"

@@ -6,7 +6,10 @@
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 RESULTS=${RESULTS:-$here/h200-results}
-if [ "${1:-}" = "--results" ]; then RESULTS=$2; shift 2; fi
+if [ "${1:-}" = "--results" ]; then
+  [ $# -ge 2 ] || { echo "--results needs a directory (see --help)" >&2; exit 2; }
+  RESULTS=$2; shift 2
+fi
 JOBS=${JOBS:-$(nproc)}
 PYTHON=${PYTHON:-python3}
 build=${BUILD:-$here/build-h200} # BUILD elsewhere keeps a build across device calls whose checkout is replaced

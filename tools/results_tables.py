@@ -122,6 +122,10 @@ def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
+    unreadable = [p for p in argv if not os.path.isfile(p)]
+    if unreadable:
+        print(f"results_tables.py: not a readable file: {', '.join(unreadable)} (see --help)", file=sys.stderr)
+        return 2
     out = []
     for path in argv:
         text = tables(path)

@@ -122,9 +122,9 @@ typedef struct ferry_gemm_args {
  *  an int32 output takes no epilogue (alpha 1, beta 0, no bias, activation or scales: the sums go out exact).
  *  Fails with FERRY_INVALID_ARGUMENT naming the operand and the values (NULL pointers, ranks,
  *  mismatched shapes, negative sizes or strides, overlapping layouts, unsupported dtypes or pairings, majors of
- *  8-bit operands, devices), FERRY_OVERFLOW
- *  when an extent passes 2^31-1 or an offset passes 2^63. Nothing is dereferenced: the tensors' memory is not
- *  touched. `args` is written only on success. */
+ *  8-bit operands, a device that is not CUDA), FERRY_DEVICE_MISMATCH when the operands are on different CUDA
+ *  devices, FERRY_OVERFLOW when an extent passes 2^31-1 or an offset passes 2^63. Nothing is dereferenced: the
+ *  tensors' memory is not touched. `args` is written only on success. */
 FERRY_API ferry_status ferry_gemm_args_init(ferry_gemm_args *args, const ferry_tensor *A, const ferry_tensor *B,
                                             const ferry_tensor *out, ferry_scalar accumulator);
 

@@ -63,9 +63,10 @@ static int parse_sm_text(const char *s) {
   if (!strncmp(s, "sm_", 3)) s += 3;
   else if (!strncmp(s, "compute_", 8)) s += 8;
   int v = 0, digits = 0;
-  if (isdigit((unsigned char)s[0]) && s[1] == '.' && isdigit((unsigned char)s[2])) {
-    v = (s[0] - '0') * 10 + (s[2] - '0');
-    s += 3;
+  int dot = isdigit((unsigned char)s[0]) ? (isdigit((unsigned char)s[1]) ? 2 : 1) : 0; /* "9.0", "10.0" */
+  if (dot && s[dot] == '.' && isdigit((unsigned char)s[dot + 1])) {
+    v = (dot == 2 ? (s[0] - '0') * 10 + (s[1] - '0') : s[0] - '0') * 10 + (s[dot + 1] - '0');
+    s += dot + 2;
   } else {
     while (isdigit((unsigned char)*s) && digits < 4) v = v * 10 + (*s++ - '0'), digits++;
     if (digits < 2 || digits > 3) return 0;

@@ -474,11 +474,11 @@ ferry_status ferry_op_register(const ferry_op_desc *desc, const ferry_op **out) 
   if (!pow2_upto16(in->a_align) || !pow2_upto16(in->b_align) || !pow2_upto16(in->out_align))
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: alignments (%u, %u, %u) must be powers of two from 1 to "
                      "16 bytes", name, in->a_align, in->b_align, in->out_align);
-  if (in->div_m < 1 || in->div_n < 1 || in->div_k < 1 || in->tile_m < 1 || in->tile_n < 1 || in->threads < 1 ||
-      in->threads > 1024)
-    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: tile (%d×%d), threads (%d, at most 1024) and "
-                     "divisibility (%u, %u, %u) must be positive", name, (int)in->tile_m, (int)in->tile_n,
-                     (int)in->threads, in->div_m, in->div_n, in->div_k);
+  if (in->div_m < 1 || in->div_n < 1 || in->div_k < 1 || in->tile_m < 1 || in->tile_n < 1 || in->tile_k < 1 ||
+      in->stages < 1 || in->threads < 1 || in->threads > 1024)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: tile (%d×%d×%d), stages (%d), threads (%d, at most 1024) "
+                     "and divisibility (%u, %u, %u) must be positive", name, (int)in->tile_m, (int)in->tile_n,
+                     (int)in->tile_k, (int)in->stages, (int)in->threads, in->div_m, in->div_n, in->div_k);
   if (desc->params && (desc->params_size < 1 || desc->params_size > FERRY_OP_PARAMS_MAX))
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "operator %s: params_size %u must be 1..%d", name, desc->params_size,
                      FERRY_OP_PARAMS_MAX);

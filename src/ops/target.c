@@ -11,15 +11,17 @@
 _Atomic int ferry__device_sm_cache[FERRY_MAX_DEVICES];
 _Atomic int ferry__device_sms_cache[FERRY_MAX_DEVICES];
 
-/* "sm_90", "sm_90a", "compute_90", "90", "9.0" -> 90; 0 when unreadable. */
+/* "sm_90", "sm_90a", "compute_90", "90", "9.0" -> 90 ("10.0", "sm_100" -> 100); 0 when unreadable. */
 static int parse_arch(const char *s) {
   if (!strncmp(s, "sm_", 3)) s += 3;
   else if (!strncmp(s, "compute_", 8)) s += 8;
   int major = 0, minor = 0, digits = 0;
-  if (isdigit((unsigned char)s[0]) && s[1] == '.' && isdigit((unsigned char)s[2])) {
-    major = s[0] - '0';
-    minor = s[2] - '0';
-    s += 3;
+  /* "M.m" with a one- or two-digit major: "9.0" and "10.0", "12.0" (sm_100, sm_120) alike */
+  int dot = isdigit((unsigned char)s[0]) ? (isdigit((unsigned char)s[1]) ? 2 : 1) : 0;
+  if (dot && s[dot] == '.' && isdigit((unsigned char)s[dot + 1])) {
+    major = dot == 2 ? (s[0] - '0') * 10 + (s[1] - '0') : s[0] - '0';
+    minor = s[dot + 1] - '0';
+    s += dot + 2;
   } else {
     int v = 0;
     while (isdigit((unsigned char)*s) && digits < 4) v = v * 10 + (*s++ - '0'), digits++;

@@ -40,6 +40,10 @@ foreach(b overlap bandwidth)
     bench ${b} --device gpu3)
   cli_test(${b}_option_without_its_value 2 stderr "^ferry: bench ${b}: --device needs a value" bench ${b} --device)
 endforeach()
+cli_test(overlap_rejects_a_17th_count 2 stderr "^ferry: bench overlap: --num-tensors takes at most 16 values"
+  bench overlap --num-tensors 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17)
+cli_test(bandwidth_rejects_a_17th_size 2 stderr "^ferry: bench bandwidth: --sizes takes at most 16 values"
+  bench bandwidth --sizes 1K 2K 3K 4K 5K 6K 7K 8K 9K 10K 11K 12K 13K 14K 15K 16K 17K)
 cli_test(overlap_rejects_more_tensors_than_bytes 2 stderr "^ferry: bench overlap: cannot split 1 MiB into"
   bench overlap --total-mib 1 --num-tensors 2000000)
 cli_test(overlap_samples_output_is_checked_first 2 stderr "^ferry: --samples-output .* cannot be written"

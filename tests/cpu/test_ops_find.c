@@ -282,6 +282,12 @@ TEST(target_from_environment) {
   setenv("FERRY_ARCH", "100", 1);
   ASSERT_OK(ferry_target_sm(-1, &sm));
   ASSERT_EQ(sm, 100);
+  setenv("FERRY_ARCH", "10.0", 1); /* a two-digit major in the "M.m" form */
+  ASSERT_OK(ferry_target_sm(-1, &sm));
+  ASSERT_EQ(sm, 100);
+  setenv("FERRY_ARCH", "12.1", 1);
+  ASSERT_OK(ferry_target_sm(-1, &sm));
+  ASSERT_EQ(sm, 121);
   setenv("FERRY_ARCH", "hopper", 1);
   ASSERT_STATUS(ferry_target_sm(-1, &sm), FERRY_INVALID_ARGUMENT);
   ASSERT_STR_CONTAINS(ferry_last_error_message(), "FERRY_ARCH=\"hopper\"");
@@ -339,6 +345,14 @@ TEST(register_validates_and_rejects_duplicates) {
   d.info.div_k = 0;
   ASSERT_STATUS(ferry_op_register(&d, &op), FERRY_INVALID_ARGUMENT);
   d.info.div_k = 1;
+  const int32_t tile_k = d.info.tile_k, stages = d.info.stages;
+  d.info.tile_k = 0;
+  ASSERT_STATUS(ferry_op_register(&d, &op), FERRY_INVALID_ARGUMENT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "must be positive");
+  d.info.tile_k = tile_k;
+  d.info.stages = -3;
+  ASSERT_STATUS(ferry_op_register(&d, &op), FERRY_INVALID_ARGUMENT);
+  d.info.stages = stages;
   d.params = (ferry_op_params_fn)1;
   d.params_size = 1000;
   ASSERT_STATUS(ferry_op_register(&d, &op), FERRY_INVALID_ARGUMENT);

@@ -60,6 +60,29 @@ def test_overlap_command_line_keeps_spdls_defaults_and_validation():
             overlap._parse_args(["--output", "x"] + bad)
 
 
+@pytest.mark.parametrize("module", [overlap, bandwidth, call_overhead])
+def test_benchmarks_check_their_device_and_take_local_rank_as_the_default(module, monkeypatch):
+    for bad in ("gpu3", "cuda:x", "-1"):
+        with pytest.raises(SystemExit) as e:
+            module._parse_args(["--device", bad])
+        assert e.value.code == 2
+    assert module._parse_args(["--device", "2"]).device == "cuda:2"
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    importlib.reload(module)
+    try:
+        assert module._parse_args([]).device == "cuda:3"
+    finally:
+        monkeypatch.delenv("LOCAL_RANK")
+        importlib.reload(module)
+    assert module._parse_args([]).device == "cuda:0"
+
+
+def test_call_overhead_refuses_negative_counts_and_times():
+    for bad in (["--warmup", "-5"], ["--evict-mib", "-1"], ["--sleep-before-ms", "nan"], ["--sleep-before-ms", "-1"]):
+        with pytest.raises(SystemExit):
+            call_overhead._parse_args(bad)
+
+
 def test_overlap_output_defaults_to_spdls_documented_path():
     assert overlap._parse_args([]).output == os.path.realpath("/tmp/transfer_overlap.csv")
 

@@ -39,7 +39,7 @@ import re
 import statistics
 import sys
 import time
-from ferry.bench._cli import positive_int
+from ferry.bench._cli import cuda_device, default_device, non_negative_float, positive_int
 from ferry.bench._gpu import torch_cuda_device
 
 FIELDS = ["direction", "total_bytes", "num_tensors", "method", "median_ms", "gb_per_s", "ratio_to_limit"]
@@ -63,7 +63,8 @@ def _parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output", default="py_bandwidth.csv", help="CSV output path (default: %(default)s).")
-    p.add_argument("--device", default="cuda:0", help="CUDA device (default: %(default)s).")
+    p.add_argument("--device", type=cuda_device, default=default_device(),
+                   help="CUDA device (default: LOCAL_RANK, else cuda:0).")
     p.add_argument("--sizes", type=parse_size, nargs="+", default=[parse_size(s) for s in DEFAULT_SIZES],
                    help="Payload sizes (default: " + " ".join(DEFAULT_SIZES) + ").")
     p.add_argument("--num-tensors", type=positive_int, nargs="+", default=DEFAULT_COUNTS,
@@ -71,7 +72,7 @@ def _parse_args(argv):
     p.add_argument("--repeats", type=positive_int, default=11, help="Timed calls per cell (median reported).")
     p.add_argument("--directions", nargs="+", choices=["d2h", "h2d"], default=["d2h", "h2d"],
                    help="Directions to measure (default: both).")
-    p.add_argument("--torch-budget-s", type=float, default=2.5,
+    p.add_argument("--torch-budget-s", type=non_negative_float, default=2.5,
                    help="Skip a PyTorch cell whose timed repeats are predicted to take longer (0: never skip).")
     return p.parse_args(argv)
 

@@ -45,7 +45,7 @@ import statistics
 import sys
 import time
 from datetime import datetime, timezone
-from ferry.bench._cli import positive_int
+from ferry.bench._cli import cuda_device, default_device, non_negative_float, non_negative_int, positive_int
 from ferry.bench._gpu import torch_cuda_device
 from ferry.bench.bandwidth import LAYOUTS, layout_sizes
 
@@ -62,7 +62,8 @@ def _parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output", default="call_overhead.csv", help="CSV output path (default: %(default)s).")
-    p.add_argument("--device", default="cuda:0", help="CUDA device (default: %(default)s).")
+    p.add_argument("--device", type=cuda_device, default=default_device(),
+                   help="CUDA device (default: LOCAL_RANK, else cuda:0).")
     p.add_argument("--total-mib", type=positive_int, default=64, help="Payload of the e2e experiment in MiB.")
     p.add_argument("--num-tensors", type=positive_int, nargs="+", default=[1, 256, 4096],
                    help="Tensor counts of the e2e experiment (default: 1 256 4096).")
@@ -70,19 +71,19 @@ def _parse_args(argv):
                    help="How the e2e payload is cut: even (sizes differ by at most one byte; default) or mixed "
                         "(one tensor of half the payload, the rest split evenly between the others).")
     p.add_argument("--repeats", type=positive_int, default=30, help="Timed repeats per case (median reported).")
-    p.add_argument("--warmup", type=int, default=5, help="Untimed repeats first (pool, caches, streams).")
+    p.add_argument("--warmup", type=non_negative_int, default=5, help="Untimed repeats first (pool, caches, streams).")
     p.add_argument("--views", action="store_true",
                    help="Make the e2e tensors views of one device buffer (as the bandwidth bench does) instead of "
                         "separate tensors.")
     p.add_argument("--device-arg", action="store_true",
                    help="Pass device= to ferry's calls (as the bandwidth bench does).")
-    p.add_argument("--sleep-before-ms", type=float, default=0.0,
+    p.add_argument("--sleep-before-ms", type=non_negative_float, default=0.0,
                    help="Sleep this long (after the device synchronize) before each timed e2e call, so the calling "
                         "thread starts from an idle core, as a worker woken by an executor does.")
     p.add_argument("--torch-first", action="store_true",
                    help="Time torch's to(cpu) loop before ferry for each tensor count (default: after), to see "
                         "whether the state PyTorch's loop leaves in the process changes ferry's figures.")
-    p.add_argument("--evict-mib", type=int, default=0,
+    p.add_argument("--evict-mib", type=non_negative_int, default=0,
                    help="Before each timed e2e call (ferry's and torch's alike, outside the timed window) write a "
                         "scratch buffer of this many MiB, so the call starts with cold caches (default 0: off).")
     p.add_argument("--in-thread", action="store_true",

@@ -42,7 +42,7 @@ import statistics
 import sys
 import time
 
-from ferry.bench._cli import positive_int
+from ferry.bench._cli import cuda_device, default_device, positive_int
 from ferry.bench._gpu import torch_cuda_device
 from ferry.bench.state_dicts import DEFAULT_STATE_DICTS, STATE_DICTS, footprint, tensors
 
@@ -58,7 +58,8 @@ def _parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output", default="checkpoint.csv", help="CSV output path (default: %(default)s).")
-    p.add_argument("--device", default="cuda:0", help="CUDA device (default: %(default)s).")
+    p.add_argument("--device", type=cuda_device, default=default_device(),
+                   help="CUDA device (default: LOCAL_RANK, else cuda:0).")
     p.add_argument("--state-dicts", nargs="+", choices=list(STATE_DICTS), default=DEFAULT_STATE_DICTS,
                    metavar="NAME", help="State dicts to stage (default: " + " ".join(DEFAULT_STATE_DICTS) +
                    "; --list shows them all).")

@@ -23,7 +23,7 @@ import statistics
 import sys
 from datetime import datetime, timezone
 
-from ferry.bench._cli import positive_int
+from ferry.bench._cli import cuda_device, default_device, positive_int
 from ferry.bench._gpu import torch_cuda_device
 
 FAMILIES = ("bf16", "fp16", "fp8", "int8")
@@ -42,7 +42,8 @@ def _parse(argv):
                    "default %(default)s).")
     p.add_argument("--launches", type=positive_int, default=20, help="Launches per timing (default %(default)s).")
     p.add_argument("--repeats", type=positive_int, default=7, help="Timings per method (default %(default)s).")
-    p.add_argument("--device", default="cuda:0", help="CUDA device (default %(default)s).")
+    p.add_argument("--device", type=cuda_device, default=default_device(),
+                   help="CUDA device (default: LOCAL_RANK, else cuda:0).")
     p.add_argument("--output", help="CSV file to write.")
     args = p.parse_args(argv)
     families = [f for f in args.families.split(",") if f]

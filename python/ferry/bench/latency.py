@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 from datetime import datetime, timezone
-from ferry.bench._cli import positive_int
+from ferry.bench._cli import cuda_device, default_device, positive_int
 from ferry.bench._gpu import torch_cuda_device
 
 SCHEMA_VERSION = 1
@@ -100,7 +100,8 @@ def parse_args(argv):
     p.add_argument("--iters", type=positive_int, default=100, help="Profiled iterations (default: %(default)s).")
     p.add_argument("--warmup", type=int, default=10, help="Warm-up iterations (default: %(default)s).")
     p.add_argument("--repeats", type=positive_int, default=9, help="Repeats; medians reported (default: %(default)s).")
-    p.add_argument("--device", default="cuda:0", help="CUDA device (default: %(default)s).")
+    p.add_argument("--device", type=cuda_device, default=default_device(),
+                   help="CUDA device (default: LOCAL_RANK, else cuda:0).")
     p.add_argument("--output", default="py_latency.csv", help="CSV output path (default: %(default)s).")
     p.add_argument("--plot", default=None, help="PNG of the table (default: the CSV path with .png; 'none': skip).")
     args = p.parse_args(argv)

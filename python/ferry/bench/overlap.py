@@ -67,7 +67,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 
 import numpy as np
-from ferry.bench._cli import positive_int
+from ferry.bench._cli import cuda_device, default_device, positive_int
 from ferry.bench._gpu import torch_cuda_device
 from ferry.bench.bandwidth import LAYOUTS, layout_sizes
 
@@ -794,7 +794,7 @@ def _parse_args(argv):
     p.add_argument("--output", type=os.path.realpath, default=os.path.realpath(DEFAULT_OUTPUT),
                    help=f"Summary CSV output path (default: {DEFAULT_OUTPUT}).")
     p.add_argument("--samples-output", type=os.path.realpath, help="Optional per-trial CSV output path.")
-    p.add_argument("--device", default="cuda:0", help="CUDA device to use.")
+    p.add_argument("--device", type=cuda_device, default=default_device(), help="CUDA device to use.")
     p.add_argument("--total-mib", type=positive_int, nargs="+", default=[64],
                    help="Fixed total payload sizes in MiB.")
     p.add_argument("--num-tensors", type=positive_int, nargs="+", default=[1, 32],
