@@ -7,7 +7,6 @@
  */
 #include "ops_py.h"
 
-#include <ctype.h>
 #include <string.h>
 
 /* ---- keyword parsing ---------------------------------------------------------------------------------------- */
@@ -58,23 +57,6 @@ int ferry_py_ops_parse(ferry_py_sig *sig, PyObject *const *args, Py_ssize_t narg
 
 /* ---- targets ------------------------------------------------------------------------------------------------- */
 
-/* "sm_90", "sm_90a", "compute_90", "90", "9.0" -> 90; 0 when unreadable (the forms FERRY_ARCH takes). */
-static int parse_sm_text(const char *s) {
-  if (!strncmp(s, "sm_", 3)) s += 3;
-  else if (!strncmp(s, "compute_", 8)) s += 8;
-  int v = 0, digits = 0;
-  int dot = isdigit((unsigned char)s[0]) ? (isdigit((unsigned char)s[1]) ? 2 : 1) : 0; /* "9.0", "10.0" */
-  if (dot && s[dot] == '.' && isdigit((unsigned char)s[dot + 1])) {
-    v = (dot == 2 ? (s[0] - '0') * 10 + (s[1] - '0') : s[0] - '0') * 10 + (s[dot + 1] - '0');
-    s += dot + 2;
-  } else {
-    while (isdigit((unsigned char)*s) && digits < 4) v = v * 10 + (*s++ - '0'), digits++;
-    if (digits < 2 || digits > 3) return 0;
-  }
-  if (*s == 'a' || *s == 'f') s++;
-  return *s == '\0' && v >= 10 ? v : 0;
-}
-
 int ferry_py_ops_parse_sm(PyObject *obj, const char *what, int *out) {
   int sm = 0;
   if (PyLong_Check(obj) && !PyBool_Check(obj)) {
@@ -84,7 +66,7 @@ int ferry_py_ops_parse_sm(PyObject *obj, const char *what, int *out) {
   } else if (PyUnicode_Check(obj)) {
     const char *s = PyUnicode_AsUTF8(obj);
     if (!s) return -1;
-    sm = parse_sm_text(s);
+    sm = ferry__parse_arch(s); /* the forms FERRY_ARCH takes */
   } else {
     PyErr_Format(PyExc_TypeError, "%s must be an int such as 90 or a str such as \"90\" or \"sm_90\"; got %R (%s)",
                  what, obj, Py_TYPE(obj)->tp_name);

@@ -30,6 +30,10 @@
 
 #include <ferry/ops.h>
 
+/* src/ops/target.c (in ferry_static): "sm_90", "sm_90a", "compute_90", "90", "9.0", "10.0" -> 90 or 100; 0 when
+ * unreadable. */
+int ferry__parse_arch(const char *text);
+
 /* ---- ops_module.c: keyword parsing for the hot calls -------------------------------------------------------- */
 
 /* A call signature: `names` in positional order; the first `required` are required, the first `positional` may be

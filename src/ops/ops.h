@@ -147,6 +147,10 @@ ferry_status ferry__device_sm(int device, int *out_sm);
 extern _Atomic int ferry__device_sms_cache[FERRY_MAX_DEVICES];
 ferry_status ferry__device_sms(int device, int *out_sms);
 
+/* "sm_90", "sm_90a", "compute_90", "90", "9.0" -> 90 ("10.0", "sm_100" -> 100); 0 when unreadable: FERRY_ARCH's
+ * forms (target.c), which the extension's target arguments take too. */
+int ferry__parse_arch(const char *text);
+
 /* Loads the driver without disturbing the calling thread's last error; 1 when a device is usable. */
 int ferry__driver_quiet(void);
 

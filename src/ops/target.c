@@ -11,8 +11,7 @@
 _Atomic int ferry__device_sm_cache[FERRY_MAX_DEVICES];
 _Atomic int ferry__device_sms_cache[FERRY_MAX_DEVICES];
 
-/* "sm_90", "sm_90a", "compute_90", "90", "9.0" -> 90 ("10.0", "sm_100" -> 100); 0 when unreadable. */
-static int parse_arch(const char *s) {
+int ferry__parse_arch(const char *s) {
   if (!strncmp(s, "sm_", 3)) s += 3;
   else if (!strncmp(s, "compute_", 8)) s += 8;
   int major = 0, minor = 0, digits = 0;
@@ -92,7 +91,7 @@ ferry_status ferry_target_sm(int device, int *out_sm) {
   if (!out_sm) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_target_sm: out_sm is NULL");
   const char *env = getenv("FERRY_ARCH");
   if (env && *env) {
-    int sm = parse_arch(env);
+    int sm = ferry__parse_arch(env);
     if (!sm)
       return FERRY_ERR(FERRY_INVALID_ARGUMENT, "FERRY_ARCH=\"%s\" is not a target; write it as sm_90, 90 or 9.0",
                        env);

@@ -67,7 +67,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 
 import numpy as np
-from ferry.bench._cli import cuda_device, default_device, positive_int
+from ferry.bench._cli import cuda_device, default_device, non_negative_int, positive_int
 from ferry.bench._gpu import torch_cuda_device
 from ferry.bench.bandwidth import LAYOUTS, layout_sizes
 
@@ -766,13 +766,6 @@ def _print_table(summaries):
 # ---- command line (SPDL's names, defaults and validation, then this port's options) ------------------------------
 
 
-def _non_negative_int(value):
-    parsed = int(value)
-    if parsed < 0:
-        raise argparse.ArgumentTypeError("must be non-negative")
-    return parsed
-
-
 def _at_least_two_int(value):
     parsed = int(value)
     if parsed < 2:
@@ -805,7 +798,7 @@ def _parse_args(argv):
                    help="Independent target duration used to calibrate foreground compute.")
     p.add_argument("--compute-iterations", type=positive_int,
                    help="Skip calibration and use this many torch.mm calls per sample.")
-    p.add_argument("--num-warmup", type=_non_negative_int, default=5, help="Warmup blocks per scenario.")
+    p.add_argument("--num-warmup", type=non_negative_int, default=5, help="Warmup blocks per scenario.")
     p.add_argument("--num-runs", type=_at_least_two_int, default=30,
                    help="Paired randomized timing blocks per scenario.")
     p.add_argument("--bootstrap-resamples", type=positive_int, default=2000,
@@ -817,10 +810,10 @@ def _parse_args(argv):
     p.add_argument("--diagnostics-output", type=os.path.realpath,
                    help="Diagnostic mode: per-block timeline CSV (barrier release, launch phase, ferry's phases, "
                         "parts and GIL holds) and tables of its medians. Off by default.")
-    p.add_argument("--ferry-gil-slice-us", type=_non_negative_int,
+    p.add_argument("--ferry-gil-slice-us", type=non_negative_int,
                    help="ferry's longest GIL hold between release points in microseconds (0: no release points), "
                         "for A/B runs; default: ferry's own. Needs a build with test hooks.")
-    p.add_argument("--ferry-gil-switch-us", type=_non_negative_int,
+    p.add_argument("--ferry-gil-switch-us", type=non_negative_int,
                    help="The switch interval ferry sets while other threads exist, in microseconds (0: leave "
                         "CPython's), for A/B runs; default: ferry's own. Needs a build with test hooks.")
     return p.parse_args(argv)
