@@ -18,6 +18,20 @@
 #include <limits.h>
 #include <string.h>
 
+/* The protocol's method and keyword names, interned, and max_version's value, made once at import: a call per
+ * tensor then builds no string, dict or tuple (PyObject_CallMethod and a kwargs dict made each one of them). */
+static PyObject *name_dlpack_device, *name_dlpack, *kw_stream_version, *kw_version, *kw_stream, *max_version;
+
+int ferry_py_dlpack_in_init(void) {
+  name_dlpack_device = PyUnicode_InternFromString("__dlpack_device__");
+  name_dlpack = PyUnicode_InternFromString("__dlpack__");
+  kw_stream_version = Py_BuildValue("(ss)", "stream", "max_version");
+  kw_version = Py_BuildValue("(s)", "max_version");
+  kw_stream = Py_BuildValue("(s)", "stream");
+  max_version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+  return name_dlpack_device && name_dlpack && kw_stream_version && kw_version && kw_stream && max_version ? 0 : -1;
+}
+
 static bool on_source_side(const ferry_py_read_ctx *ctx, int32_t type, int32_t id) {
   if (ctx->h2d) return type == kDLCPU || type == kDLCUDAHost;
   return (type == kDLCUDA || type == kDLCUDAManaged) && id == ctx->device;
@@ -25,7 +39,7 @@ static bool on_source_side(const ferry_py_read_ctx *ctx, int32_t type, int32_t i
 
 /* obj.__dlpack_device__() as (type, id). Returns 0 or -1 with an exception set. */
 static int dlpack_device(PyObject *obj, int32_t *type, int32_t *id) {
-  PyObject *d = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
+  PyObject *d = PyObject_CallMethodNoArgs(obj, name_dlpack_device);
   if (!d) return -1;
   int ok = PyTuple_Check(d) && PyTuple_GET_SIZE(d) == 2;
   long long t = ok ? PyLong_AsLongLong(PyTuple_GET_ITEM(d, 0)) : -1;
@@ -77,25 +91,15 @@ static bool rejects_max_version(void) {
  * take none); a producer that predates max_version (a TypeError about it) is asked again without it and answers
  * with a legacy capsule. */
 static PyObject *export_capsule_with(PyObject *obj, PyObject *stream) {
-  PyObject *method = PyObject_GetAttrString(obj, "__dlpack__");
-  if (!method) return NULL;
-  PyObject *version = NULL, *capsule = NULL;
-  PyObject *kwargs = PyDict_New(), *empty = PyTuple_New(0);
-  if (!kwargs || !empty) goto done;
-  if (stream && PyDict_SetItemString(kwargs, "stream", stream) < 0) goto done;
-  if (!(version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION))) goto done;
-  if (PyDict_SetItemString(kwargs, "max_version", version) < 0) goto done;
-  capsule = PyObject_Call(method, empty, kwargs);
+  /* self, then the keyword values in kwnames' order */
+  PyObject *args[3] = {obj, stream ? stream : max_version, max_version};
+  PyObject *capsule = PyObject_VectorcallMethod(name_dlpack, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                                stream ? kw_stream_version : kw_version);
   if (!capsule && rejects_max_version()) {
     PyErr_Clear();
-    if (PyDict_DelItemString(kwargs, "max_version") < 0) goto done;
-    capsule = PyObject_Call(method, empty, kwargs);
+    capsule = stream ? PyObject_VectorcallMethod(name_dlpack, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, kw_stream)
+                     : PyObject_CallMethodNoArgs(obj, name_dlpack);
   }
-done:
-  Py_XDECREF(version);
-  Py_XDECREF(kwargs);
-  Py_XDECREF(empty);
-  Py_DECREF(method);
   return capsule;
 }
 

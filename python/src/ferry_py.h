@@ -133,6 +133,9 @@ int ferry_py_math_bits_refuse(PyObject *obj, const char *fn, const char *name);
 
 /* ---- dlpack_in.c ------------------------------------------------------------------------------------------- */
 
+/* At import: the interned names and constant arguments of the __dlpack__ calls. 0, or -1 with an exception. */
+int ferry_py_dlpack_in_init(void);
+
 typedef struct ferry_py_outputs ferry_py_outputs;
 
 /* One source-side input tensor, from the moment it is read until the copies out of it are done. */

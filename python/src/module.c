@@ -168,7 +168,7 @@ static int module_exec(PyObject *m) {
       ferry_py_add_type(m, &ferry_py_Transfer_Type, "Transfer") < 0 ||
       PyModule_AddStringConstant(m, "__version__", ferry_version()) < 0 ||
       PyModule_AddIntConstant(m, "_EARLY_PART_MAX_MEAN_BYTES", (long)FERRY_PY_EARLY_PART_MAX_MEAN_BYTES) < 0 ||
-      ferry_py_ops_init(m) < 0 || ferry_py_pace_module_init() < 0)
+      ferry_py_ops_init(m) < 0 || ferry_py_pace_module_init() < 0 || ferry_py_dlpack_in_init() < 0)
     return -1;
   PyObject *dlpack = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
   if (!dlpack || PyModule_AddObject(m, "DLPACK_VERSION", dlpack) < 0) {
