@@ -279,7 +279,10 @@ FERRY_API ferry_status ferry_transfer_add(ferry_transfer *transfer, const ferry_
 
 /** Orders the copies of parts added from now on after `producer_event`, or when it is NULL after the work queued
  *  so far on `producer_stream` (NULL: the legacy default stream): for a batch whose later tensors come from
- *  another producer than the one given at begin. */
+ *  another producer than the one given at begin. In an H2D transfer the CPU packs small pageable sources when
+ *  their part is added, after waiting on the host for `producer_event` (as for the one given at begin), so that
+ *  event must stay valid, and not be recorded again, until those parts are added; a `producer_stream` orders the
+ *  device's copies only. */
 FERRY_API ferry_status ferry_transfer_order_after(ferry_transfer *transfer, void *producer_event,
                                                   void *producer_stream);
 

@@ -304,6 +304,13 @@ ferry_status ferry__plan_make(const ferry__plan_input *in, ferry__plan_entry *en
  * through that a device would have copied. */
 ferry_status ferry__plan_check_tensor(const ferry_tensor *t, size_t index, uint64_t *out_bytes);
 
+/* The bytes [*first, *end) that the elements of a checked, non-empty tensor of `nbytes` bytes occupy (its strides
+ * may reach below its first element), or how its descriptor breaks the address space. Records no error. */
+typedef enum ferry__span {
+  FERRY__SPAN_OK, FERRY__SPAN_BASE_WRAPS, FERRY__SPAN_END_WRAPS, FERRY__SPAN_TOO_WIDE, FERRY__SPAN_BELOW_ZERO
+} ferry__span;
+ferry__span ferry__tensor_span(const ferry_tensor *t, uint64_t nbytes, uint64_t *first, uint64_t *end);
+
 /* Fills the work items and layouts for every entry routed `route` (FERRY__GATHER or FERRY__PACK): each item's
  * destination is dst_base + the entry's slab offset. Sources are the tensors' own addresses (device pointers, or
  * pinned host pointers, which the device reads under unified addressing). */

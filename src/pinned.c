@@ -53,8 +53,14 @@ double ferry__seconds_now(void) {
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-/* What a slab of `bytes` takes from a free range. */
-static size_t slab_size(size_t bytes) { return round_up(bytes ? bytes : 1, GRANULE); }
+/* What a slab of `bytes` takes from a free range. A small slab takes whole FERRY_SLAB_ALIGN units, not a granule:
+ * a transfer built in many small parts takes one slab per part, and 64 KiB each pinned 16,000 times the bytes of
+ * 4-byte tensors added one at a time (100,000 adds: 6.9 GiB). Offsets stay multiples of FERRY_SLAB_ALIGN, which is
+ * all an output needs. */
+static size_t slab_size(size_t bytes) {
+  if (bytes < GRANULE) return round_up(bytes ? bytes : 1, FERRY_SLAB_ALIGN);
+  return round_up(bytes, GRANULE);
+}
 
 /* ---- pinning ---------------------------------------------------------------------------------------------- */
 

@@ -154,16 +154,12 @@ static const char *dims_text(const int64_t *v, int32_t n, char *buf, size_t size
  * highest byte its strides reach, may not wrap the address space. A descriptor that does would send the copy
  * engine or the gather kernel to a wild address, which on a GPU is a sticky error that ends the context. (Memory
  * that is merely not the caller's cannot be detected here; the caller vouches for it.) */
-static ferry_status check_extent(const ferry_tensor *t, size_t i, uint64_t nbytes) {
-  uint64_t base, end;
-  if (__builtin_add_overflow((uint64_t)(uintptr_t)t->data, t->byte_offset, &base))
-    return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu: data %p + byte_offset %llu wraps the address space", i, t->data,
-                     (unsigned long long)t->byte_offset);
+ferry__span ferry__tensor_span(const ferry_tensor *t, uint64_t nbytes, uint64_t *first, uint64_t *end) {
+  uint64_t base;
+  if (__builtin_add_overflow((uint64_t)(uintptr_t)t->data, t->byte_offset, &base)) return FERRY__SPAN_BASE_WRAPS;
   if (!t->strides) {
-    if (__builtin_add_overflow(base, nbytes, &end))
-      return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu: %llu bytes from address 0x%llx wrap the address space", i,
-                       (unsigned long long)nbytes, (unsigned long long)base);
-    return FERRY_OK;
+    *first = base;
+    return __builtin_add_overflow(base, nbytes, end) ? FERRY__SPAN_END_WRAPS : FERRY__SPAN_OK;
   }
   int64_t eb = (int64_t)((uint64_t)t->dtype.bits * t->dtype.lanes / 8), lo = 0, hi = 0, reach;
   bool over = false;
@@ -171,16 +167,33 @@ static ferry_status check_extent(const ferry_tensor *t, size_t i, uint64_t nbyte
     over = __builtin_mul_overflow(t->shape[d] - 1, t->strides[d], &reach) ||
            __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi);
   over = over || __builtin_mul_overflow(lo, eb, &lo) || __builtin_mul_overflow(hi, eb, &hi) ||
-         __builtin_add_overflow(hi, eb, &hi) || __builtin_add_overflow(base, (uint64_t)hi, &end);
+         __builtin_add_overflow(hi, eb, &hi) || __builtin_add_overflow(base, (uint64_t)hi, end);
+  if (over) return FERRY__SPAN_TOO_WIDE;
+  *first = base - ((uint64_t)0 - (uint64_t)lo); /* wraps when below zero: base - *first still says how far */
+  return lo < 0 && (uint64_t)0 - (uint64_t)lo > base ? FERRY__SPAN_BELOW_ZERO : FERRY__SPAN_OK;
+}
+
+static ferry_status check_extent(const ferry_tensor *t, size_t i, uint64_t nbytes) {
+  uint64_t first = 0, end = 0, base = (uint64_t)(uintptr_t)t->data + t->byte_offset; /* as computed, for messages */
   char sh[200], st[200];
-  if (over)
-    return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu: shape %s with strides %s (elements of %lld bytes) spans more than "
+  switch (ferry__tensor_span(t, nbytes, &first, &end)) {
+  case FERRY__SPAN_OK: return FERRY_OK;
+  case FERRY__SPAN_BASE_WRAPS:
+    return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu: data %p + byte_offset %llu wraps the address space", i, t->data,
+                     (unsigned long long)t->byte_offset);
+  case FERRY__SPAN_END_WRAPS:
+    return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu: %llu bytes from address 0x%llx wrap the address space", i,
+                     (unsigned long long)nbytes, (unsigned long long)base);
+  case FERRY__SPAN_TOO_WIDE:
+    return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu: shape %s with strides %s (elements of %llu bytes) spans more than "
                      "the address space", i, dims_text(t->shape, t->ndim, sh, sizeof sh),
-                     dims_text(t->strides, t->ndim, st, sizeof st), (long long)eb);
-  if (lo < 0 && (uint64_t)0 - (uint64_t)lo > base)
+                     dims_text(t->strides, t->ndim, st, sizeof st),
+                     (unsigned long long)t->dtype.bits * t->dtype.lanes / 8);
+  case FERRY__SPAN_BELOW_ZERO:
     return FERRY_ERR(FERRY_OVERFLOW, "tensor %zu: strides %s reach %llu bytes below its first element at 0x%llx, "
                      "below address 0", i, dims_text(t->strides, t->ndim, st, sizeof st),
-                     (unsigned long long)((uint64_t)0 - (uint64_t)lo), (unsigned long long)base);
+                     (unsigned long long)(base - first), (unsigned long long)base);
+  }
   return FERRY_OK;
 }
 

@@ -52,6 +52,11 @@ struct ferry_transfer {
   ferry__fence *fence;  /* recorded when the transfer settles; its error, if any, sticks to it */
   struct kept_dims *kept_dims; /* shapes and strides of outputs in no part: passed through or empty (ticket_dims) */
   atomic_bool staging_released;
+  /* H2D: producer events given to ferry_transfer_order_after that the CPU has not waited for yet. Pageable sources
+   * are packed by the CPU when their part is added, so before packing it waits for these (and for options'
+   * producer_event), as the copy stream does on the device. */
+  CUevent *pack_waits;
+  size_t n_pack_waits, cap_pack_waits;
 };
 
 enum { COPIED_TO_SLAB = 1, COPIED_EMPTY = 2 };
@@ -401,12 +406,17 @@ cleanup:
 
 /* H2D from pageable memory: the CPU packs the small and strided sources into pinned `staging` (after waiting
  * for the producer, since it reads them now) and one DMA moves the packed range into the device slab. */
-static ferry_status pack_and_copy(const ferry__plan_input *pin, const ferry__plan_entry *e, const ferry__plan *plan,
-                                  void *producer_event, char *staging, char *slab_base, CUstream stream) {
+static ferry_status pack_and_copy(ferry_transfer *t, const ferry__plan_input *pin, const ferry__plan_entry *e,
+                                  const ferry__plan *plan, char *staging, char *slab_base, CUstream stream) {
   ferry_status st = FERRY_OK;
   size_t pack_bytes = (size_t)(plan->pack_end - plan->gather_bytes);
+  void *producer_event = t->opts.producer_event;
   if (producer_event)
     FERRY_TRY_CU(("waiting for producer_event before packing"), cuEventSynchronize, (CUevent)producer_event);
+  for (size_t k = 0; k < t->n_pack_waits; k++)
+    FERRY_TRY_CU(("waiting for the producer_event of ferry_transfer_order_after before packing"), cuEventSynchronize,
+                 t->pack_waits[k]);
+  t->n_pack_waits = 0; /* done: later parts need not wait for them again */
   ferry__gather_item *items = malloc(plan->n_pack_items * sizeof *items +
                                      plan->n_pack_layouts * sizeof(ferry__gather_layout) + 1);
   if (!items)
@@ -428,32 +438,37 @@ static size_t worklist_bytes(size_t items, size_t layouts) {
   return items * sizeof(ferry__gather_item) + layouts * sizeof(ferry__gather_layout);
 }
 
-/* Finds whether each host tensor is pinned memory that the device can address at the same pointer. Consecutive
+/* Finds whether each host tensor is pinned memory that the device can address at the same pointer: every byte its
+ * elements occupy must lie in one registered range, since the device reads the source through its mapping, which
+ * ends where the registration does (a tensor running past it is read as pageable, packed by the CPU). Consecutive
  * tensors in one allocation (views of one buffer) cost one driver query. Queries that fail (pageable memory) are
- * answers, not errors: FERRY_CU records nothing. */
+ * answers, not errors: FERRY_CU records nothing. A tensor the plan will refuse is left pageable; the plan's own
+ * check, next, says why. */
 static void find_pinned(const ferry_tensor *in, size_t count, const uint8_t *is_ours, uint8_t *pinned) {
-  uintptr_t lo = 0, hi = 0;
+  uint64_t lo = 0, hi = 0;
   for (size_t i = 0; i < count; i++) {
     pinned[i] = 0;
-    if (!is_ours[i] || !in[i].data) continue;
-    uintptr_t p = (uintptr_t)in[i].data + in[i].byte_offset;
-    if (p >= lo && p < hi) {
+    uint64_t nbytes, first, end;
+    if (!is_ours[i] || !in[i].data || ferry__plan_check_tensor(&in[i], i, &nbytes) != FERRY_OK || nbytes == 0 ||
+        ferry__tensor_span(&in[i], nbytes, &first, &end) != FERRY__SPAN_OK)
+      continue;
+    if (first >= lo && end <= hi) {
       pinned[i] = 1;
       continue;
     }
-    CUdeviceptr dp = 0;
-    if (FERRY_CU(cuPointerGetAttribute, &dp, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, (CUdeviceptr)p) != CUDA_SUCCESS ||
-        dp != (CUdeviceptr)p)
-      continue; /* pageable, or mapped at another address: treated as pageable */
-    pinned[i] = 1;
-    CUdeviceptr start = 0;
+    CUdeviceptr dp = 0, start = 0;
     size_t size = 0;
-    if (FERRY_CU(cuPointerGetAttribute, &start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (CUdeviceptr)p) ==
-            CUDA_SUCCESS &&
-        FERRY_CU(cuPointerGetAttribute, &size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, (CUdeviceptr)p) == CUDA_SUCCESS) {
-      lo = (uintptr_t)start;
-      hi = lo + size;
-    }
+    if (FERRY_CU(cuPointerGetAttribute, &dp, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, (CUdeviceptr)first) !=
+            CUDA_SUCCESS ||
+        dp != (CUdeviceptr)first)
+      continue; /* pageable, or mapped at another address: treated as pageable */
+    if (FERRY_CU(cuPointerGetAttribute, &start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (CUdeviceptr)first) !=
+            CUDA_SUCCESS ||
+        FERRY_CU(cuPointerGetAttribute, &size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, (CUdeviceptr)first) != CUDA_SUCCESS)
+      continue; /* its extent cannot be checked against the range: read as pageable */
+    lo = (uint64_t)start;
+    hi = lo + size;
+    pinned[i] = end <= hi;
   }
 }
 
@@ -496,7 +511,7 @@ static ferry_status submit_part(ferry_transfer *t, const ferry__plan_input *pin,
     FERRY_TRY(upload_and_gather(t->device, t->stream, list_host, p->scratch, ni, nl));
   }
   if (plan->n_pack)
-    FERRY_TRY(pack_and_copy(pin, sc->entries, plan, t->opts.producer_event, p->staging->data, slab_base, t->stream));
+    FERRY_TRY(pack_and_copy(t, pin, sc->entries, plan, p->staging->data, slab_base, t->stream));
   FERRY_TRY(submit_dma(pin, sc->entries, slab_base, t->stream, t->opts.flags, sc, true));
 cleanup:
   return st;
@@ -681,9 +696,20 @@ ferry_status ferry_transfer_order_after(ferry_transfer *t, void *producer_event,
   if (t->failed) return repeat_failure(t);
   if (t->ended) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_transfer_order_after: the transfer has ended");
   if (t->device < 0) return FERRY_OK;
+  if (t->h2d && producer_event && t->n_pack_waits == t->cap_pack_waits) { /* room first: nothing to undo after */
+    size_t cap = t->cap_pack_waits ? 2 * t->cap_pack_waits : 4;
+    CUevent *waits = realloc(t->pack_waits, cap * sizeof *waits);
+    if (!waits) {
+      st = FERRY_ERR(FERRY_OUT_OF_HOST_MEMORY, "recording producer_event %p", producer_event);
+      goto cleanup;
+    }
+    t->pack_waits = waits;
+    t->cap_pack_waits = cap;
+  }
   FERRY_TRY(ferry__ctx_enter(t->device));
   st = order_after(t->device, producer_event, producer_stream, t->stream, t->dma_stream);
   ferry__ctx_leave();
+  if (st == FERRY_OK && t->h2d && producer_event) t->pack_waits[t->n_pack_waits++] = (CUevent)producer_event;
 cleanup:
   if (st != FERRY_OK) return fail(t, st); /* unordered parts must never follow: the failure kills the transfer */
   return FERRY_OK;
@@ -766,10 +792,13 @@ cleanup:
 uint64_t ferry__pin_chunk_bytes = (uint64_t)256 << 20;
 
 /* What one tensor may take in a D2H slab, over-estimated (alignment, its share of the gather work list), for
- * cutting a part. The part was planned already, so its descriptors are valid and ferry_tensor_nbytes succeeds. */
-static uint64_t slab_estimate(const ferry_tensor *in) {
+ * cutting a part. The part was planned already, so the descriptors of the tensors it copies are valid and
+ * ferry_tensor_nbytes succeeds; a tensor passed through takes no room, and its descriptor is not ferry's to check
+ * (ferry_tensor_nbytes would record an error for a bad one behind the call's success). */
+static uint64_t slab_estimate(const ferry_transfer *t, const ferry_tensor *in) {
   uint64_t bytes = 0;
-  (void)ferry_tensor_nbytes(in, &bytes);
+  if (on_source_side(t, in->device) && (t->h2d || in->device.device_id == t->device))
+    (void)ferry_tensor_nbytes(in, &bytes);
   return bytes + 512;
 }
 
@@ -799,7 +828,7 @@ static bool should_cut(const ferry_transfer *t, const ferry__plan *plan, const f
   if (ferry__pool_fit(total, &best, &below)) { /* cut only to fill smaller ranges of a worthwhile size instead */
     if (below < worthwhile_bytes() || !large_tensors_range(best)) return false;
     for (size_t i = 0; i < count; i++)
-      if (slab_estimate(&in[i]) > ferry__pin_chunk_bytes) return false; /* a large tensor: the range is its own */
+      if (slab_estimate(t, &in[i]) > ferry__pin_chunk_bytes) return false; /* a large tensor: the range is its own */
     return true;
   }
   return large || t->cutting || ferry__pool_growth(total) > ferry__pin_chunk_bytes;
@@ -817,10 +846,10 @@ typedef struct sub_part {
   bool pin;
 } sub_part;
 
-static sub_part fill(const ferry_tensor *in, size_t count, uint64_t room) {
-  sub_part sp = {1, slab_estimate(&in[0]), false};
+static sub_part fill(const ferry_transfer *t, const ferry_tensor *in, size_t count, uint64_t room) {
+  sub_part sp = {1, slab_estimate(t, &in[0]), false};
   while (sp.count < count) {
-    uint64_t b = slab_estimate(&in[sp.count]);
+    uint64_t b = slab_estimate(t, &in[sp.count]);
     if (sp.bytes + b > room) break;
     sp.bytes += b;
     sp.count++;
@@ -842,12 +871,12 @@ static uint64_t next_room(ferry_transfer *t) {
 
 static sub_part next_sub_part(ferry_transfer *t, const ferry_tensor *in, size_t count) {
   uint64_t best, below;
-  sub_part sp = fill(in, count, next_room(t));
+  sub_part sp = fill(t, in, count, next_room(t));
   bool fits = ferry__pool_fit(sp.bytes, &best, &below);
-  bool shrink = below >= slab_estimate(&in[0]) && below >= worthwhile_bytes();
+  bool shrink = below >= slab_estimate(t, &in[0]) && below >= worthwhile_bytes();
   bool large_range = fits && sp.bytes <= ferry__pin_chunk_bytes && large_tensors_range(best);
   if (fits && !large_range) return sp;
-  if (shrink) return fill(in, count, below);
+  if (shrink) return fill(t, in, count, below);
   if (large_range && below == 0) return sp; /* nothing else is free: a reserved or grown range, not a tensor's */
   sp.pin = true;
   return sp;
@@ -1052,6 +1081,7 @@ void ferry_transfer_release(ferry_transfer *t) {
     free(k);
   }
   free(t->parts);
+  free(t->pack_waits);
   free(t->outputs);
   free(t->copied);
   free(t);

@@ -175,6 +175,58 @@ TEST(fake_h2d_is_exact_over_every_route) {
   ferry__unpin(pinned, pinned_bytes);
 }
 
+/* An H2D source that starts in a registered range and runs past its end is pageable in part: the device reads a
+ * pinned source through its mapping, which ends where the registration does (on a GPU a read past it is an
+ * illegal address, which ends the context). The fake driver runs the gather kernel on the CPU, so a hook on the
+ * launch checks what the hardware would: no contiguous item reads the buffer outside its registered part. */
+static uintptr_t reg_lo, reg_hi, buf_lo, buf_hi;
+static int reads_past_registration;
+static CUresult (*launch_before_hook)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                      unsigned, CUstream, void **, void **);
+static CUresult launch_checking_reads(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                      unsigned bz, unsigned sh, CUstream s, void **params, void **extra) {
+  const ferry__gather_item *items = (const ferry__gather_item *)(uintptr_t)*(CUdeviceptr *)params[0];
+  for (unsigned i = 0; i < gx; i++) {
+    uintptr_t a = (uintptr_t)items[i].src, b = a + items[i].nbytes;
+    if (items[i].layout == FERRY_GATHER_CONTIGUOUS && a < buf_hi && b > buf_lo && (a < reg_lo || b > reg_hi))
+      reads_past_registration++;
+  }
+  return launch_before_hook(f, gx, gy, gz, bx, by, bz, sh, s, params, extra);
+}
+
+TEST(h2d_source_running_past_its_registered_range_is_read_as_pageable) {
+  fake_driver_use();
+  ASSERT_OK(ferry_init());
+  launch_before_hook = ferry__drv.cuLaunchKernel;
+  ferry__drv.cuLaunchKernel = launch_checking_reads;
+  enum { MIB = 1 << 20 };
+  unsigned char *buf = malloc(2 * MIB);
+  ASSERT(buf != NULL);
+  for (size_t i = 0; i < 2 * MIB; i++) buf[i] = (unsigned char)(i * 7 + i / 251);
+  ASSERT_EQ(ferry__drv.cuMemHostRegister(buf, MIB, 0), CUDA_SUCCESS); /* the application pins the first MiB only */
+  buf_lo = (uintptr_t)buf, buf_hi = buf_lo + 2 * MIB, reg_lo = buf_lo, reg_hi = buf_lo + MIB;
+  /* small tensors (the gather's route when pinned): one inside the registered MiB, one across its end, and one
+   * whose negative stride reaches back across the end from its first element in the pageable half */
+  int64_t n0 = 256, n1 = 512, n2 = 512, s2 = -1;
+  ferry_tensor t[3] = {
+      {buf, {FERRY_DEVICE_CPU, 0}, 1, {FERRY_DTYPE_UINT, 8, 1}, &n0, NULL, 0},
+      {buf + MIB - 256, {FERRY_DEVICE_CPU, 0}, 1, {FERRY_DTYPE_UINT, 8, 1}, &n1, NULL, 0},
+      {buf + MIB + 255, {FERRY_DEVICE_CPU, 0}, 1, {FERRY_DTYPE_UINT, 8, 1}, &n2, &s2, 0},
+  };
+  ferry_transfer_options o = options(FERRY_TRANSFER_BLOCKING);
+  ferry_transfer *tr = NULL;
+  ASSERT_OK(ferry_transfer_h2d(t, 3, &o, &tr));
+  const ferry_tensor *out = ferry_transfer_outputs(tr);
+  ASSERT(!memcmp(out[0].data, buf, 256));
+  ASSERT(!memcmp(out[1].data, buf + MIB - 256, 512));
+  for (int k = 0; k < 512; k++) ASSERT_EQ(((unsigned char *)out[2].data)[k], buf[MIB + 255 - k]);
+  ASSERT_EQ(reads_past_registration, 0);
+  ferry_transfer_release(tr);
+  ferry__drv.cuLaunchKernel = launch_before_hook;
+  ASSERT_EQ(ferry__drv.cuMemHostUnregister(buf), CUDA_SUCCESS);
+  free(buf);
+}
+
 /* An empty tensor whose compact strides do not fit 64 bits: its output could not be described, so the call
  * refuses it before any copy (the outputs of an empty tensor carry compact strides like any other). */
 TEST(d2h_of_an_empty_tensor_with_overflowing_strides_is_refused) {

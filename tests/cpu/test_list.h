@@ -37,6 +37,7 @@
   X(fake_empty_tensors_take_no_slab)        \
   X(fake_d2h_pipeline_chunks_are_exact)     \
   X(fake_h2d_is_exact_over_every_route)     \
+  X(h2d_source_running_past_its_registered_range_is_read_as_pageable) \
   X(d2h_of_an_empty_tensor_with_overflowing_strides_is_refused) \
   X(strided_tensors_of_3_byte_elements_are_exact_across_items) \
   X(every_call_failing_in_a_d2h_is_reported_and_leaks_nothing) \
@@ -49,6 +50,8 @@
   X(parts_d2h_outputs_follow_in_order_each_part_in_its_own_slab) \
   X(parts_h2d_outputs_follow_in_order_each_part_in_its_own_slab) \
   X(parts_are_planned_from_copies_of_the_descriptors) \
+  X(parts_of_one_small_tensor_each_take_what_they_hold) \
+  X(parts_h2d_pack_waits_for_an_event_given_to_order_after) \
   X(parts_the_ticket_rejects_calls_out_of_order) \
   X(parts_released_before_the_end_leak_nothing) \
   X(parts_d2h_a_bad_later_part_kills_the_transfer_cleanly) \
@@ -57,6 +60,7 @@
   X(parts_one_call_of_many_tensors_goes_in_parts) \
   X(parts_without_a_driver_pass_through) \
   X(chunks_a_large_d2h_on_a_fresh_pool_is_pinned_chunk_by_chunk_while_it_copies) \
+  X(chunks_a_cut_batch_with_a_passed_through_tensor_leaves_no_error_behind) \
   X(chunks_the_same_batch_again_reuses_the_chunks_and_pins_nothing) \
   X(chunks_the_same_batch_split_otherwise_fills_the_free_ranges_and_pins_nothing) \
   X(chunks_the_large_free_ranges_stay_for_the_large_tensors) \

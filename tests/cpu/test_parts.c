@@ -118,6 +118,74 @@ TEST(parts_are_planned_from_copies_of_the_descriptors) {
   ferry_transfer_release(tr);
 }
 
+/* A transfer built one small tensor at a time takes a slab per part: each slab costs about what it holds (whole
+ * 256-byte units), not a 64 KiB granule, or 5000 adds of 4 bytes would take 320 MiB of pinned memory. */
+TEST(parts_of_one_small_tensor_each_take_what_they_hold) {
+  fake_driver_use();
+  ASSERT_OK(ferry_init());
+  enum { ADDS = 5000 };
+  static uint32_t values[ADDS];
+  static int64_t one = 1;
+  ferry_transfer_options o = options(FERRY_TRANSFER_BLOCKING);
+  ferry_transfer *tr = NULL;
+  ASSERT_OK(ferry_transfer_begin_d2h(&o, &tr));
+  for (int i = 0; i < ADDS; i++) {
+    values[i] = (uint32_t)i * 2654435761u;
+    ferry_tensor t = {&values[i], {FERRY_DEVICE_CUDA, 0}, 1, {FERRY_DTYPE_UINT, 32, 1}, &one, NULL, 0};
+    ASSERT_OK(ferry_transfer_add(tr, &t, 1));
+  }
+  ASSERT_OK(ferry_transfer_end(tr));
+  const ferry_tensor *out = ferry_transfer_outputs(tr);
+  for (int i = 0; i < ADDS; i++) ASSERT_EQ(*(const uint32_t *)out[i].data, values[i]);
+  ferry_pool_stats s;
+  ferry_pool_stats_get(&s);
+  ASSERT(s.bytes_in_use <= (uint64_t)ADDS * 1024); /* an output and its part's work list in a few 256-byte units */
+  ferry_transfer_release(tr);
+  ferry_pool_stats_get(&s);
+  ASSERT_EQ(s.bytes_in_use, 0);
+}
+
+/* H2D: an event given to ferry_transfer_order_after orders the parts added after it as one given at begin does,
+ * the CPU's packing of small pageable sources included (it reads them when the part is added). The fake producer's
+ * bytes become visible when its event is waited for on the host. */
+static char producer_token;
+#define PRODUCER ((CUevent)&producer_token)
+static unsigned char produced_src[2][1000];
+static CUresult (*event_sync_before)(CUevent);
+static CUresult (*stream_wait_before)(CUstream, CUevent, unsigned);
+static CUresult producer_sync(CUevent e) {
+  if (e != PRODUCER) return event_sync_before(e);
+  memset(produced_src, 0xAB, sizeof produced_src);
+  return CUDA_SUCCESS;
+}
+static CUresult producer_stream_wait(CUstream s, CUevent e, unsigned f) {
+  return e == PRODUCER ? CUDA_SUCCESS : stream_wait_before(s, e, f);
+}
+
+TEST(parts_h2d_pack_waits_for_an_event_given_to_order_after) {
+  fake_driver_use();
+  ASSERT_OK(ferry_init());
+  event_sync_before = ferry__drv.cuEventSynchronize, stream_wait_before = ferry__drv.cuStreamWaitEvent;
+  ferry__drv.cuEventSynchronize = producer_sync, ferry__drv.cuStreamWaitEvent = producer_stream_wait;
+  for (int via_order_after = 0; via_order_after <= 1; via_order_after++) {
+    memset(produced_src, 0x11, sizeof produced_src); /* what the sources hold before the producer is done */
+    static int64_t shape = 1000;
+    ferry_tensor t[2];
+    for (int i = 0; i < 2; i++)
+      t[i] = (ferry_tensor){produced_src[i], {FERRY_DEVICE_CPU, 0}, 1, {FERRY_DTYPE_UINT, 8, 1}, &shape, NULL, 0};
+    ferry_transfer_options o = options(FERRY_TRANSFER_BLOCKING);
+    if (!via_order_after) o.producer_event = PRODUCER;
+    ferry_transfer *tr = NULL;
+    ASSERT_OK(ferry_transfer_begin_h2d(&o, &tr));
+    if (via_order_after) ASSERT_OK(ferry_transfer_order_after(tr, PRODUCER, NULL));
+    ASSERT_OK(ferry_transfer_add(tr, t, 2));
+    ASSERT_OK(ferry_transfer_end(tr));
+    for (int i = 0; i < 2; i++) ASSERT_EQ(((const unsigned char *)ferry_transfer_outputs(tr)[i].data)[0], 0xAB);
+    ferry_transfer_release(tr);
+  }
+  ferry__drv.cuEventSynchronize = event_sync_before, ferry__drv.cuStreamWaitEvent = stream_wait_before;
+}
+
 TEST(parts_the_ticket_rejects_calls_out_of_order) {
   fake_driver_use();
   ASSERT_OK(ferry_init());

@@ -111,6 +111,23 @@ TEST(chunks_a_large_d2h_on_a_fresh_pool_is_pinned_chunk_by_chunk_while_it_copies
   ASSERT_EQ(stats().bytes_in_use, 0);
 }
 
+/* A successful call leaves the thread's last error alone: sizing the sub-parts of a cut batch must not check the
+ * descriptors of tensors it passes through (a host tensor with a 0-bit dtype here), which are not ferry's. */
+TEST(chunks_a_cut_batch_with_a_passed_through_tensor_leaves_no_error_behind) {
+  setup();
+  ferry_tensor t[MAX_T + 1];
+  make(t, EIGHT, 8, 1);
+  static char host[3];
+  static int64_t three = 3;
+  t[8] = (ferry_tensor){host, {FERRY_DEVICE_CPU, 0}, 1, {FERRY_DTYPE_UINT, 0, 1}, &three, NULL, 0};
+  ferry_clear_error();
+  ferry_transfer *tr = d2h(t, 9);
+  ASSERT(ferry_transfer_slab_count(tr) > 1); /* it was cut */
+  ASSERT_EQ(ferry_last_error()->status, FERRY_OK);
+  ASSERT(ferry_transfer_outputs(tr)[8].data == host);
+  ferry_transfer_release(tr);
+}
+
 TEST(chunks_the_same_batch_again_reuses_the_chunks_and_pins_nothing) {
   setup();
   ferry_tensor t[MAX_T];
