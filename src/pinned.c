@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define GRANULE ((size_t)64 << 10)     /* slab sizes are multiples of this */
+#define GRANULE ((size_t)64 << 10)     /* slabs of this size or more are multiples of it */
 #define HUGE_PAGE ((size_t)2 << 20)    /* regions are aligned and sized in transparent huge pages */
 /* Small requests share one region rather than pinning each; no larger, since a batch's small first part takes it
  * alone (16 MiB held 6% of a 0.3 GB state dict empty). */
@@ -53,10 +53,8 @@ double ferry__seconds_now(void) {
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-/* What a slab of `bytes` takes from a free range. A small slab takes whole FERRY_SLAB_ALIGN units, not a granule:
- * a transfer built in many small parts takes one slab per part, and 64 KiB each pinned 16,000 times the bytes of
- * 4-byte tensors added one at a time (100,000 adds: 6.9 GiB). Offsets stay multiples of FERRY_SLAB_ALIGN, which is
- * all an output needs. */
+/* What a slab of `bytes` takes from a free range. A small one takes whole FERRY_SLAB_ALIGN units (all an output's
+ * alignment needs), not a granule: a transfer added one small tensor at a time takes a slab per part. */
 static size_t slab_size(size_t bytes) {
   if (bytes < GRANULE) return round_up(bytes ? bytes : 1, FERRY_SLAB_ALIGN);
   return round_up(bytes, GRANULE);
