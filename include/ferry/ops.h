@@ -153,7 +153,8 @@ FERRY_API ferry_status ferry_gemm_args_set_scales(ferry_gemm_args *args, const f
 
 /** Points validated `args` at other operands of the same shapes, strides, types and device (a new batch of
  *  inputs for the same GEMM), recomputing only the alignment. NULL keeps that operand. Cheap: no validation of
- *  shapes happens again, so the caller vouches that the new memory has the old layout. */
+ *  shapes happens again, so the caller vouches that the new memory has the old layout. An out that would overlap
+ *  A or B is refused with FERRY_INVALID_ARGUMENT, as ferry_gemm_args_init refuses it; `args` is then unchanged. */
 FERRY_API ferry_status ferry_gemm_args_set_data(ferry_gemm_args *args, const void *a, const void *b, void *out);
 
 /** "fp16", "bf16", "fp32", "e4m3", "e5m2", "int8", "int32", or "?" for another value. Static. */
@@ -243,7 +244,8 @@ typedef struct ferry_artifact ferry_artifact;
  *  ferry_cache_stats_get). */
 FERRY_API ferry_status ferry_op_compile(const ferry_op *op, const ferry_gemm_args *args, ferry_artifact **out);
 
-/** As ferry_op_compile, for an explicit target (90 = sm_90), e.g. to build artifacts for another machine. */
+/** As ferry_op_compile, for an explicit target (90 = sm_90), e.g. to build artifacts for another machine; a
+ *  target_sm of 0 or less is FERRY_INVALID_ARGUMENT. */
 FERRY_API ferry_status ferry_op_compile_for(const ferry_op *op, const ferry_gemm_args *args, int target_sm,
                                             ferry_artifact **out);
 

@@ -49,7 +49,8 @@ def _output_shape(a: torch.Tensor, b: torch.Tensor) -> tuple[int, ...]:
     if la != lb and 1 not in (la, lb):
         raise ValueError(f"ferry::gemm: batches of {la} (A) and {lb} (B): one must be 1 or both equal")
     mn = (a.shape[-2], b.shape[-1])
-    return mn if a.dim() == 2 and b.dim() == 2 else (max(la, lb), *mn)
+    # a batch of 1 (or a rank-2 operand) broadcasts to the other's, 0 included, as torch.matmul does
+    return mn if a.dim() == 2 and b.dim() == 2 else (lb if la == 1 else la, *mn)
 
 
 def _check_out(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
@@ -61,8 +62,10 @@ def _check_out(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
 
 def _launcher(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> ops.Launcher:
     """The launcher bound to this problem. A new problem is checked here, once (ValueError naming the operands);
-    a known one is the same shapes, strides and types, and the launcher compares each call's layouts in C."""
-    key = (a.device, a.dtype, a.shape, b.shape, out.shape, a.stride(), b.stride(), out.stride())
+    a known one is the same shapes, strides, types and address alignment (up to 16 bytes: the operator chosen for
+    an aligned operand may need it), and the launcher compares each call's layouts in C."""
+    key = (a.device, a.dtype, a.shape, b.shape, out.shape, a.stride(), b.stride(), out.stride(),
+           a.data_ptr() & 15, b.data_ptr() & 15, out.data_ptr() & 15)
     launch = _launchers.get(key)
     if launch is None:
         _check_out(a, b, out)

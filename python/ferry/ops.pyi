@@ -67,7 +67,7 @@ class GemmArguments:
     Keeps references to A, B, out and bias (and to non-torch operands' DLPack exports) until it dies; captures their
     pointers and layouts at construction. A Launcher made from these arguments keeps their bias and activation.
     alpha and beta are float32 in the kernels (None: the default; a finite value past float32's range is an
-    OverflowError). out must not overlap A or B: the kernels read A and B while other blocks write out."""
+    OverflowError). out must not overlap A, B, bias or the scales: the kernels read them while other blocks write out."""
 
     def __init__(
         self,

@@ -84,8 +84,10 @@ static bool repeat_last(const DLTensor *a, const DLTensor *b, const DLTensor *ou
       !same_layout(&last.operands[1], b) || !same_layout(&last.operands[2], out))
     return false;
   *run = last.args;
-  ferry_gemm_args_set_data(run, (char *)a->data + a->byte_offset, (char *)b->data + b->byte_offset,
-                           (char *)out->data + out->byte_offset);
+  /* An out that overlaps A or B is refused here: the full check then says so. */
+  if (ferry_gemm_args_set_data(run, (char *)a->data + a->byte_offset, (char *)b->data + b->byte_offset,
+                               (char *)out->data + out->byte_offset) != FERRY_OK)
+    return false;
   const ferry_gemm_problem *p = &run->problem, *q = &last.args.problem;
   return p->a_align == q->a_align && p->b_align == q->b_align && p->out_align == q->out_align;
 }

@@ -144,6 +144,17 @@ int ferry_py_ops_read(PyObject *obj, const char *fn, const char *name, PyObject 
   return 0;
 }
 
+#ifndef DLPACK_FLAG_BITMASK_READ_ONLY
+#define DLPACK_FLAG_BITMASK_READ_ONLY (1UL << 0UL)
+#endif
+
+int ferry_py_ops_refuse_read_only(const ferry_py_leaf *leaf, PyObject *obj, const char *fn, const char *name) {
+  if (!leaf->managed || !(leaf->managed->flags & DLPACK_FLAG_BITMASK_READ_ONLY)) return 0;
+  PyErr_Format(PyExc_ValueError, "%s: operand %s (a %.200s) was exported read-only (DLPack's READ_ONLY flag), and "
+               "the GEMM writes it; give a writable output", fn, name, Py_TYPE(obj)->tp_name);
+  return -1;
+}
+
 /* ---- the type ------------------------------------------------------------------------------------------------ */
 
 static const char *operand_names[4] = {"A", "B", "out", "bias"};
@@ -229,7 +240,8 @@ static PyObject *args_make(PyTypeObject *type, PyObject **a) {
   ferry_tensor t[3];
   for (int i = 0; i < 3; i++) {
     if (ferry_py_ops_read(a[i], "GemmArguments", operand_names[i], legacy_stream_arg, &t[i], &self->layout[i],
-                          &self->leaves[i]) < 0)
+                          &self->leaves[i]) < 0 ||
+        (i == 2 && ferry_py_ops_refuse_read_only(&self->leaves[2], a[2], "GemmArguments", "out") < 0))
       goto fail;
     if (!self->api) self->api = self->layout[i].api;
   }
@@ -459,7 +471,8 @@ PyDoc_STRVAR(args_doc,
              "both int8 (out int32, exact, or a float type); A row-major and B column-major (k contiguous in both:\n"
              "B = W.t() of a row-major weight W, as torch._scaled_mm takes it); k a multiple of 16 for the\n"
              "tensor-core operators. An int32 output takes no epilogue (alpha 1, beta 0).\n"
-             "out must not overlap itself; A and B may be expanded (stride-0) views. Tensors from torch (read\n"
+             "out must not overlap itself, A, B, bias or the scales; A and B may be expanded (stride-0) views.\n"
+             "Tensors from torch (read\n"
              "through its DLPack exchange API, without synchronising) or from CuPy, JAX, numpy or any producer with\n"
              "__dlpack__ (called with stream=1, the legacy default stream, once at construction).\n"
              "accumulator_type: None (int32 for int8 inputs, else float32), float32, float16 or int32 — a torch or\n"

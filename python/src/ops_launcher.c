@@ -121,7 +121,7 @@ static int __attribute__((noinline)) read_general(launcher_object *L, int i, PyO
   ferry_tensor t;
   int rc = ferry_py_read_operand(obj, ti, stream_arg, &t, leaf);
   Py_DECREF(stream_arg);
-  if (rc < 0) return -1;
+  if (rc < 0 || (i == 2 && ferry_py_ops_refuse_read_only(leaf, obj, "Launcher", "out") < 0)) return -1;
   if (!same_layout(&L->bound[i], (const DLTensor *)&t) && check_equivalent(L, i, (const DLTensor *)&t) < 0)
     return -1;
   *data = (char *)t.data + t.byte_offset;
@@ -175,7 +175,12 @@ static PyObject *launcher_call(launcher_object *L, PyObject *const *args, size_t
     if (__builtin_expect(!data[i] && L->has_elements[i], 0) && no_data(i) < 0) goto fail;
   }
   ferry_gemm_args run = L->args;
-  ferry_gemm_args_set_data(&run, data[0], data[1], data[2]); /* recomputes the three alignments */
+  /* recomputes the three alignments, and refuses an out that overlaps A or B (as GemmArguments does) */
+  ferry_status st = ferry_gemm_args_set_data(&run, data[0], data[1], data[2]);
+  if (__builtin_expect(st != FERRY_OK, 0)) {
+    ferry_py_raise(st);
+    goto fail;
+  }
   if (L->flags & FERRY_RUN_ASSUME_SUPPORTED) {
     const ferry_gemm_problem *p = &run.problem;
     if (__builtin_expect(p->a_align < L->need_align[0] || p->b_align < L->need_align[1] ||
@@ -183,7 +188,7 @@ static PyObject *launcher_call(launcher_object *L, PyObject *const *args, size_t
         misaligned(L, &run) < 0)
       goto fail;
   }
-  ferry_status st = ferry_op_run(L->op->op, &run, stream, L->artifact->art, L->flags);
+  st = ferry_op_run(L->op->op, &run, stream, L->artifact->art, L->flags);
   if (general)
     for (int i = 0; i < 3; i++) ferry_py_leaf_release_input(&leaves[i]);
   if (__builtin_expect(st != FERRY_OK, 0)) return ferry_py_raise(st);

@@ -101,6 +101,10 @@ ferry_py_gemm_args *ferry_py_ops_args_check(PyObject *obj, const char *fn);
 int ferry_py_ops_read(PyObject *obj, const char *fn, const char *name, PyObject *cuda_stream, ferry_tensor *tensor,
                       ferry_py_operand *layout, ferry_py_leaf *leaf);
 
+/* Refuses, with ValueError naming `fn` and `name`, an operand ferry writes (out) whose DLPack 1.x export is flagged
+ * read-only (DLPACK_FLAG_BITMASK_READ_ONLY: the producer forbids writes). Returns 0 or -1. */
+int ferry_py_ops_refuse_read_only(const ferry_py_leaf *leaf, PyObject *obj, const char *fn, const char *name);
+
 /* "float16", "bfloat16", "float32" or the DLPack code and bits, for messages. */
 const char *ferry_py_ops_dtype_name(ferry_dtype d, char *buf, size_t size);
 

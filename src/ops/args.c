@@ -64,11 +64,13 @@ typedef struct operand {
   uint64_t span; /* bytes from addr to the end of its last element; 0 when empty */
 } operand;
 
-/* Whether out's bytes meet an input's: a kernel reads the input while other blocks write out. */
-static int overlaps(const operand *x, const operand *out) {
-  typedef unsigned __int128 wide; /* addr + span may pass 2^64 */
-  return x->span && out->span && x->addr < (wide)out->addr + out->span && out->addr < (wide)x->addr + x->span;
+/* Whether bytes [x, x + x_span) meet [y, y + y_span): empty ranges meet nothing, and ends past 2^64 are fine. */
+static int ranges_meet(uint64_t x, uint64_t x_span, uint64_t y, uint64_t y_span) {
+  return x_span && y_span && (x >= y ? x - y < y_span : y - x < x_span);
 }
+
+/* Whether out's bytes meet an input's: a kernel reads the input while other blocks write out. */
+static int overlaps(const operand *x, const operand *out) { return ranges_meet(x->addr, x->span, out->addr, out->span); }
 
 /* Every kernel loads whole elements: a tensor whose first element is not aligned to its size would fault (a sticky
  * error) whatever the operator's own alignment requirement. The tensor is named `what` + `name` ("operand " "A",
@@ -304,11 +306,65 @@ cleanup:
   return st;
 }
 
+/* The bytes from an operand's first element to the end of its last, from the validated problem's description of it
+ * (0 when it is empty): the span ferry_gemm_args_init measured from the strides, which init checked fits 63 bits. */
+static inline uint64_t span_of(int64_t rows, int64_t cols, int64_t ld, int64_t batch, int major, int type, int l) {
+  if (rows <= 0 || cols <= 0 || l <= 0) return 0;
+  const int64_t last = (int64_t)(l - 1) * batch +
+                       (major == FERRY_MAJOR_ROW ? (rows - 1) * ld + (cols - 1) : (rows - 1) + (cols - 1) * ld);
+  return (uint64_t)(last + 1) * (uint64_t)ferry__scalar_bytes(type);
+}
+static uint64_t span_a(const ferry_gemm_problem *p) {
+  return span_of(p->m, p->k, p->lda, p->batch_a, p->a_major, p->a_type, p->l);
+}
+static uint64_t span_b(const ferry_gemm_problem *p) {
+  return span_of(p->k, p->n, p->ldb, p->batch_b, p->b_major, p->b_type, p->l);
+}
+static uint64_t span_out(const ferry_gemm_problem *p) {
+  return span_of(p->m, p->n, p->ldc, p->batch_c, p->out_major, p->out_type, p->l);
+}
+
+/* The bytes of the bias vector bound to `p` (one out value per column or row), 0 without one. */
+static uint64_t bias_span(const ferry_gemm_problem *p) {
+  if (!p->bias) return 0;
+  return (uint64_t)(p->bias == FERRY_BIAS_ROW ? p->n : p->m) * (uint64_t)ferry__scalar_bytes(p->out_type);
+}
+
+/* set_data's refusal: which of the tensors out meets, named. Off the fast path. */
+static __attribute__((noinline, cold)) ferry_status out_overlap_error(const ferry_gemm_args *args, uintptr_t na,
+                                                                     uintptr_t nb, uintptr_t nc) {
+  const ferry_gemm_problem *p = &args->problem;
+  const uint64_t out_span = span_out(p);
+  const struct { const char *name; uintptr_t at; uint64_t span; } read[5] = {
+      {"A", na, span_a(p)},
+      {"B", nb, span_b(p)},
+      {"the bias", (uintptr_t)args->bias, bias_span(p)},
+      {"scale_a", (uintptr_t)args->scale_a, args->scale_a ? sizeof(float) : 0},
+      {"scale_b", (uintptr_t)args->scale_b, args->scale_b ? sizeof(float) : 0}};
+  int i = 0;
+  while (i < 4 && !ranges_meet(read[i].at, read[i].span, nc, out_span)) i++;
+  return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_gemm_args_set_data: out (at 0x%llx) overlaps %s (at 0x%llx): a "
+                   "kernel reads %s while other blocks write out; give out memory of its own", (unsigned long long)nc,
+                   read[i].name, (unsigned long long)read[i].at, read[i].name);
+}
+
 ferry_status ferry_gemm_args_set_data(ferry_gemm_args *args, const void *a, const void *b, void *out) {
   if (!args || args->struct_size != sizeof *args)
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_gemm_args_set_data: args is NULL or was not initialised by "
                      "ferry_gemm_args_init");
   ferry_gemm_problem *p = &args->problem;
+  /* The one check init makes that new addresses can break: out must not overlap A or B, nor the epilogue's bias
+   * or scales (a kernel reads them while other blocks write out). The arguments are left as they were when it
+   * fails. */
+  const uintptr_t na = (uintptr_t)(a ? a : args->a), nb = (uintptr_t)(b ? b : args->b);
+  const uintptr_t nc = (uintptr_t)(out ? out : args->out);
+  const uint64_t out_span = span_out(p);
+  if (__builtin_expect(ranges_meet(na, span_a(p), nc, out_span) || ranges_meet(nb, span_b(p), nc, out_span), 0) ||
+      ((args->bias || args->scale_a || args->scale_b) &&
+       (ranges_meet((uintptr_t)args->bias, bias_span(p), nc, out_span) ||
+        ranges_meet((uintptr_t)args->scale_a, args->scale_a ? sizeof(float) : 0, nc, out_span) ||
+        ranges_meet((uintptr_t)args->scale_b, args->scale_b ? sizeof(float) : 0, nc, out_span))))
+    return out_overlap_error(args, na, nb, nc);
   if (a) {
     args->a = a;
     p->a_align = align_of((uintptr_t)a, p->lda, p->batch_a, p->a_type);
@@ -367,6 +423,10 @@ ferry_status ferry_gemm_args_set_epilogue(ferry_gemm_args *args, const ferry_ten
     data = (const char *)bias->data + bias->byte_offset;
     ferry_status aligned = check_element_aligned("bias", "", (uintptr_t)data, ferry__scalar_bytes(p->out_type));
     if (aligned != FERRY_OK) return aligned;
+    if (ranges_meet((uintptr_t)data, (uint64_t)want * (uint64_t)ferry__scalar_bytes(p->out_type),
+                    (uintptr_t)args->out, span_out(p)))
+      return FERRY_ERR(FERRY_INVALID_ARGUMENT, "bias overlaps out: every block reads the bias while other blocks "
+                       "write out; give the bias memory of its own (a copy)");
   }
   if (p->out_type == FERRY_SCALAR_I32 && (bias || activation != FERRY_ACTIVATION_NONE))
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "an int32 output takes no epilogue: its sums go out exact; give a "
@@ -381,7 +441,7 @@ ferry_status ferry_gemm_args_set_epilogue(ferry_gemm_args *args, const ferry_ten
 
 /* One fp32 scale: any rank, one element, on the device `p` runs on. */
 static ferry_status read_scale(const char *name, const ferry_tensor *t, const ferry_gemm_problem *p,
-                               const float **out) {
+                               const void *out_addr, const float **out) {
   char dt[64];
   int64_t elems = 1;
   if (t->ndim < 0 || (t->ndim > 0 && !t->shape))
@@ -402,6 +462,9 @@ static ferry_status read_scale(const char *name, const ferry_tensor *t, const fe
   if ((uintptr_t)at % sizeof(float))
     return FERRY_ERR(FERRY_INVALID_ARGUMENT, "%s: its element, at %p, is not aligned to 4 bytes", name,
                      (const void *)at);
+  if (ranges_meet((uintptr_t)at, sizeof(float), (uintptr_t)out_addr, span_out(p)))
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "%s overlaps out: every block reads it while other blocks write out; "
+                     "give it memory of its own", name);
   *out = (const float *)(const void *)at;
   return FERRY_OK;
 }
@@ -420,8 +483,8 @@ ferry_status ferry_gemm_args_set_scales(ferry_gemm_args *args, const ferry_tenso
     if (p->out_type == FERRY_SCALAR_I32)
       return FERRY_ERR(FERRY_INVALID_ARGUMENT, "an int32 output takes no scales: its sums go out exact; give a "
                        "float output to scale them");
-    ferry_status st = read_scale("scale_a", scale_a, p, &sa);
-    if (st == FERRY_OK) st = read_scale("scale_b", scale_b, p, &sb);
+    ferry_status st = read_scale("scale_a", scale_a, p, args->out, &sa);
+    if (st == FERRY_OK) st = read_scale("scale_b", scale_b, p, args->out, &sb);
     if (st != FERRY_OK) return st;
   }
   p->kind = sa ? p->kind | FERRY_GEMM_KIND_SCALED : p->kind & ~FERRY_GEMM_KIND_SCALED;

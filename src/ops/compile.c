@@ -167,7 +167,9 @@ ferry_status ferry_op_compile_for(const ferry_op *op, const ferry_gemm_args *arg
   int dev_sm = 0;
   FERRY_TRY(ferry__check_op_args("ferry_op_compile", op, args));
   if (!out) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_op_compile: out is NULL");
-  if (target_sm <= 0) return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_op_compile: target sm_%d", target_sm);
+  if (target_sm <= 0)
+    return FERRY_ERR(FERRY_INVALID_ARGUMENT, "ferry_op_compile_for: target_sm %d is not a compute capability (90 for "
+                     "sm_90)", target_sm);
   if (!ferry__supports_fast(op, args)) {
     char why[256];
     ferry__supports_reason(op, args, why, sizeof why);

@@ -3,6 +3,7 @@
   X(args_compact_row_major_descriptor)                    \
   X(args_column_major_and_batch)                          \
   X(args_byte_offset_and_set_data_update_alignment)       \
+  X(args_set_data_refuses_an_out_that_overlaps_what_the_kernel_reads) \
   X(args_rejects_nulls)                                   \
   X(args_rejects_bad_ranks_types_devices)                 \
   X(args_rejects_mismatched_shapes_and_batches)           \

@@ -64,6 +64,35 @@ TEST(args_byte_offset_and_set_data_update_alignment) {
   ASSERT_STATUS(ferry_gemm_args_set_data(NULL, NULL, NULL, NULL), FERRY_INVALID_ARGUMENT);
 }
 
+/* New addresses may not bring back what init refuses: out meeting A, B, the bias or a scale (a kernel reads them
+ * while other blocks write out). The arguments stay as they were; adjacent operands are fine. */
+TEST(args_set_data_refuses_an_out_that_overlaps_what_the_kernel_reads) {
+  test_matrix a, b, c, bias;
+  test_matrix_make(&a, 0x10000, FERRY_SCALAR_F16, 0, 64, 64, 0, 0); /* 8 KiB each */
+  test_matrix_make(&b, 0x20000, FERRY_SCALAR_F16, 0, 64, 64, 0, 0);
+  test_matrix_make(&c, 0x30000, FERRY_SCALAR_F16, 0, 64, 64, 0, 0);
+  ferry_gemm_args args;
+  ASSERT_OK(ferry_gemm_args_init(&args, &a.t, &b.t, &c.t, FERRY_SCALAR_F32));
+  ASSERT_STATUS(ferry_gemm_args_set_data(&args, NULL, NULL, (void *)(0x10000 + 8190)), FERRY_INVALID_ARGUMENT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "out (at 0x11ffe) overlaps A (at 0x10000)");
+  ASSERT(args.out == (void *)0x30000);
+  ASSERT_STATUS(ferry_gemm_args_set_data(&args, NULL, (const void *)0x30000 - 64 * 64 * 2 + 2, NULL),
+                FERRY_INVALID_ARGUMENT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "overlaps B");
+  ASSERT(args.b == (const void *)0x20000);
+  ASSERT_OK(ferry_gemm_args_set_data(&args, NULL, NULL, (void *)(0x10000 + 8192))); /* right after A */
+  ASSERT_OK(ferry_gemm_args_set_data(&args, NULL, NULL, (void *)0x30000));
+  int64_t n = 64;
+  bias.t = (ferry_tensor){(void *)0x50000, {FERRY_DEVICE_CUDA, 0}, 1, {FERRY_DTYPE_FLOAT, 16, 1}, &n, NULL, 0};
+  ASSERT_OK(ferry_gemm_args_set_epilogue(&args, &bias.t, FERRY_BIAS_ROW, FERRY_ACTIVATION_NONE));
+  ASSERT_STATUS(ferry_gemm_args_set_data(&args, NULL, NULL, (void *)(0x50000 - 64)), FERRY_INVALID_ARGUMENT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "overlaps the bias");
+  bias.t.data = (void *)0x30040; /* inside out */
+  ASSERT_STATUS(ferry_gemm_args_set_epilogue(&args, &bias.t, FERRY_BIAS_ROW, FERRY_ACTIVATION_NONE),
+                FERRY_INVALID_ARGUMENT);
+  ASSERT_STR_CONTAINS(ferry_last_error_message(), "bias overlaps out");
+}
+
 TEST(args_rejects_nulls) {
   test_matrix a, b, c;
   test_matrix_make(&a, 0x1000, FERRY_SCALAR_F16, 0, 8, 8, 0, 0);

@@ -500,9 +500,9 @@ def test_launcher_refuses_a_misaligned_pointer_when_checks_are_bypassed(args128)
     assert op.constraints.a_align == 16
     launch = op.launcher(args128, assume_supported_args=True)
     shifted = np.zeros(128 * 128 + 1, np.float16)[1:].reshape(128, 128)
-    a = dev(f16(128, 128))
+    a, out = dev(f16(128, 128)), dev(f16(128, 128))  # out of its own: an out that is B is refused as an overlap
     with pytest.raises(ferry.FerryError, match="operand A") as e:
-        launch(dev(shifted), a, a)
+        launch(dev(shifted), a, out)
     assert e.value.status == "UNSUPPORTED"
 
 

@@ -29,6 +29,8 @@ def test_importing_ferry_torch_registers_both_ops():
     ((3, 64, 32), (3, 32, 16), (3, 64, 16)),
     ((3, 64, 32), (32, 16), (3, 64, 16)),      # a rank-2 B is broadcast over A's batch
     ((1, 64, 32), (5, 32, 16), (5, 64, 16)),   # so is a batch-1 A
+    ((0, 64, 32), (32, 16), (0, 64, 16)),      # a batch of 0 stays 0, as in torch.matmul
+    ((1, 64, 32), (0, 32, 16), (0, 64, 16)),
 ])
 def test_the_fake_implementation_gives_the_products_shape_and_dtype(a_shape, b_shape, out_shape):
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
@@ -103,6 +105,19 @@ def test_each_distinct_problem_compiles_once_and_binds_one_launcher(monkeypatch)
     at = b.t().contiguous().t()  # the same shape, column-major: another problem
     _torch_ops._launcher(a, at, out)(a, at, out)
     assert stand_in.compiles == 2 and len(_torch_ops._launchers) == 2
+
+
+def test_a_view_of_a_known_layout_at_a_less_aligned_address_binds_its_own_launcher(monkeypatch):
+    """The operator chosen for an aligned operand may need that alignment: a window of the same shape and strides
+    starting 8 bytes further on is another problem, with its own search, not that operator's refusal."""
+    stand_in = _StandInOps()
+    monkeypatch.setattr(_torch_ops, "ops", stand_in)
+    monkeypatch.setattr(_torch_ops, "_launchers", {})
+    x, w = torch.randn(64, 136, dtype=torch.float16), torch.randn(128, 64, dtype=torch.float16)
+    out = torch.empty(64, 64, dtype=torch.float16)
+    for start in (0, 4, 8, 0):  # 0, 8 and 16 bytes into each row, then the first again
+        _torch_ops._launcher(x[:, start:start + 128], w, out)
+    assert stand_in.compiles == 2 and len(_torch_ops._launchers) == 2  # 16-byte aligned (0, 8) and 8-byte (4)
 
 
 def test_the_launcher_table_starts_again_past_its_bound(monkeypatch):

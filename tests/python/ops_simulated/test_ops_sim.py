@@ -7,6 +7,7 @@ layouts, alignment), ferry graphs (capture, replay, in-place update, failure sta
 driver faults becoming exceptions, reference counts over 10^5 calls, and the Python-side cost per call (printed)."""
 
 import gc
+import os
 import sys
 import time
 import tracemalloc
@@ -316,6 +317,77 @@ def test_an_output_overlapping_an_input_is_refused():
     with pytest.raises(ValueError, match="out overlaps B"):
         ops.GemmArguments(EX(b[:32]), EX(buf), EX(buf[16:48]))
     ops.GemmArguments(EX(buf[:32]), EX(b), EX(buf[32:]))  # halves of one buffer: no overlap
+
+
+def test_a_launcher_refuses_an_out_overlapping_an_input_or_the_bias():
+    X = matrix((3, 16, 16), np.float32)
+    b = matrix((16, 16), np.float32, seed=1)
+    args = ops.GemmArguments(EX(X[0:2].copy()), EX(b), EX(np.zeros((2, 16, 16), np.float32)))
+    launches = state()["launches"]
+    for assume in (False, True):
+        launch = ops.get_operators(args)[0].launcher(args, assume_supported_args=assume)
+        with pytest.raises(ValueError, match="out .* overlaps A"):
+            launch(EX(X[0:2]), EX(b), EX(X[1:3]))
+        with pytest.raises(ValueError, match="out .* overlaps B"):
+            launch(EX(X[0:2].copy()), EX(X[2]), EX(X[1:3]))
+    buf = np.zeros(16 * 16, np.float32)  # the bias is the first row of the buffer a later out takes
+    with_bias = ops.GemmArguments(EX(X[0]), EX(b), EX(np.zeros((16, 16), np.float32)), bias=EX(buf[:16]))
+    launch = ops.get_operators(with_bias)[0].launcher(with_bias)
+    with pytest.raises(ValueError, match="out .* overlaps the bias"):
+        launch(EX(X[0]), EX(b), EX(buf.reshape(16, 16)))
+    assert state()["launches"] == launches
+
+
+def test_a_bias_or_scale_inside_out_is_refused():
+    a, b, c = matrix((8, 8), np.float32), matrix((8, 16), np.float32, seed=1), matrix((8, 16), np.float32, seed=2)
+    with pytest.raises(ValueError, match="bias overlaps out"):
+        ops.GemmArguments(EX(a), EX(b), EX(c), bias=EX(c[0]))
+    with pytest.raises(ValueError, match="scale_a overlaps out"):
+        ops.GemmArguments(EX(a), EX(b), EX(c), scale_a=EX(c[0, 0:1]), scale_b=EX(np.ones(1, np.float32)))
+
+
+class _ReadOnlyDeviceMatrix:
+    """A float32 matrix on (simulated) cuda:0 whose producer exports it read-only (DLPack 1.x's READ_ONLY flag)."""
+
+    def __init__(self, array):
+        self.array, self.live = array, []
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        import ctypes
+
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+        from dlpack_ctypes import DLDataType, DLDevice, DLTensor
+
+        deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+        class Managed(ctypes.Structure):
+            _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("manager_ctx", ctypes.c_void_p),
+                        ("deleter", deleter), ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
+
+        shape = (ctypes.c_int64 * 2)(*self.array.shape)
+        no_op = deleter(lambda address: None)
+        m = Managed(1, 1, None, no_op, 1)  # flags: DLPACK_FLAG_BITMASK_READ_ONLY
+        m.dl_tensor = DLTensor(self.array.ctypes.data, DLDevice(2, 0), 2, DLDataType(2, 32, 1),
+                               ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), None, 0)
+        self.live.append((m, shape, no_op))
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new(ctypes.addressof(m), b"dltensor_versioned", None)
+
+
+def test_an_out_exported_read_only_is_refused_and_left_as_it_was():
+    a, b = matrix((16, 16), np.float32), matrix((16, 16), np.float32, seed=1)
+    const = np.full((16, 16), 7.0, np.float32)
+    with pytest.raises(ValueError, match="operand out .* read-only"):
+        ops.GemmArguments(EX(a), EX(b), _ReadOnlyDeviceMatrix(const))
+    args = ops.GemmArguments(EX(a), EX(b), EX(np.zeros((16, 16), np.float32)))
+    launch = ops.get_operators(args)[0].launcher(args)
+    with pytest.raises(ValueError, match="operand out .* read-only"):
+        launch(EX(a), EX(b), _ReadOnlyDeviceMatrix(const))
+    assert np.all(const == 7.0)
 
 
 def test_empty_operands_with_meaningless_strides_are_accepted_and_launch_nothing():
