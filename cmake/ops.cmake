@@ -46,7 +46,8 @@ if(FERRY_BUILD_TOOLS)
     time_gemm_test(size_with_a_suffix 2 stderr "^ferry: --size expects an integer from 0 to 2147483647, got '4096x'"
       --size 4096x)
     time_gemm_test(size_past_an_int 2 stderr "^ferry: --size expects an integer .*got '5000000000'" --size 5000000000)
-    time_gemm_test(launches_in_exponent_form 2 stderr "^ferry: --launches expects an integer .*got '1e3'" --launches 1e3)
+    time_gemm_test(launches_in_exponent_form 2 stderr "^ferry: --launches expects an integer .*got '1e3'"
+      --launches 1e3)
     time_gemm_test(short_help 0 stdout "^usage: ferry_time_gemm" -h)
     time_gemm_test(int8_takes_no_epilogue 2 stderr "^ferry_time_gemm: --epilogues does not go with --int8" --int8
       --epilogues)

@@ -70,7 +70,9 @@ static int ranges_meet(uint64_t x, uint64_t x_span, uint64_t y, uint64_t y_span)
 }
 
 /* Whether out's bytes meet an input's: a kernel reads the input while other blocks write out. */
-static int overlaps(const operand *x, const operand *out) { return ranges_meet(x->addr, x->span, out->addr, out->span); }
+static int overlaps(const operand *x, const operand *out) {
+  return ranges_meet(x->addr, x->span, out->addr, out->span);
+}
 
 /* Every kernel loads whole elements: a tensor whose first element is not aligned to its size would fault (a sticky
  * error) whatever the operator's own alignment requirement. The tensor is named `what` + `name` ("operand " "A",
