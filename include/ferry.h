@@ -381,10 +381,10 @@ typedef struct ferry_pool_stats {
 } ferry_pool_stats;
 
 /** Ensures at least `bytes` of pinned memory are free in the pool, pinning a new region if needed, so a later
- *  transfer of that size starts without pinning. Returns FERRY_NO_DRIVER / FERRY_NO_DEVICE without a GPU, and
- *  FERRY_OUT_OF_HOST_MEMORY, before touching any page, when the region would be larger than the machine's memory or
- *  than the memory available now (MemAvailable, or what a cgroup v2 memory limit leaves); transfers that need a new
- *  region fail the same way. */
+ *  transfer of that size starts without pinning (0 bytes: nothing to do, FERRY_OK anywhere). Returns
+ *  FERRY_NO_DRIVER / FERRY_NO_DEVICE without a GPU, and FERRY_OUT_OF_HOST_MEMORY, before touching any page, when
+ *  the region would be larger than the machine's memory or than the memory available now (MemAvailable, or what a
+ *  cgroup v2 memory limit leaves); transfers that need a new region fail the same way. */
 FERRY_API ferry_status ferry_pool_reserve(size_t bytes);
 
 /** Unpins and frees every pinned region no slab uses. Slabs in use are untouched. */

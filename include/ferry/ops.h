@@ -268,7 +268,8 @@ FERRY_API const void *ferry_artifact_cubin(const ferry_artifact *artifact, size_
 /** Writes the artifact to `path` in ferry's artifact format (magic, format version, key, lengths and a checksum
  *  of the content — XXH64, which catches damage, not tampering), atomically: a temporary file beside it,
  *  written, flushed and renamed over `path`. The file is created 0644 (less the umask). Errors: FERRY_IO_ERROR
- *  naming the path and the system's reason. Files of an older format are refused by import. */
+ *  naming the path and the system's reason; FERRY_INVALID_ARGUMENT for a NULL artifact or an empty or NULL path.
+ *  Files of an older format are refused by import. */
 FERRY_API ferry_status ferry_artifact_export(const ferry_artifact *artifact, const char *path);
 
 /** Reads an artifact written by ferry_artifact_export, verifying everything (format, version, lengths, checksum,

@@ -77,6 +77,13 @@ def test_benchmarks_check_their_device_and_take_local_rank_as_the_default(module
     assert module._parse_args([]).device == "cuda:0"
 
 
+@pytest.mark.parametrize("module", [overlap, bandwidth, call_overhead])
+def test_usage_names_the_command_that_runs_the_benchmark(module, capsys):
+    with pytest.raises(SystemExit):
+        module._parse_args(["--help"])
+    assert capsys.readouterr().out.startswith(f"usage: python -m {module.__name__} ")
+
+
 def test_call_overhead_refuses_negative_counts_and_times():
     for bad in (["--warmup", "-5"], ["--evict-mib", "-1"], ["--sleep-before-ms", "nan"], ["--sleep-before-ms", "-1"]):
         with pytest.raises(SystemExit):

@@ -59,7 +59,8 @@ SMALL_TARGET = 1.5                                    # and ferry / torch for on
 
 
 def _parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m ferry.bench.call_overhead",
+                                description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output", default="call_overhead.csv", help="CSV output path (default: %(default)s).")
     p.add_argument("--device", type=cuda_device, default=default_device(),

@@ -55,7 +55,8 @@ METHODS = [LIMIT, FERRY, STAGER, TORCH_LOOP, TORCH_PREALLOC, DCP_DEFAULT, DCP_PI
 
 
 def _parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+    p = argparse.ArgumentParser(prog="python -m ferry.bench.checkpoint",
+                                description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output", default="checkpoint.csv", help="CSV output path (default: %(default)s).")
     p.add_argument("--device", type=cuda_device, default=default_device(),

@@ -95,7 +95,8 @@ ROWS = [  # key, label, unit
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m ferry.bench.latency",
+                                description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--iters", type=positive_int, default=100, help="Profiled iterations (default: %(default)s).")
     p.add_argument("--warmup", type=int, default=10, help="Warm-up iterations (default: %(default)s).")

@@ -781,7 +781,8 @@ def _positive_float(value):
 
 
 def _parse_args(argv):
-    p = argparse.ArgumentParser(description="Benchmark overlap between D2H transfer and CUDA compute "
+    p = argparse.ArgumentParser(prog="python -m ferry.bench.overlap",
+                                description="Benchmark overlap between D2H transfer and CUDA compute "
                                             "(ferry against PyTorch to(cpu), beside a worker that transfers "
                                             "nothing).")
     p.add_argument("--output", type=os.path.realpath, default=os.path.realpath(DEFAULT_OUTPUT),

@@ -410,7 +410,8 @@ def plot_files(paths, out_dir, log=None):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="PNG plots from ferry benchmark CSV files.")
+    p = argparse.ArgumentParser(prog="python -m ferry.bench.plot",
+                                description="PNG plots from ferry benchmark CSV files.")
     p.add_argument("csv", nargs="+", help="CSV files from ferry.bench.overlap / call_overhead / bandwidth / "
                                           "checkpoint or `ferry bench`; files of other kinds are skipped with a "
                                           "message.")
