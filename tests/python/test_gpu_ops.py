@@ -112,6 +112,36 @@ def test_every_supporting_operator_is_correct(tin, tout):
         assert err <= bound(tin, tout), f"{op.name}: rel err {err:.3g}"
 
 
+@pytest.mark.parametrize("form", ["a_rows_expanded", "b_rows_expanded", "b_rows_overlap", "a_cols_expanded"])
+def test_zero_and_overlapping_leading_dimensions_on_every_supporting_operator(form):
+    """Inputs whose rows repeat (an expanded row: leading dimension 0) or overlap (leading dimension 8 < 256) are
+    valid operands: every operator that claims them, the TMA designs included (a tensor map of stride 0), computes
+    the product of what the views show."""
+    m = n = k = 256
+    dtype = torch.bfloat16
+    a, b = matrix((m, k), dtype, seed=7), matrix((k, n), dtype, seed=8)
+    if form == "a_rows_expanded":
+        a = a[:1].expand(m, k)
+    elif form == "b_rows_expanded":
+        b = b[:1].expand(k, n)
+    elif form == "b_rows_overlap":
+        b = torch.as_strided(matrix((k * 8 + n,), dtype, seed=9), (k, n), (8, 1))
+    else:
+        a = matrix((m, 1), dtype, seed=10).expand(m, k)  # column-major, every column the same: strides (1, 0)
+    c = torch.empty((m, n), dtype=torch.float32, device=DEV)
+    args = ops.GemmArguments(a, b, c, torch.float32)
+    torch.cuda.synchronize()
+    ref = reference(a, b, c)
+    found = ops.get_operators(args)
+    assert found, f"no operator supports {form}"
+    for op in found:
+        c.fill_(NAN)
+        op.run(args, compiled_artifact=op.compile(args))
+        torch.cuda.synchronize()
+        err = rel_err(c, ref)
+        assert err <= 1e-4, f"{op.name} on {form}: rel err {err:.3g}"
+
+
 @pytest.mark.parametrize("offset", [1, 3, 8])
 def test_storage_offsets_and_alpha_beta(offset):
     args, (a, b, c, c0) = make_case(65, 47, 33, 1, torch.float16, torch.float32, ("column", "row", "row"),
