@@ -797,6 +797,20 @@ static PyObject *rebuild(rebuilder *r, size_t *pos, bool *changed) {
   return result;
 }
 
+bool ferry_py_batch_rebuild_is_plain(const ferry_py_batch *b) {
+  for (size_t i = 0; i < b->n_leaves; i++) {
+    const ferry_py_leaf *leaf = &b->leaves[i];
+    if (!leaf->output && leaf->block && ferry_py_outputs_copied(leaf->block, leaf->local)) return false;
+  }
+  for (size_t i = 0; i < b->n_nodes; i++) {
+    const ferry_py_node *n = &b->nodes[i];
+    bool plain_kind = n->leaf >= 0 || n->kind == FERRY_PY_OTHER || n->kind == FERRY_PY_SHARED ||
+                      n->kind == FERRY_PY_LIST || n->kind == FERRY_PY_TUPLE || n->kind == FERRY_PY_DICT;
+    if (!plain_kind || (n->key && !PyUnicode_CheckExact(n->key) && !PyLong_CheckExact(n->key))) return false;
+  }
+  return true;
+}
+
 PyObject *ferry_py_batch_rebuild(ferry_py_batch *b, ferry_py_pace *pace) {
   if (b->n_nodes == 0) {
     PyErr_SetString(PyExc_SystemError, "ferry: rebuilding an empty tape");

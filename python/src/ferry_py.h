@@ -280,6 +280,10 @@ const ferry_tensor *ferry_py_batch_take_pending(ferry_py_batch *b, size_t *first
  * NULL. */
 PyObject *ferry_py_batch_rebuild(ferry_py_batch *b, ferry_py_pace *pace);
 
+/* Whether rebuilding runs no Python code: every copied leaf has its output, every container is exactly a list,
+ * tuple or dict, and every key an exact str or int. Then the batch may be rebuilt before the copies are done. */
+bool ferry_py_batch_rebuild_is_plain(const ferry_py_batch *b);
+
 /* Whether the tape's memory is large enough (a megabyte) that freeing it, or a plan of its size, is worth doing
  * with the GIL released. */
 bool ferry_py_batch_large(const ferry_py_batch *b);
@@ -384,7 +388,8 @@ bool ferry_py_other_python_threads(void);
 enum {
   FERRY_PY_PHASE_START,     /* the call began */
   FERRY_PY_PHASE_FIRST,     /* the first part was submitted: the copies run from here */
-  FERRY_PY_PHASE_WALKED,    /* the batch is walked, every part submitted and the transfer ended */
+  FERRY_PY_PHASE_WALKED,    /* the batch is walked, every part submitted, the transfer ended, the torch outputs
+                               built and (when that runs no Python code) the batch rebuilt */
   FERRY_PY_PHASE_WAITED,    /* the copies are done (the GIL was released meanwhile) */
   FERRY_PY_PHASE_FINISHED,  /* the other outputs are built and the batch rebuilt */
   FERRY_PY_PHASE_COUNT
@@ -413,6 +418,7 @@ typedef struct ferry_py_job {
   size_t n_blocks, cap_blocks;
   ferry_py_pace pace;
   int64_t phases[FERRY_PY_PHASE_COUNT];
+  bool rebuilt_ahead;         /* the batch was rebuilt while the copies ran (diagnostics) */
 } ferry_py_job;
 
 enum { FERRY_PY_JOB_EMPTY = 0, FERRY_PY_JOB_SUBMITTED, FERRY_PY_JOB_FINISHED };

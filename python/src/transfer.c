@@ -11,12 +11,13 @@
  *      the transfer, ordered after the producer (producer_event, else the framework's current stream: an event
  *      recorded there, which is SPDL's contract; producers read through __dlpack__ order themselves on our
  *      stream);
- *   4. right after a part is added, build its torch outputs (zero-copy views of the part's slab, through the
- *      DLPack exchange API) while its copies run, in slices like the walk;
- *   5. end the transfer and wait with the GIL released;
- *   6. build the other frameworks' outputs and rebuild the containers, in slices (no Python code sees an output
- *      before its data has arrived).
- * transfer_tensor_*_async (handle.c) returns after step 5's end, and does the wait and step 6 in wait().
+ *   4. end the transfer, then build the torch outputs (zero-copy views of the parts' slabs, through the DLPack
+ *      exchange API) while the copies run, in slices like the walk, and rebuild the batch too when that runs no
+ *      Python code (plain lists, tuples and dicts of str or int keys);
+ *   5. wait with the GIL released;
+ *   6. build the other frameworks' outputs and rebuild the containers if step 4 did not, in slices (no Python
+ *      code sees an output before its data has arrived).
+ * transfer_tensor_*_async (handle.c) returns after step 4, and does the wait and step 6 in wait().
  */
 #include "ferry_py.h"
 
@@ -31,6 +32,7 @@ static bool phase_timing;
 static _Thread_local int64_t last_phases[FERRY_PY_PHASE_COUNT];
 static _Thread_local ferry_py_pace last_pace;
 static _Thread_local size_t last_parts;
+static _Thread_local bool last_rebuilt_ahead;
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -95,25 +97,37 @@ static int push_block(ferry_py_job *job, ferry_py_outputs *block) {
   return 0;
 }
 
-/* Takes `block`, the outputs of leaves [first, first + count), and builds their torch tensors while their copies
- * run (step 4). 0 or -1. */
-static int build_exchange_outputs(ferry_py_job *job, ferry_py_outputs *block, size_t first, size_t count) {
+/* Takes `block`, the outputs of leaves [first, first + count): each leaf learns where its output lies. 0 or -1. */
+static int place_outputs(ferry_py_job *job, ferry_py_outputs *block, size_t first, size_t count) {
   if (push_block(job, block) < 0) return -1;
-  int rc = 0, deferring_gc = ferry_py_gc_defer_begin(); /* the part's new outputs: no collection among them */
-  for (size_t i = 0; i < count && rc == 0; i++) {
-    ferry_py_leaf *leaf = &job->tape.leaves[first + i];
-    leaf->block = block;
-    leaf->local = (uint32_t)i;
-    if (!leaf->api || !ferry_py_outputs_copied(block, i)) continue;
-    leaf->output = ferry_py_math_bits_flip(ferry_py_output_exchange(block, i, leaf->api), leaf->math_bits);
+  for (size_t i = 0; i < count; i++) {
+    job->tape.leaves[first + i].block = block;
+    job->tape.leaves[first + i].local = (uint32_t)i;
+  }
+  return 0;
+}
+
+/* Builds the torch (exchange API) outputs of every part and, when that runs no Python code, the rebuilt batch,
+ * while the copies run (step 4): after the last part is queued, so that no part waits for the outputs of the
+ * ones before it. Nothing sees them before the copies are done: they are the job's until finish. 0 or -1. */
+static int build_ahead(ferry_py_job *job) {
+  int rc = 0, deferring_gc = ferry_py_gc_defer_begin(); /* the new outputs: no collection among them */
+  for (size_t i = 0; i < job->tape.n_leaves && rc == 0; i++) {
+    ferry_py_leaf *leaf = &job->tape.leaves[i];
+    if (!leaf->api || !leaf->block || !ferry_py_outputs_copied(leaf->block, leaf->local)) continue;
+    leaf->output = ferry_py_math_bits_flip(ferry_py_output_exchange(leaf->block, leaf->local, leaf->api),
+                                          leaf->math_bits);
     rc = !leaf->output || ferry_py_pace_tick(&job->pace) < 0 ? -1 : 0;
   }
+  if (rc == 0 && ferry_py_batch_rebuild_is_plain(&job->tape) &&
+      !(job->result = ferry_py_batch_rebuild(&job->tape, &job->pace)))
+    rc = -1;
+  job->rebuilt_ahead = job->result != NULL;
   ferry_py_gc_defer_end(deferring_gc);
   return rc;
 }
 
-/* Hands the leaves walked since the last part to ferry as one part, with the GIL released, then builds the
- * part's torch outputs while its copies run. 0 or -1. */
+/* Hands the leaves walked since the last part to ferry as one part, with the GIL released. 0 or -1. */
 static int submit_walked(ferry_py_job *job) {
   ferry_py_batch *tape = &job->tape;
   void *order_stream = NULL;
@@ -149,22 +163,24 @@ static int submit_walked(ferry_py_job *job) {
     return -1;
   }
   stamp(job, FERRY_PY_PHASE_FIRST);
-  return build_exchange_outputs(job, block, first, count);
+  return place_outputs(job, block, first, count);
 }
 
 /* Parts are cut by tensor count alone, never where a time slice ends, so that every call of one batch is cut at
  * the same tensors: its slabs have the same sizes from call to call and the pinned pool serves them from the
- * ranges the first call pinned instead of growing. The first part goes after FIRST_PART_TENSORS, so that the
- * copies start while the rest is walked; later ones each PART_TENSORS: a part costs ~30-50 us of driver calls (a
- * slab, a gather launch, its upload, events), against ~0.3 us per tensor walked. */
+ * ranges the first call pinned instead of growing. Small tensors go in parts that double from FIRST_PART_TENSORS,
+ * so that the copies start early and each part is queued before the one ahead of it has copied; large ones, and
+ * every part from PART_TENSORS on, each PART_TENSORS: a part costs ~30-50 us of driver calls (a slab, a gather
+ * launch, its upload, events), against ~0.3 us per tensor walked. */
 #define FIRST_PART_TENSORS 64
 #define PART_TENSORS 1024
 
 /* After each leaf walked: a part when the leaves walked since the last one make a part's count. 0 or -1. */
 static int part_point(void *arg) {
   ferry_py_job *job = arg;
-  size_t pending = job->tape.n_leaves - job->tape.pending;
-  bool part = pending == PART_TENSORS || (pending == FIRST_PART_TENSORS && !job->ticket &&
+  size_t pending = job->tape.n_leaves - job->tape.pending, parts = job->n_blocks;
+  size_t ramp = parts < 4 ? (size_t)FIRST_PART_TENSORS << parts : PART_TENSORS;
+  bool part = pending == PART_TENSORS || (pending == ramp && ramp < PART_TENSORS &&
                                           job->tape.pending_bytes / pending < FERRY_PY_EARLY_PART_MAX_MEAN_BYTES);
   return part ? submit_walked(job) : 0;
 }
@@ -245,9 +261,10 @@ int ferry_py_job_start(ferry_py_job *job, bool h2d, const char *name, PyObject *
     ferry_py_raise(st);
     goto fail;
   }
+  if (build_ahead(job) < 0) goto fail;
+  stamp(job, FERRY_PY_PHASE_WALKED);
   ferry_py_gil_share_end(sharing);
   job->args = NULL;
-  stamp(job, FERRY_PY_PHASE_WALKED);
   return 0;
 
 fail:
@@ -270,6 +287,7 @@ static void save_last(ferry_py_job *job, size_t parts) {
   memcpy(last_phases, job->phases, sizeof last_phases);
   last_pace = job->pace;
   last_parts = parts;
+  last_rebuilt_ahead = job->rebuilt_ahead;
 }
 
 int ferry_py_job_finish(ferry_py_job *job) {
@@ -298,7 +316,7 @@ int ferry_py_job_finish(ferry_py_job *job) {
       goto fail;
     if (ferry_py_pace_tick(&job->pace) < 0) goto fail;
   }
-  if (!(job->result = ferry_py_batch_rebuild(tape, &job->pace))) goto fail;
+  if (!job->result && !(job->result = ferry_py_batch_rebuild(tape, &job->pace))) goto fail;
   ferry_py_gc_defer_end(deferring_gc);
   deferring_gc = 0;
   /* The outputs hold the slabs now; the blocks' own references, the tape and the ticket can go. */
@@ -445,10 +463,11 @@ PyObject *ferry_py_last_phases(PyObject *self, PyObject *unused) {
     if (!v) Py_CLEAR(hist);
     else PyTuple_SET_ITEM(hist, i, v);
   }
-  PyObject *extra = hist ? Py_BuildValue("{s:L,s:I,s:N,s:n,s:I}", "max_hold_ns", (long long)last_pace.max_hold_ns,
-                                          "holds", (unsigned)last_pace.holds, "hold_hist", hist, "parts",
-                                          (Py_ssize_t)last_parts, "tape_grown_holding",
-                                          (unsigned)last_pace.tape_grown_holding)
+  PyObject *extra = hist ? Py_BuildValue("{s:L,s:I,s:N,s:n,s:I,s:O}", "max_hold_ns",
+                                          (long long)last_pace.max_hold_ns, "holds", (unsigned)last_pace.holds,
+                                          "hold_hist", hist, "parts", (Py_ssize_t)last_parts, "tape_grown_holding",
+                                          (unsigned)last_pace.tape_grown_holding, "rebuilt_ahead",
+                                          last_rebuilt_ahead ? Py_True : Py_False)
                          : NULL;
   if (!extra || PyDict_Update(d, extra) < 0) Py_CLEAR(d);
   Py_XDECREF(extra);
