@@ -813,13 +813,13 @@ static uint64_t worthwhile_bytes(void) { return ferry__pin_chunk_bytes / 8; }
 static bool large_tensors_range(uint64_t bytes) { return bytes > ferry__pin_chunk_bytes + worthwhile_bytes(); }
 
 /* A planned D2H part that no free range of the pool holds is cut when it is larger than a chunk, when an earlier
- * part of its transfer was cut, or when the pool's growth rule would pin more than a chunk for it; not past the
- * machine's memory (one part then fails at once, naming its size, rather than chunks pinned until the system runs
- * out). The last two keep a GB-scale batch that a Python call hands over in parts of any size (where its GIL
- * slices fall) from growing a large pool by a quarter for a part: its parts fill the free ranges instead, or pin
- * what they need. A part that fits is cut only to leave a large tensor's range free (large_tensors_range). A
- * part under an eighth of a chunk outside a cut transfer keeps the growth rule (it is the common case, and costs
- * two comparisons). */
+ * part of its transfer was cut, when a free range worth a sub-part is left for it to fill, or when the pool's
+ * growth rule would pin more than a chunk for it; not past the machine's memory (one part then fails at once,
+ * naming its size, rather than chunks pinned until the system runs out). The last three keep a batch that a
+ * Python call hands over in parts from growing the pool by a quarter for a part beside free ranges: its parts fill
+ * the free ranges instead, or pin what they need. A part that fits is cut only to leave a large tensor's range
+ * free (large_tensors_range). A part under an eighth of a chunk outside a cut transfer keeps the growth rule (it is
+ * the common case, and costs two comparisons). */
 static bool should_cut(const ferry_transfer *t, const ferry__plan *plan, const ferry_tensor *in, size_t count) {
   uint64_t total = plan->total, best, below;
   bool large = total > ferry__pin_chunk_bytes;
@@ -831,7 +831,7 @@ static bool should_cut(const ferry_transfer *t, const ferry__plan *plan, const f
       if (slab_estimate(t, &in[i]) > ferry__pin_chunk_bytes) return false; /* a large tensor: the range is its own */
     return true;
   }
-  return large || t->cutting || ferry__pool_growth(total) > ferry__pin_chunk_bytes;
+  return large || t->cutting || below >= worthwhile_bytes() || ferry__pool_growth(total) > ferry__pin_chunk_bytes;
 }
 
 /* The next sub-part of a cut part: its first `count` tensors and what they may take (`bytes`). It fills the room

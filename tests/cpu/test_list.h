@@ -66,6 +66,7 @@
   X(chunks_the_large_free_ranges_stay_for_the_large_tensors) \
   X(chunks_small_tensors_that_fit_only_a_large_tensors_range_fill_the_smaller_ranges_instead) \
   X(chunks_a_batch_the_pool_holds_in_one_free_range_is_one_slab) \
+  X(chunks_a_part_fills_a_free_range_smaller_than_it_before_pinning) \
   X(chunks_a_batch_within_one_chunk_is_one_slab) \
   X(chunks_a_tensor_larger_than_a_chunk_gets_a_sub_part_of_its_own) \
   X(chunks_a_failed_pin_in_a_later_chunk_kills_the_transfer_and_leaks_nothing) \

@@ -195,6 +195,23 @@ TEST(chunks_a_batch_the_pool_holds_in_one_free_range_is_one_slab) {
   ferry_transfer_release(tr);
 }
 
+/* A part smaller than a chunk that no free range holds fills a free range worth a sub-part before it pins: a
+ * Python call's middle parts (tens of MiB) would otherwise each pin a new region, a quarter of the pool, beside a
+ * range left free by the part before (two outputs of a state dict alive held 1.117x their bytes, 1.059x now). */
+TEST(chunks_a_part_fills_a_free_range_smaller_than_it_before_pinning) {
+  setup();
+  ASSERT_OK(ferry_pool_reserve((size_t)2 * MIB)); /* one free range of 2 MiB */
+  ferry_tensor t[MAX_T];
+  make(t, EIGHT, 2, 12); /* 3 MiB: under a chunk, more than the range */
+  ferry_transfer *tr = d2h(t, 2);
+  check_exact(tr, 2);
+  ASSERT_EQ(ferry_transfer_slab_count(tr), 2); /* [1.5] in the reserved range, [1.5] in a region of its own */
+  ferry_pool_stats s = stats();
+  ASSERT_EQ(s.pin_calls, 2);
+  ASSERT_EQ(s.bytes_pinned, 2 * MIB + round_up(3 * MIB / 2, HUGE_PAGE));
+  ferry_transfer_release(tr);
+}
+
 TEST(chunks_a_batch_within_one_chunk_is_one_slab) {
   setup();
   ferry_tensor t[MAX_T];
