@@ -298,11 +298,16 @@ static double bound_of(int in, int out, int acc, int k) {
 /* ---- the correctness matrix -------------------------------------------------------------------------------- */
 
 typedef struct op_tally { const ferry_op *op; int runs, fails; double worst; } op_tally;
-static op_tally tallies[64];
-static int n_tallies;
+static op_tally *tallies; /* one per operator run, grown as met (FERRY_EXPERIMENTAL_DESIGNS=1 registers 67) */
+static int n_tallies, cap_tallies;
 static op_tally *tally_of(const ferry_op *op) {
   for (int i = 0; i < n_tallies; i++)
     if (tallies[i].op == op) return &tallies[i];
+  if (n_tallies == cap_tallies) {
+    cap_tallies = cap_tallies ? 2 * cap_tallies : 64;
+    tallies = realloc(tallies, (size_t)cap_tallies * sizeof *tallies);
+    if (!tallies) FAIL_AT("out of memory for %d operator tallies", cap_tallies);
+  }
   tallies[n_tallies] = (op_tally){op, 0, 0, 0};
   return &tallies[n_tallies++];
 }
