@@ -168,10 +168,10 @@ static int submit_walked(ferry_py_job *job) {
 
 /* Parts are cut by tensor count alone, never where a time slice ends, so that every call of one batch is cut at
  * the same tensors: its slabs have the same sizes from call to call and the pinned pool serves them from the
- * ranges the first call pinned instead of growing. Small tensors go in parts that double from FIRST_PART_TENSORS,
- * so that the copies start early and each part is queued before the one ahead of it has copied; large ones, and
- * every part from PART_TENSORS on, each PART_TENSORS: a part costs ~30-50 us of driver calls (a slab, a gather
- * launch, its upload, events), against ~0.3 us per tensor walked. */
+ * ranges the first call pinned instead of growing. Part k (from 0) goes early, after FIRST_PART_TENSORS << k
+ * tensors for k < 4, when those average under FERRY_PY_EARLY_PART_MAX_MEAN_BYTES: so small tensors' copies start
+ * early and each part is queued before the one ahead of it has copied. Otherwise a part is PART_TENSORS: a part
+ * costs ~30-50 us of driver calls (a slab, a gather launch, its upload, events), against ~0.3 us per tensor walked. */
 #define FIRST_PART_TENSORS 64
 #define PART_TENSORS 1024
 
