@@ -1,4 +1,7 @@
 /* test_list_ops.h — the operator runtime's CPU tests (ferry_test_ops), in the order the runner runs them. */
+/* NVRTC compiles every built-in design in some tests: 25-60 s of wall time on CI's two cores, more under a sanitizer or
+ * beside other load (the 60 s default killed them once); 300 s still ends a hang. */
+#define TEST_TIMEOUT_S 300
 #define TEST_LIST(X)                                      \
   X(args_compact_row_major_descriptor)                    \
   X(args_column_major_and_batch)                          \
