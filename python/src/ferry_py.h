@@ -418,7 +418,6 @@ typedef struct ferry_py_job {
   size_t n_blocks, cap_blocks;
   ferry_py_pace pace;
   int64_t phases[FERRY_PY_PHASE_COUNT];
-  bool rebuilt_ahead;         /* the batch was rebuilt while the copies ran (diagnostics) */
 } ferry_py_job;
 
 enum { FERRY_PY_JOB_EMPTY = 0, FERRY_PY_JOB_SUBMITTED, FERRY_PY_JOB_FINISHED };

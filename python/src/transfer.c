@@ -122,7 +122,6 @@ static int build_ahead(ferry_py_job *job) {
   if (rc == 0 && ferry_py_batch_rebuild_is_plain(&job->tape) &&
       !(job->result = ferry_py_batch_rebuild(&job->tape, &job->pace)))
     rc = -1;
-  job->rebuilt_ahead = job->result != NULL;
   ferry_py_gc_defer_end(deferring_gc);
   return rc;
 }
@@ -169,20 +168,22 @@ static int submit_walked(ferry_py_job *job) {
 /* Parts are cut by tensor count alone, never where a time slice ends, so that every call of one batch is cut at
  * the same tensors: its slabs have the same sizes from call to call and the pinned pool serves them from the
  * ranges the first call pinned instead of growing. Part k (from 0) goes early, after FIRST_PART_TENSORS << k
- * tensors for k < 4, when those average under FERRY_PY_EARLY_PART_MAX_MEAN_BYTES: so small tensors' copies start
- * early and each part is queued before the one ahead of it has copied. Otherwise a part is PART_TENSORS: a part
- * costs ~30-50 us of driver calls (a slab, a gather launch, its upload, events), against ~0.3 us per tensor walked. */
+ * tensors for k < EARLY_PARTS, when those average under FERRY_PY_EARLY_PART_MAX_MEAN_BYTES: so small tensors'
+ * copies start early and each part is queued before the one ahead of it has copied. Otherwise a part is
+ * PART_TENSORS: a part costs ~30-50 us of driver calls (a slab, a gather launch, its upload, events), against
+ * ~0.3 us per tensor walked. */
 #define FIRST_PART_TENSORS 64
+#define EARLY_PARTS 4 /* 64, 128, 256, 512: the ramp up to PART_TENSORS */
 #define PART_TENSORS 1024
+_Static_assert(FIRST_PART_TENSORS << EARLY_PARTS == PART_TENSORS, "the ramp ends at a full part");
 
 /* After each leaf walked: a part when the leaves walked since the last one make a part's count. 0 or -1. */
 static int part_point(void *arg) {
   ferry_py_job *job = arg;
-  size_t pending = job->tape.n_leaves - job->tape.pending, parts = job->n_blocks;
-  size_t ramp = parts < 4 ? (size_t)FIRST_PART_TENSORS << parts : PART_TENSORS;
-  bool part = pending == PART_TENSORS || (pending == ramp && ramp < PART_TENSORS &&
-                                          job->tape.pending_bytes / pending < FERRY_PY_EARLY_PART_MAX_MEAN_BYTES);
-  return part ? submit_walked(job) : 0;
+  const size_t pending = job->tape.n_leaves - job->tape.pending, parts = job->n_blocks;
+  const bool early = parts < EARLY_PARTS && pending == (size_t)FIRST_PART_TENSORS << parts &&
+                     job->tape.pending_bytes / pending < FERRY_PY_EARLY_PART_MAX_MEAN_BYTES;
+  return pending == PART_TENSORS || early ? submit_walked(job) : 0;
 }
 
 /* ---- the job ----------------------------------------------------------------------------------------------------- */
@@ -282,12 +283,12 @@ static ferry_status wait_copies(ferry_py_job *job) {
   return st;
 }
 
-static void save_last(ferry_py_job *job, size_t parts) {
+static void save_last(ferry_py_job *job, size_t parts, bool rebuilt_ahead) {
   if (!phase_timing) return;
   memcpy(last_phases, job->phases, sizeof last_phases);
   last_pace = job->pace;
   last_parts = parts;
-  last_rebuilt_ahead = job->rebuilt_ahead;
+  last_rebuilt_ahead = rebuilt_ahead;
 }
 
 int ferry_py_job_finish(ferry_py_job *job) {
@@ -316,7 +317,8 @@ int ferry_py_job_finish(ferry_py_job *job) {
       goto fail;
     if (ferry_py_pace_tick(&job->pace) < 0) goto fail;
   }
-  if (!job->result && !(job->result = ferry_py_batch_rebuild(tape, &job->pace))) goto fail;
+  const bool rebuilt_ahead = job->result != NULL; /* by build_ahead */
+  if (!rebuilt_ahead && !(job->result = ferry_py_batch_rebuild(tape, &job->pace))) goto fail;
   ferry_py_gc_defer_end(deferring_gc);
   deferring_gc = 0;
   /* The outputs hold the slabs now; the blocks' own references, the tape and the ticket can go. */
@@ -337,7 +339,7 @@ int ferry_py_job_finish(ferry_py_job *job) {
   } else {
     ferry_transfer_release(ticket);
   }
-  save_last(job, parts);
+  save_last(job, parts, rebuilt_ahead);
   ferry_py_gil_share_end(sharing);
   return 0;
 
