@@ -142,7 +142,8 @@ usage() {
     printf "  %-16s %s %s\n" "$n" "$([ "${in_all[$n]}" = all ] && echo '*' || echo ' ')" "${help_of[$n]}"
   done
   echo "Environment: RESULTS (./h200-results), BUILD (./build-h200), JOBS (nproc), PYTHON (python3),"
-  echo "  SOAK_SECONDS (30), OPS_RACECHECK_S (400), STRESS_BATCHES (30 for memcheck, 10 for racecheck)."
+  echo "  SOAK_SECONDS (30), OPS_RACECHECK_S (400), STRESS_BATCHES (30 for memcheck, 10 for racecheck),"
+  echo "  ARCHIVE (unset; a path outside \$RESULTS: all of it as one .tar.gz there, rewritten after every part)."
 }
 
 if [ $# -eq 0 ] || [ "$1" = "--help" ] || [ "$1" = "-h" ]; then usage; exit 0; fi
@@ -167,6 +168,8 @@ for p in "${parts[@]}"; do
   echo "   $p: rc=$rc, $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$RESULTS/suite.log"
   tail -n "${tail_of[$p]}" "$RESULTS/$p.log" | sed 's/^/   | /' | tee -a "$RESULTS/suite.log"
   [ $rc -eq 0 ] || failed+=("$p")
+  # After every part, so that a run cut off still leaves what it had (a copy-back that takes few files wants one).
+  [ -z "${ARCHIVE:-}" ] || tar czf "$ARCHIVE" -C "$RESULTS" . || echo "   could not write ARCHIVE=$ARCHIVE"
 done
 echo "failed parts: ${failed[*]:-none}" | tee -a "$RESULTS/suite.log"
 [ ${#failed[@]} -eq 0 ]
