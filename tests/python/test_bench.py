@@ -809,3 +809,26 @@ def test_the_python_call_probe_has_help_and_says_so_without_a_gpu():
     assert shown.returncode == 0 and "usage: probe_python_calls.py" in shown.stdout
     ran = subprocess.run([sys.executable, probe, "64"], capture_output=True, text=True, timeout=300, env=env)
     assert ran.returncode == 0 and "nothing to measure" in ran.stdout
+
+
+def test_the_gpu_suite_script_lists_its_parts_refuses_unknown_ones_and_archives_a_failing_run(tmp_path):
+    """tools/h200_suite.sh: --help lists the parts and ARCHIVE; an unknown part is a usage error (2) that runs
+    nothing; a part that fails (here: no build to run) makes the run fail, and ARCHIVE holds its log and the suite's."""
+    import subprocess
+    import tarfile
+    suite = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "h200_suite.sh")
+    shown = subprocess.run(["bash", suite, "--help"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "usage: tools/h200_suite.sh" in shown.stdout
+    assert "pycheckpointquick" in shown.stdout and "ARCHIVE" in shown.stdout
+    results, archive = tmp_path / "results", tmp_path / "run.tar.gz"
+    env = dict(os.environ, BUILD=str(tmp_path / "no-build"), ARCHIVE=str(archive))
+    unknown = subprocess.run(["bash", suite, "--results", str(results), "no-such-part"], capture_output=True,
+                             text=True, timeout=60, env=env)
+    assert unknown.returncode == 2 and "unknown part 'no-such-part'" in unknown.stdout
+    assert not archive.exists()
+    failed = subprocess.run(["bash", suite, "--results", str(results), "tests"], capture_output=True, text=True,
+                            timeout=60, env=env)
+    assert failed.returncode != 0 and "failed parts: tests" in failed.stdout
+    with tarfile.open(archive) as tar:
+        names = {os.path.normpath(n) for n in tar.getnames()}
+    assert {"suite.log", "tests.log"} <= names
