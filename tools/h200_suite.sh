@@ -157,6 +157,9 @@ for p in "$@"; do
 done
 
 mkdir -p "$RESULTS"
+# $RESULTS as one .tar.gz at $ARCHIVE, where set: after every part, so that a run cut off still leaves what it had
+# (a copy-back that takes few files wants one), and at the end, with the summary.
+archive() { [ -z "${ARCHIVE:-}" ] || tar czf "$ARCHIVE" -C "$RESULTS" . || echo "   could not write ARCHIVE=$ARCHIVE"; }
 export FERRY_REQUIRE_GPU=1 # a GPU suite that finds no GPU fails here instead of skipping
 export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
 failed=()
@@ -168,8 +171,8 @@ for p in "${parts[@]}"; do
   echo "   $p: rc=$rc, $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$RESULTS/suite.log"
   tail -n "${tail_of[$p]}" "$RESULTS/$p.log" | sed 's/^/   | /' | tee -a "$RESULTS/suite.log"
   [ $rc -eq 0 ] || failed+=("$p")
-  # After every part, so that a run cut off still leaves what it had (a copy-back that takes few files wants one).
-  [ -z "${ARCHIVE:-}" ] || tar czf "$ARCHIVE" -C "$RESULTS" . || echo "   could not write ARCHIVE=$ARCHIVE"
+  archive
 done
 echo "failed parts: ${failed[*]:-none}" | tee -a "$RESULTS/suite.log"
+archive
 [ ${#failed[@]} -eq 0 ]
