@@ -42,6 +42,14 @@ __device__ __forceinline__ u16 f32_to_bf16(float f) {
 #endif
 }
 
+// 2^x, the hardware's approximation with subnormal results flushed to 0: ex2.approx without .ftz compiles to a range
+// test and two predicated multiplies around the same MUFU operation, three instructions an element of an epilogue.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 template <int T> __device__ __forceinline__ float to_f32(typename storage<T>::type v);
 template <> __device__ __forceinline__ float to_f32<FERRY_SCALAR_F16>(u16 v) { return f16_to_f32(v); }
 template <> __device__ __forceinline__ float to_f32<FERRY_SCALAR_BF16>(u16 v) { return bf16_to_f32(v); }

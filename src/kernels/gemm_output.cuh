@@ -87,21 +87,28 @@ __device__ __forceinline__ epilogue epilogue_of(const ferry_gemm_params &p) {
   return epilogue{alpha, p.beta, static_cast<const out_t *>(p.bias)};
 }
 
-// The bias of output element (row, col).
-__device__ __forceinline__ float bias_at(const epilogue &e, int row, int col) {
+// v plus the bias of output element (row, col). Without a bias v itself, not v + 0.0f: that addition turns -0 into +0,
+// so the compiler must keep it, one instruction an element of every plain GEMM.
+__device__ __forceinline__ float plus_bias(float v, const epilogue &e, int row, int col) {
 #if FERRY_BIAS == 1
-  return to_f32<FERRY_OUT_TYPE>(e.bias[col]);
+  return v + to_f32<FERRY_OUT_TYPE>(e.bias[col]);
 #elif FERRY_BIAS == 2
-  return to_f32<FERRY_OUT_TYPE>(e.bias[row]);
+  return v + to_f32<FERRY_OUT_TYPE>(e.bias[row]);
 #else
   (void)e, (void)row, (void)col;
-  return 0.0f;
+  return v;
 #endif
 }
 
-// x·sigmoid(t) with the hardware exponential and division (a few ulp): tanhf, or expf with a full division, cost a
-// 4096³ bf16 GEMM 6.5% and 13%, these 4–5% (docs/gemm-kernels.md). A large -t gives e^-t = inf and x / inf = 0.
-__device__ __forceinline__ float times_sigmoid(float x, float t) { return __fdividef(x, 1.0f + __expf(-t)); }
+// x·sigmoid(t), given s = -t·log2(e): x / (1 + 2^s) with the hardware's exponential and division (a few ulp). tanhf,
+// or expf with a full division, cost a 4096³ bf16 GEMM 6.5% and 13% (docs/gemm-kernels.md). Callers fold log2(e)
+// into their constants. A large s gives 2^s = inf and x / inf = 0; a very negative one 2^s = 0 and x.
+__device__ __forceinline__ float times_sigmoid(float x, float s) { return __fdividef(x, 1.0f + exp2_approx(s)); }
+
+// -log2(e), and GELU's t = 2·sqrt(2/π)·(x + 0.044715·x³) as s = x·(GELU_S1 + GELU_S3·x²): three instructions.
+constexpr float MINUS_LOG2E = -1.4426950408889634f;
+constexpr float GELU_S1 = -1.5957691216057308f * 1.4426950408889634f;
+constexpr float GELU_S3 = GELU_S1 * 0.044715f;
 
 // ReLU lets NaN through (x < 0 is false), as torch's does. GELU is torch's approximate="tanh" form, 0.5·x·(1 +
 // tanh(u)), written as x·sigmoid(2u); SiLU is x·sigmoid(x).
@@ -109,9 +116,9 @@ __device__ __forceinline__ float activate(float x) {
 #if FERRY_ACTIVATION == 1
   return x < 0.0f ? 0.0f : x;
 #elif FERRY_ACTIVATION == 2
-  return times_sigmoid(x, 1.5957691216057308f * (x + 0.044715f * x * x * x));
+  return times_sigmoid(x, x * (GELU_S1 + GELU_S3 * (x * x)));
 #elif FERRY_ACTIVATION == 3
-  return times_sigmoid(x, x);
+  return times_sigmoid(x, MINUS_LOG2E * x);
 #else
   return x;
 #endif
@@ -129,7 +136,7 @@ __device__ __forceinline__ void store_out(out_t *out, long long ldc, int m, int 
   float v = e.alpha * (float)acc;
   // beta == 0 must not read: the output may hold anything, NaN included.
   if (e.beta != 0.0f) v += e.beta * to_f32<FERRY_OUT_TYPE>(out[at]);
-  out[at] = from_f32<FERRY_OUT_TYPE>(activate(v + bias_at(e, row, col)));
+  out[at] = from_f32<FERRY_OUT_TYPE>(activate(plus_bias(v, e, row, col)));
 #endif
 }
 // Writes the four values thread (g, t) holds of one 16×8 mma tile (tile_values' order), element by element: rows
@@ -166,7 +173,7 @@ __device__ __forceinline__ void store4(out_t *at, int row, int col, const sum_t 
   }
 #endif
 #pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = activate(v[i] + bias_at(e, row, col + i));
+  for (int i = 0; i < 4; ++i) v[i] = activate(plus_bias(v[i], e, row, col + i));
 #if FERRY_OUT_TYPE == FERRY_SCALAR_F32
   *reinterpret_cast<f32x4 *>(at) = f32x4{v[0], v[1], v[2], v[3]};
 #else

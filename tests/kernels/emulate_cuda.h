@@ -406,7 +406,7 @@ inline void __syncwarp() { emu::warp_arrive([] {}); }
 [[noreturn]] inline void __trap() { emu::fail("__trap()"); }
 
 // The fast-math intrinsics the epilogue uses, exact here (the reference's tolerance covers the hardware's few ulp).
-inline float __expf(float x) { return std::exp(x); }
+inline float exp2_approx(float x) { return std::exp2(x); } // gemm_common.cuh: ex2.approx.ftz
 inline float __fdividef(float x, float y) { return x / y; }
 
 // ---- gemm_common.cuh's device part in plain C++ -------------------------------------------------------------

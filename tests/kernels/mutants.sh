@@ -145,13 +145,13 @@ run_mutants gemm_mma.cu ferry_gemm_mma "-DFERRY_BM=16 -DFERRY_BN=32 -DFERRY_BK=1
 # The fused epilogue, in the shared header gemm_output.cuh: a mutated copy of it is found first (its own directory
 # ahead of src/kernels on the include path), under gemm_mma_sw.cu with an fp32 output (tight rounding), in the kind
 # that reaches the mutated line. name | sed expression | kind flags
-epilogue_mutants='row_bias_read_by_row|/return to_f32<FERRY_OUT_TYPE>(e.bias\[col\]);/s/bias\[col\]/bias[row]/|-DFERRY_BIAS=1
-col_bias_read_by_column|/return to_f32<FERRY_OUT_TYPE>(e.bias\[row\]);/s/bias\[row\]/bias[col]/|-DFERRY_BIAS=2 -DFERRY_OUT_ROW=0
-wide_store_one_bias_for_four|/bias_at(e, row, col + i)/s/col + i/col/|-DFERRY_BIAS=1
-bias_after_the_activation|/activate(v + bias_at(e, row, col))/s/activate(v + bias_at(e, row, col))/activate(v) + bias_at(e, row, col)/|-DFERRY_BIAS=2 -DFERRY_ACTIVATION=1 -DFERRY_OUT_ROW=0
+epilogue_mutants='row_bias_read_by_row|/v + to_f32<FERRY_OUT_TYPE>(e.bias\[col\]);/s/bias\[col\]/bias[row]/|-DFERRY_BIAS=1
+col_bias_read_by_column|/v + to_f32<FERRY_OUT_TYPE>(e.bias\[row\]);/s/bias\[row\]/bias[col]/|-DFERRY_BIAS=2 -DFERRY_OUT_ROW=0
+wide_store_one_bias_for_four|/plus_bias(v\[i\], e, row, col + i)/s/col + i/col/|-DFERRY_BIAS=1
+bias_after_the_activation|/activate(plus_bias(v, e, row, col))/s/activate(plus_bias(v, e, row, col))/plus_bias(activate(v), e, row, col)/|-DFERRY_BIAS=2 -DFERRY_ACTIVATION=1 -DFERRY_OUT_ROW=0
 gelu_cubic_coefficient|/0.044715f/s/0.044715f/0.04f/|-DFERRY_ACTIVATION=2
-silu_sign|/return times_sigmoid(x, x);/s/times_sigmoid(x, x)/times_sigmoid(x, -x)/|-DFERRY_ACTIVATION=3
-sigmoid_sign|/__expf(-t)/s/__expf(-t)/__expf(t)/|-DFERRY_ACTIVATION=2
+silu_sign|/return times_sigmoid(x, MINUS_LOG2E \* x);/s/MINUS_LOG2E \* x/-MINUS_LOG2E * x/|-DFERRY_ACTIVATION=3
+sigmoid_sign|/exp2_approx(s)/s/exp2_approx(s)/exp2_approx(-s)/|-DFERRY_ACTIVATION=2
 relu_at_zero_lets_negatives_through|/return x < 0.0f ? 0.0f : x;/s/x < 0.0f/x < -0.5f/|-DFERRY_ACTIVATION=1'
 # header mutants: list (name | sed expression | kind flags), the kernel's flags, the cases
 run_header_mutants() {
