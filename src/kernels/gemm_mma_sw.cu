@@ -321,7 +321,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_mma_sw(const
         const float v[4] = {q.x, q.y, q.z, q.w};
         const int row = m0 + wm0 + i * 16 + r, col = n0 + wn0 + c;
         if (wide && row < p.m && col + 3 < p.n) {
-          store4(C + (i64)row * p.ldc + col, row, col, v, ep);
+          store4(C + (i64)row * p.ldc + col, v, bias4_at(ep, row, col), ep);
         } else {
 #pragma unroll
           for (int e = 0; e < 4; ++e) store_out(C, p.ldc, p.m, p.n, row, col + e, v[e], ep);

@@ -87,17 +87,32 @@ __device__ __forceinline__ epilogue epilogue_of(const ferry_gemm_params &p) {
   return epilogue{alpha, p.beta, static_cast<const out_t *>(p.bias)};
 }
 
-// v plus the bias of output element (row, col). Without a bias v itself, not v + 0.0f: that addition turns -0 into +0,
-// so the compiler must keep it, one instruction an element of every plain GEMM.
-__device__ __forceinline__ float plus_bias(float v, const epilogue &e, int row, int col) {
+// The bias of output element (row, col): 0 without one.
+__device__ __forceinline__ float bias_of(const epilogue &e, int row, int col) {
 #if FERRY_BIAS == 1
-  return v + to_f32<FERRY_OUT_TYPE>(e.bias[col]);
+  return to_f32<FERRY_OUT_TYPE>(e.bias[col]);
 #elif FERRY_BIAS == 2
-  return v + to_f32<FERRY_OUT_TYPE>(e.bias[row]);
+  return to_f32<FERRY_OUT_TYPE>(e.bias[row]);
 #else
   (void)e, (void)row, (void)col;
-  return v;
+  return 0.0f;
 #endif
+}
+// v plus a bias; without a bias v itself, not v + 0.0f: that addition turns -0 into +0, so the compiler must keep it,
+// one instruction an element of every plain GEMM.
+__device__ __forceinline__ float plus_bias(float v, float bias) { return FERRY_BIAS ? v + bias : v; }
+
+// The biases of output elements (row, col..col+3), which store4 takes read: a thread that stores several chunks of
+// the same columns reads a row bias once for all of them (the compiler cannot hoist the loads across the stores to
+// the output, which might alias the bias).
+struct bias4 {
+  float v[4];
+};
+__device__ __forceinline__ bias4 bias4_at(const epilogue &e, int row, int col) {
+  bias4 b;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) b.v[i] = bias_of(e, row, col + i);
+  return b;
 }
 
 // x·sigmoid(t), given s = -t·log2(e): x / (1 + 2^s) with the hardware's exponential and division (a few ulp). tanhf,
@@ -136,7 +151,7 @@ __device__ __forceinline__ void store_out(out_t *out, long long ldc, int m, int 
   float v = e.alpha * (float)acc;
   // beta == 0 must not read: the output may hold anything, NaN included.
   if (e.beta != 0.0f) v += e.beta * to_f32<FERRY_OUT_TYPE>(out[at]);
-  out[at] = from_f32<FERRY_OUT_TYPE>(activate(plus_bias(v, e, row, col)));
+  out[at] = from_f32<FERRY_OUT_TYPE>(activate(plus_bias(v, bias_of(e, row, col))));
 #endif
 }
 // Writes the four values thread (g, t) holds of one 16×8 mma tile (tile_values' order), element by element: rows
@@ -149,11 +164,12 @@ __device__ __forceinline__ void store_tile(out_t *out, long long ldc, int m, int
   store_out(out, ldc, m, n, row + 8, col + 1, v[3], e);
 }
 
-// Writes elements (row, col..col+3) of a row-major output, the epilogue of a[0..3], with one 16-byte (32-bit types)
-// or 8-byte (16-bit types) load and store; the caller has checked that they are in range and aligned for it.
-__device__ __forceinline__ void store4(out_t *at, int row, int col, const sum_t a[4], const epilogue &e) {
+// Writes elements (row, col..col+3) of a row-major output, the epilogue of a[0..3] with their biases bias4_at(e, row,
+// col), with one 16-byte (32-bit types) or 8-byte (16-bit types) load and store; the caller has checked that they
+// are in range and aligned for it.
+__device__ __forceinline__ void store4(out_t *at, const sum_t a[4], const bias4 &bias, const epilogue &e) {
 #if FERRY_OUT_TYPE == FERRY_SCALAR_I32
-  (void)row, (void)col, (void)e;
+  (void)bias, (void)e;
   *reinterpret_cast<sum4 *>(at) = sum4{a[0], a[1], a[2], a[3]};
 #else
   float v[4] = {e.alpha * (float)a[0], e.alpha * (float)a[1], e.alpha * (float)a[2], e.alpha * (float)a[3]};
@@ -173,7 +189,7 @@ __device__ __forceinline__ void store4(out_t *at, int row, int col, const sum_t 
   }
 #endif
 #pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = activate(plus_bias(v[i], e, row, col + i));
+  for (int i = 0; i < 4; ++i) v[i] = activate(plus_bias(v[i], bias.v[i]));
 #if FERRY_OUT_TYPE == FERRY_SCALAR_F32
   *reinterpret_cast<f32x4 *>(at) = f32x4{v[0], v[1], v[2], v[3]};
 #else

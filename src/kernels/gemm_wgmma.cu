@@ -321,7 +321,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ferry_gemm_wgmma(const 
       const sum_t v[4] = {q.x, q.y, q.z, q.w};
       const int row = row0 + r, col = n0 + c;
       if (wide && row < p.m && col + 3 < p.n) {
-        store4(C + (i64)row * p.ldc + col, row, col, v, ep);
+        store4(C + (i64)row * p.ldc + col, v, bias4_at(ep, row, col), ep);
       } else {
 #pragma unroll
         for (int e = 0; e < 4; ++e) store_out(C, p.ldc, p.m, p.n, row, col + e, v[e], ep);
@@ -396,6 +396,10 @@ __device__ __forceinline__ void store_accumulators(const ferry_gemm_params &p, c
       }
       __syncwarp();
       constexpr int CHUNKS = 16 * EPI_COLS / 4; // 4-element chunks of the warp's 16 rows
+      static_assert(32 % (EPI_COLS / 4) == 0, "a lane stores the same 4 columns of every row it takes");
+      const int lane_col = n0 + c0 + lane % (EPI_COLS / 4) * 4;
+      // A row bias (n values) of the lane's columns, read once for its 4 rows; none past n (no wide store there).
+      const bias4 lane_bias = FERRY_BIAS == 1 && lane_col + 3 < p.n ? bias4_at(ep, 0, lane_col) : bias4{};
 #pragma unroll 4
       for (int idx = lane; idx < CHUNKS; idx += 32) {
         const int r = idx / (EPI_COLS / 4), c = idx % (EPI_COLS / 4) * 4;
@@ -403,7 +407,7 @@ __device__ __forceinline__ void store_accumulators(const ferry_gemm_params &p, c
         const sum_t v[4] = {q.x, q.y, q.z, q.w};
         const int row = row0 + r, col = n0 + c0 + c;
         if (wide && row < p.m && col + 3 < p.n) {
-          store4(C + (i64)row * p.ldc + col, row, col, v, ep);
+          store4(C + (i64)row * p.ldc + col, v, FERRY_BIAS == 1 ? lane_bias : bias4_at(ep, row, col), ep);
         } else {
 #pragma unroll
           for (int e = 0; e < 4; ++e) store_out(C, p.ldc, p.m, p.n, row, col + e, v[e], ep);

@@ -128,6 +128,9 @@ run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_B_ROW=0" "$(echo "$wg_mutant
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_PERSISTENT=1" "$ws_mutants"
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_PERSISTENT=1" \
   "$(echo "$wg_mutants" | grep -vE '^no_barrier_in_k_tile|^wait_one_group_short|^copies_into_the_wrong_stage')"
+# The persistent epilogue's row bias, read once by each lane for the rows it stores: read at the tile's first columns.
+run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_PERSISTENT=1 -DFERRY_BIAS=1" \
+  'lane_bias_of_the_first_columns|/const int lane_col = n0 + c0 + lane % (EPI_COLS \/ 4) \* 4;/s/n0 + c0 + /n0 + /'
 # The TMA copier, A and B row-major (B's MN-major panels) and B column-major, blocks taking several tiles of a batch.
 tma_flags="-DFERRY_PERSISTENT=1 -DFERRY_TMA=1"
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "$tma_flags" "$tma_mutants" "" "$cases 520,600,200,2,8,1,0.5"
@@ -145,10 +148,10 @@ run_mutants gemm_mma.cu ferry_gemm_mma "-DFERRY_BM=16 -DFERRY_BN=32 -DFERRY_BK=1
 # The fused epilogue, in the shared header gemm_output.cuh: a mutated copy of it is found first (its own directory
 # ahead of src/kernels on the include path), under gemm_mma_sw.cu with an fp32 output (tight rounding), in the kind
 # that reaches the mutated line. name | sed expression | kind flags
-epilogue_mutants='row_bias_read_by_row|/v + to_f32<FERRY_OUT_TYPE>(e.bias\[col\]);/s/bias\[col\]/bias[row]/|-DFERRY_BIAS=1
-col_bias_read_by_column|/v + to_f32<FERRY_OUT_TYPE>(e.bias\[row\]);/s/bias\[row\]/bias[col]/|-DFERRY_BIAS=2 -DFERRY_OUT_ROW=0
-wide_store_one_bias_for_four|/plus_bias(v\[i\], e, row, col + i)/s/col + i/col/|-DFERRY_BIAS=1
-bias_after_the_activation|/activate(plus_bias(v, e, row, col))/s/activate(plus_bias(v, e, row, col))/plus_bias(activate(v), e, row, col)/|-DFERRY_BIAS=2 -DFERRY_ACTIVATION=1 -DFERRY_OUT_ROW=0
+epilogue_mutants='row_bias_read_by_row|/return to_f32<FERRY_OUT_TYPE>(e.bias\[col\]);/s/bias\[col\]/bias[row]/|-DFERRY_BIAS=1
+col_bias_read_by_column|/return to_f32<FERRY_OUT_TYPE>(e.bias\[row\]);/s/bias\[row\]/bias[col]/|-DFERRY_BIAS=2 -DFERRY_OUT_ROW=0
+wide_store_one_bias_for_four|/bias_of(e, row, col + i)/s/col + i/col/|-DFERRY_BIAS=1
+bias_after_the_activation|/activate(plus_bias(v, bias_of(e, row, col)))/s/activate(plus_bias(v, bias_of(e, row, col)))/plus_bias(activate(v), bias_of(e, row, col))/|-DFERRY_BIAS=2 -DFERRY_ACTIVATION=1 -DFERRY_OUT_ROW=0
 gelu_cubic_coefficient|/0.044715f/s/0.044715f/0.04f/|-DFERRY_ACTIVATION=2
 silu_sign|/return times_sigmoid(x, MINUS_LOG2E \* x);/s/MINUS_LOG2E \* x/-MINUS_LOG2E * x/|-DFERRY_ACTIVATION=3
 sigmoid_sign|/exp2_approx(s)/s/exp2_approx(s)/exp2_approx(-s)/|-DFERRY_ACTIVATION=2
