@@ -385,16 +385,6 @@ __device__ __forceinline__ void store_accumulators(const ferry_gemm_params &p, c
   const sum_t *acc = accs;
   if (FERRY_OUT_ROW) {
     const bool wide = ((unsigned long long)C % (4 * sizeof(out_t))) == 0 && (p.ldc & 3) == 0;
-    constexpr int STRIPS = BN / EPI_COLS, CHUNKS = 16 * EPI_COLS / 4; // 4-element chunks of the warp's 16 rows
-    static_assert(32 % (EPI_COLS / 4) == 0, "a lane stores the same 4 columns of every row of a strip it takes");
-    const int lane_col = n0 + lane % (EPI_COLS / 4) * 4;
-    // A row bias (n values) of the lane's columns in every strip, read before the tile's first store: a load cannot
-    // move past a store to the output (which might alias the bias), so reading it per strip waited on L2 each time.
-    bias4 lane_bias[STRIPS];
-#pragma unroll
-    for (int s = 0; s < STRIPS; ++s)
-      lane_bias[s] = FERRY_BIAS == 1 && lane_col + s * EPI_COLS + 3 < p.n ? bias4_at(ep, 0, lane_col + s * EPI_COLS)
-                                                                          : bias4{};
 #pragma unroll
     for (int c0 = 0; c0 < BN; c0 += EPI_COLS) {
 #pragma unroll
@@ -405,6 +395,11 @@ __device__ __forceinline__ void store_accumulators(const ferry_gemm_params &p, c
             sum2{acc[4 * j + 2], acc[4 * j + 3]};
       }
       __syncwarp();
+      constexpr int CHUNKS = 16 * EPI_COLS / 4; // 4-element chunks of the warp's 16 rows
+      static_assert(32 % (EPI_COLS / 4) == 0, "a lane stores the same 4 columns of every row it takes");
+      const int lane_col = n0 + c0 + lane % (EPI_COLS / 4) * 4;
+      // A row bias (n values) of the lane's columns, read once for its 4 rows; none past n (no wide store there).
+      const bias4 lane_bias = FERRY_BIAS == 1 && lane_col + 3 < p.n ? bias4_at(ep, 0, lane_col) : bias4{};
 #pragma unroll 4
       for (int idx = lane; idx < CHUNKS; idx += 32) {
         const int r = idx / (EPI_COLS / 4), c = idx % (EPI_COLS / 4) * 4;
@@ -412,8 +407,7 @@ __device__ __forceinline__ void store_accumulators(const ferry_gemm_params &p, c
         const sum_t v[4] = {q.x, q.y, q.z, q.w};
         const int row = row0 + r, col = n0 + c0 + c;
         if (wide && row < p.m && col + 3 < p.n) {
-          store4(C + (i64)row * p.ldc + col, v, FERRY_BIAS == 1 ? lane_bias[c0 / EPI_COLS] : bias4_at(ep, row, col),
-                 ep);
+          store4(C + (i64)row * p.ldc + col, v, FERRY_BIAS == 1 ? lane_bias : bias4_at(ep, row, col), ep);
         } else {
 #pragma unroll
           for (int e = 0; e < 4; ++e) store_out(C, p.ldc, p.m, p.n, row, col + e, v[e], ep);

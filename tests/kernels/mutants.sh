@@ -128,9 +128,9 @@ run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_B_ROW=0" "$(echo "$wg_mutant
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_PERSISTENT=1" "$ws_mutants"
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_PERSISTENT=1" \
   "$(echo "$wg_mutants" | grep -vE '^no_barrier_in_k_tile|^wait_one_group_short|^copies_into_the_wrong_stage')"
-# The persistent epilogue's row bias, read by each lane for every strip it stores before the first: the wrong strip's.
+# The persistent epilogue's row bias, read once by each lane for the rows it stores: read at the tile's first columns.
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "-DFERRY_PERSISTENT=1 -DFERRY_BIAS=1" \
-  'every_strip_takes_the_first_strips_bias|/lane_bias\[c0 \/ EPI_COLS\]/s/lane_bias\[c0 \/ EPI_COLS\]/lane_bias[0]/'
+  'lane_bias_of_the_first_columns|/const int lane_col = n0 + c0 + lane % (EPI_COLS \/ 4) \* 4;/s/n0 + c0 + /n0 + /'
 # The TMA copier, A and B row-major (B's MN-major panels) and B column-major, blocks taking several tiles of a batch.
 tma_flags="-DFERRY_PERSISTENT=1 -DFERRY_TMA=1"
 run_mutants gemm_wgmma.cu ferry_gemm_wgmma "$tma_flags" "$tma_mutants" "" "$cases 520,600,200,2,8,1,0.5"
