@@ -565,8 +565,9 @@ TEST(wgmma_persistent_design_only_when_asked) {
 }
 
 /* The TMA schedule in clusters of two: registered only with FERRY_EXPERIMENTAL_DESIGNS=1 (measured no faster than
- * the TMA designs at 4096³), for sm_90 alone, with the TMA designs' threads and shared memory; compiled by NVRTC for sm_90a in every
- * operand layout (B's share is rows of a K-major box or panels of an MN-major one) and in 8-bit inputs. */
+ * the TMA designs at 4096³), for sm_90 alone, with the TMA designs' threads and shared memory; compiled by NVRTC for
+ * sm_90a in every operand layout (B's share is rows of a K-major box or panels of an MN-major one) and in 8-bit
+ * inputs. */
 TEST(wgmma_cluster_designs_only_when_asked) {
   unsetenv("FERRY_WGMMA");
   setenv("FERRY_EXPERIMENTAL_DESIGNS", "1", 1);
