@@ -3,7 +3,7 @@
 //
 // Plain C++ with no PTX, so that the CPU emulation (tests/kernels/emulate_cuda.h) includes this same text rather
 // than a copy of it. It builds on what gemm_common.cuh (or, on the CPU, the emulation) defines first: the kind's
-// macros and types, to_f32 / from_f32 and f16_to_f32. The shared headers form one chain, each including the one
+// macros and types, to_f32 / from_f32, f16_to_f32 and exp2_approx. The shared headers form one chain, each including the one
 // before it (gemm_params, gemm_kind, gemm_common, this file), and a kernel file includes this last one. ferry gives
 // NVRTC the same chain as text, in that order (src/ops/source.c), so the include guards skip every #include there:
 // the includes serve nvcc, which checks the files one by one.
