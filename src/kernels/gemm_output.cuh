@@ -122,7 +122,7 @@ __device__ __forceinline__ float times_sigmoid(float x, float s) { return __fdiv
 
 // -log2(e), and GELU's t = 2·sqrt(2/π)·(x + 0.044715·x³) as s = x·(GELU_S1 + GELU_S3·x²): three instructions.
 constexpr float MINUS_LOG2E = -1.4426950408889634f;
-constexpr float GELU_S1 = -1.5957691216057308f * 1.4426950408889634f;
+constexpr float GELU_S1 = 1.5957691216057308f * MINUS_LOG2E;
 constexpr float GELU_S3 = GELU_S1 * 0.044715f;
 
 // ReLU lets NaN through (x < 0 is false), as torch's does. GELU is torch's approximate="tanh" form, 0.5·x·(1 +
