@@ -532,10 +532,11 @@ TEST(wgmma_persistent_design_only_when_asked) {
   ASSERT(ops[2] == ferry_op_by_name("gemm_wgmma_bf16_128x256x64_s4"));
   ASSERT(ops[3] == ferry_op_by_name("gemm_wgmma_bf16_128x128x64_s6_tma"));
   ASSERT(ops[4] == op);
-  size_t square_cluster = n;
+  const ferry_op *square_cluster = ferry_op_by_name("gemm_wgmma_bf16_128x128x64_s6_tma_cluster2");
+  size_t square_at = n;
   for (size_t i = 0; i < n; i++)
-    if (ops[i] == ferry_op_by_name("gemm_wgmma_bf16_128x128x64_s6_tma_cluster2")) square_cluster = i;
-  ASSERT(square_cluster > 4 && square_cluster < n);
+    if (ops[i] == square_cluster) square_at = i;
+  ASSERT(square_at > 4 && square_at < n);
   ASSERT_OK(ferry_ops_find(&args, 80, NULL, NULL, ops, 32, &n));
   for (size_t i = 0; i < n; i++) ASSERT(ops[i] != op);
   /* not for FP8 at 256 wide: its sums are promoted to fp32 each k-tile, and such a tile has no registers for that;
